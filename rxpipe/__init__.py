@@ -1,0 +1,50 @@
+"""rxpipe: reactive-streams pipelines for LLM serving, with backpressure from the graph itself.
+
+    import rxpipe as rx
+    from rxpipe import operators as ops
+
+    doubled = rx.range(0, 10).pipe(ops.map(lambda x: x * 2), ops.filter(lambda x: x % 3 == 0))
+    print(await doubled.to_list())          # [0, 6, 12, 18]
+
+The protocol is Reactive Streams 1.0.4 (``request(n)`` demand; DESIGN §2). Operators live in
+``rxpipe.operators``; engines in ``rxpipe.engines``; the test kit in ``rxpipe.testing``.
+"""
+
+from ._async_sources import from_async_iterable, interval
+from ._protocol import UNBOUNDED, Processor, Publisher, Subscriber, Subscription
+from .errors import (
+    BufferOverflowError,
+    CircuitOpenError,
+    MissingBackpressureError,
+    ProtocolViolationError,
+    RxPipeError,
+)
+from .flowable import DEFAULT_PREFETCH, Flowable, pipe
+from .sources import defer, empty, error, from_iterable, from_publisher, just, range
+
+__all__ = [
+    "UNBOUNDED",
+    "DEFAULT_PREFETCH",
+    "Publisher",
+    "Subscriber",
+    "Subscription",
+    "Processor",
+    "Flowable",
+    "pipe",
+    "from_iterable",
+    "range",
+    "just",
+    "empty",
+    "error",
+    "defer",
+    "from_async_iterable",
+    "interval",
+    "from_publisher",
+    "RxPipeError",
+    "MissingBackpressureError",
+    "BufferOverflowError",
+    "CircuitOpenError",
+    "ProtocolViolationError",
+]
+
+__version__ = "0.1.0"

@@ -1,0 +1,5 @@
+"""``python -m rxpipe`` is the ``rxpipe`` command."""
+
+from .cli import main
+
+main()

@@ -1,0 +1,287 @@
+"""``Flowable``: a Publisher with operators (``pipe``), callbacks, ``to_list`` and ``async for``."""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from typing import TYPE_CHECKING, Any, AsyncIterator, Callable, Generic, TypeVar, overload
+
+from ._demand import EMPTY_SUBSCRIPTION, InternalSubscriber, Replenisher
+from ._protocol import UNBOUNDED, Publisher, Subscriber, Subscription
+from ._subscribers import LambdaSubscriber, StrictSubscriber
+
+if TYPE_CHECKING:
+    import reactivex
+
+__all__ = ["Flowable", "Operator", "DEFAULT_PREFETCH", "pipe"]
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+#: Prefetch of ``async for``, ``from_async_iterable`` and boundaries without an explicit size.
+DEFAULT_PREFETCH = 256
+
+Operator = Callable[["Flowable[Any]"], "Flowable[Any]"]
+
+
+class Flowable(Publisher[T], Generic[T]):
+    """A cold publisher of ``T`` with Reactive Streams ``request(n)`` demand.
+
+    Every ``subscribe`` starts an independent run (§1.11). Operators are functions
+    ``Flowable -> Flowable`` applied with :meth:`pipe`. A Flowable is also a stage of a pipeline:
+    ``kind`` names the operator or source, ``name`` the stage (``<kind>_<index>`` unless named;
+    used as the ``stage`` label of metrics), ``index`` its position (sources are 0) and
+    ``upstreams`` the stages feeding it.
+    """
+
+    kind = "flowable"
+
+    def __init__(self, *, name: str | None = None, upstreams: tuple[Flowable[Any], ...] = ()) -> None:
+        self.upstreams = upstreams
+        self.index = 1 + max((u.index for u in upstreams), default=-1)
+        self.name = name or f"{self.kind}_{self.index}"
+
+    # -- subscribing ---------------------------------------------------------------------------
+    @overload
+    def subscribe(self, subscriber: Subscriber[T]) -> None: ...
+
+    @overload
+    def subscribe(self, on_next: Callable[[T], Any] | None = None,
+                  on_error: Callable[[BaseException], Any] | None = None,
+                  on_complete: Callable[[], Any] | None = None) -> LambdaSubscriber: ...
+
+    def subscribe(self, subscriber: Any = None, on_error: Any = None, on_complete: Any = None, *,
+                  on_next: Callable[[T], Any] | None = None) -> LambdaSubscriber | None:
+        """Subscribe a :class:`~rxpipe.Subscriber`, or callbacks.
+
+        ``subscribe(subscriber)``: the subscriber requests what it wants; it is wrapped in the
+        strict boundary that enforces every Reactive Streams rule on its behalf. Returns None.
+
+        ``subscribe(on_next=, on_error=, on_complete=)`` (positionally too, like reactivex):
+        requests ``UNBOUNDED``; returns a handle whose ``cancel()`` (``dispose()``) stops it.
+        Without ``on_error``, an error is logged on the ``rxpipe`` logger.
+        """
+        if subscriber is not None and not callable(subscriber):
+            if not isinstance(subscriber, Subscriber):
+                raise TypeError(f"subscribe() needs a Subscriber or callables, got {subscriber!r}")
+            if on_error is not None or on_complete is not None or on_next is not None:
+                raise TypeError("subscribe(subscriber) takes no callbacks")
+            if not getattr(subscriber, "_rx_internal", False):
+                subscriber = StrictSubscriber(subscriber)
+            self._subscribe_safely(subscriber)
+            return None
+        if subscriber is not None and on_next is not None:
+            raise TypeError("on_next given twice")
+        handle = LambdaSubscriber(on_next or subscriber, on_error, on_complete)
+        self._subscribe_safely(handle)
+        return handle
+
+    def _subscribe_safely(self, subscriber: Subscriber[T]) -> None:
+        """Call :meth:`_subscribe`; an exception before ``on_subscribe`` becomes ``on_error``."""
+        guard = _FirstSignal(subscriber)
+        try:
+            self._subscribe(guard)
+        except Exception as error:
+            if guard.subscribed:
+                raise
+            subscriber.on_subscribe(EMPTY_SUBSCRIPTION)
+            subscriber.on_error(error)
+
+    def _subscribe(self, subscriber: Subscriber[T]) -> None:
+        """Start one run for a trusted subscriber (internal; operators call this upstream)."""
+        raise NotImplementedError
+
+    # -- composing -----------------------------------------------------------------------------
+    def pipe(self, *operators: Operator) -> Flowable[Any]:
+        """Apply operators left to right: ``f.pipe(a, b)`` is ``b(a(f))``."""
+        source: Flowable[Any] = self
+        for op in operators:
+            source = op(source)
+            if not isinstance(source, Flowable):
+                raise TypeError(f"operator {op!r} returned {source!r}, not a Flowable")
+        return source
+
+    # -- consuming -----------------------------------------------------------------------------
+    async def to_list(self) -> list[T]:
+        """Request ``UNBOUNDED`` and return every item once the stream completes.
+
+        Raises the stream's error. Cancelling the awaiting task cancels the subscription.
+        """
+        collector = _ListCollector(asyncio.get_running_loop().create_future())
+        self._subscribe_safely(collector)
+        try:
+            return await collector.future
+        except asyncio.CancelledError:
+            collector.cancel()
+            raise
+
+    def __aiter__(self) -> AsyncIterator[T]:
+        """``async for x in flowable``: prefetch 256 with the §2 replenish rule.
+
+        Leaving the loop (``break``, an exception, ``aclose()``) cancels upstream at once.
+        """
+        return FlowableIterator(self, DEFAULT_PREFETCH)
+
+    def to_observable(self) -> reactivex.Observable[T]:
+        """A reactivex Observable that subscribes to this Flowable with ``UNBOUNDED`` demand.
+
+        Where pull becomes push: the observer receives every item as fast as the Flowable
+        produces it. Disposing the reactivex subscription cancels the Flowable's.
+        """
+        from .interop import to_observable
+
+        return to_observable(self)
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.name}>"
+
+
+def pipe(*operators: Operator) -> Operator:
+    """Compose operators into one: ``rx.pipe(a, b)(f) == f.pipe(a, b)``."""
+
+    def composed(source: Flowable[Any]) -> Flowable[Any]:
+        return source.pipe(*operators)
+
+    return composed
+
+
+class _FirstSignal(InternalSubscriber):
+    """Forwards every signal; remembers whether ``on_subscribe`` happened (for error routing).
+
+    Removes itself from the hot path: it hands the downstream subscriber its real methods.
+    """
+
+    __slots__ = ("actual", "subscribed", "on_next", "on_error", "on_complete")
+
+    def __init__(self, actual: Subscriber[Any]) -> None:
+        self.actual = actual
+        self.subscribed = False
+        self.on_next = actual.on_next  # type: ignore[method-assign]
+        self.on_error = actual.on_error  # type: ignore[method-assign]
+        self.on_complete = actual.on_complete  # type: ignore[method-assign]
+
+    def on_subscribe(self, subscription: Subscription) -> None:
+        self.subscribed = True
+        self.actual.on_subscribe(subscription)
+
+
+class _ListCollector(InternalSubscriber):
+    __slots__ = ("future", "items", "subscription")
+
+    def __init__(self, future: asyncio.Future[list[Any]]) -> None:
+        self.future = future
+        self.items: list[Any] = []
+        self.subscription: Subscription | None = None
+
+    def on_subscribe(self, subscription: Subscription) -> None:
+        self.subscription = subscription
+        subscription.request(UNBOUNDED)
+
+    def on_next(self, item: Any) -> None:
+        self.items.append(item)
+
+    def on_error(self, error: BaseException) -> None:
+        if not self.future.done():
+            self.future.set_exception(error)
+
+    def on_complete(self) -> None:
+        if not self.future.done():
+            self.future.set_result(self.items)
+
+    def cancel(self) -> None:
+        if self.subscription is not None:
+            self.subscription.cancel()
+
+
+class _IteratorSubscriber(InternalSubscriber):
+    """Receives into a queue for :class:`FlowableIterator`; never references the iterator."""
+
+    __slots__ = ("queue", "subscription", "finished", "error", "waiter", "replenisher", "__weakref__")
+
+    def __init__(self, prefetch: int) -> None:
+        self.queue: deque[Any] = deque()
+        self.subscription: Subscription | None = None
+        self.finished = False
+        self.error: BaseException | None = None
+        self.waiter: asyncio.Future[None] | None = None
+        self.replenisher = Replenisher(prefetch)
+
+    def on_subscribe(self, subscription: Subscription) -> None:
+        self.queue = deque()
+        self.subscription = subscription
+        subscription.request(self.replenisher.initial)
+
+    def _wake(self) -> None:
+        waiter = self.waiter
+        if waiter is not None:
+            self.waiter = None
+            if not waiter.done():
+                waiter.set_result(None)
+
+    def on_next(self, item: Any) -> None:
+        self.queue.append(item)
+        if self.waiter is not None:
+            self._wake()
+
+    def on_error(self, error: BaseException) -> None:
+        self.error = error
+        self.finished = True
+        self._wake()
+
+    def on_complete(self) -> None:
+        self.finished = True
+        self._wake()
+
+
+class FlowableIterator(AsyncIterator[T]):
+    """The async iterator behind ``async for``; cancels its subscription when left or collected."""
+
+    __slots__ = ("_receiver", "_closed")
+
+    def __init__(self, source: Flowable[T], prefetch: int) -> None:
+        self._closed = False
+        self._receiver = _IteratorSubscriber(prefetch)
+        source._subscribe_safely(self._receiver)
+
+    def __aiter__(self) -> FlowableIterator[T]:
+        return self
+
+    async def __anext__(self) -> T:
+        receiver = self._receiver
+        queue = receiver.queue
+        while not queue:
+            if receiver.finished or self._closed:
+                self._closed = True
+                if receiver.error is not None:
+                    raise receiver.error
+                raise StopAsyncIteration
+            receiver.waiter = asyncio.get_running_loop().create_future()
+            try:
+                await receiver.waiter
+            except BaseException:
+                self._close()
+                raise
+        item = queue.popleft()
+        replenisher = receiver.replenisher
+        due = replenisher.consumed(1)
+        if due and receiver.subscription is not None and not receiver.finished:
+            limit = replenisher.limit
+            for _ in range(due):
+                receiver.subscription.request(limit)
+        return item
+
+    def _close(self) -> None:
+        if not self._closed:
+            self._closed = True
+            receiver = self._receiver
+            if not receiver.finished and receiver.subscription is not None:
+                receiver.subscription.cancel()
+            receiver.queue.clear()
+
+    async def aclose(self) -> None:
+        """Cancel upstream; the iterator then ends."""
+        self._close()
+
+    def __del__(self) -> None:
+        self._close()
+

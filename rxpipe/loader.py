@@ -1,0 +1,132 @@
+"""Loading pipeline files (``rxpipe run FILE[:NAME]``) and ``--set key=value`` configuration."""
+
+from __future__ import annotations
+
+import importlib.util
+import inspect
+import os
+import sys
+import traceback
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import orjson
+
+from .flowable import Flowable
+from .runtime import Pipeline
+
+__all__ = ["PipelineLoadError", "parse_settings", "split_spec", "load_pipeline", "locate_error"]
+
+
+class PipelineLoadError(Exception):
+    """The pipeline file could not be loaded or did not define a usable ``pipeline``."""
+
+
+def parse_settings(pairs: list[str] | tuple[str, ...]) -> dict[str, Any]:
+    """``["a=1", "b=x", "c=[1,2]"]`` → ``{"a": 1, "b": "x", "c": [1, 2]}``.
+
+    Each value is parsed as JSON, and taken as a plain string when it is not JSON.
+    Raises PipelineLoadError for a pair without ``=`` or with an empty key.
+    """
+    config: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, raw = pair.partition("=")
+        key = key.strip()
+        if not sep or not key:
+            raise PipelineLoadError(f"--set expects key=value, got {pair!r}")
+        try:
+            config[key] = orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            config[key] = raw
+    return config
+
+
+def split_spec(spec: str) -> tuple[Path, str]:
+    """``"file.py:name"`` → ``(Path("file.py"), "name")``; without ``:NAME`` the name is ``pipeline``."""
+    path, sep, name = spec.rpartition(":")
+    # "C:\\x.py" or a path without ":NAME"
+    if not sep or not name.isidentifier() or not path:
+        return Path(spec), "pipeline"
+    return Path(path), name
+
+
+def _import_file(path: Path) -> ModuleType:
+    if not path.is_file():
+        raise PipelineLoadError(f"{path}: no such pipeline file")
+    module_name = f"rxpipe_pipeline_{path.stem}_{abs(hash(str(path.resolve())))}"
+    spec = importlib.util.spec_from_file_location(module_name, path)
+    if spec is None or spec.loader is None:
+        raise PipelineLoadError(f"{path}: cannot be imported as Python")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[module_name] = module
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:
+        sys.modules.pop(module_name, None)
+        raise
+    return module
+
+
+def load_pipeline(spec: str, config: dict[str, Any] | None = None) -> Pipeline:
+    """Load ``FILE[:NAME]`` (NAME defaults to ``pipeline``) and build the Pipeline.
+
+    The attribute may be a :class:`Pipeline`, a Flowable, or a factory called with the config
+    dict (``def pipeline(config: dict)``) returning either. Exceptions raised while importing
+    the file or running the factory propagate (use :func:`locate_error` to report them);
+    a missing or unusable attribute raises PipelineLoadError.
+    """
+    path, name = split_spec(spec)
+    module = _import_file(path)
+    if not hasattr(module, name):
+        raise PipelineLoadError(f"{path}: defines no {name!r} (a Pipeline, a Flowable, or a "
+                                f"factory taking a config dict)")
+    obj = getattr(module, name)
+    config = dict(config or {})
+    if isinstance(obj, (Pipeline, Flowable)):
+        if config:
+            raise PipelineLoadError(f"{path}: {name!r} is not a factory, so it takes no --set "
+                                    f"settings (got {', '.join(sorted(config))})")
+    elif callable(obj):
+        params = inspect.signature(obj).parameters
+        obj = obj(config) if params else obj()
+        if not params and config:
+            raise PipelineLoadError(f"{path}: {name}() takes no config, but --set gave "
+                                    f"{', '.join(sorted(config))}")
+    if not isinstance(obj, (Pipeline, Flowable)):
+        raise PipelineLoadError(f"{path}: {name!r} is {obj!r}, not a Pipeline, a Flowable or a "
+                                f"factory returning one")
+    return Pipeline.of(obj)
+
+
+def locate_error(error: BaseException, path: str | None = None) -> str:
+    """A one-line location for ``error``: ``file:line in function``.
+
+    Prefers the innermost frame inside ``path`` (the pipeline file), then the innermost frame
+    outside rxpipe itself, then the innermost frame. Syntax errors name their own line.
+    """
+    if isinstance(error, SyntaxError) and error.filename:
+        return f"{_rel(error.filename)}:{error.lineno}"
+    frames = traceback.extract_tb(error.__traceback__)
+    if not frames:
+        return "<unknown location>"
+    package_dir = os.path.dirname(os.path.abspath(__file__))
+    chosen = frames[-1]
+    if path is not None:
+        target = os.path.abspath(path)
+        inside = [f for f in frames if os.path.abspath(f.filename) == target]
+        if inside:
+            chosen = inside[-1]
+        else:
+            outside = [f for f in frames if not os.path.abspath(f.filename).startswith(package_dir)]
+            if outside:
+                chosen = outside[-1]
+    return f"{_rel(chosen.filename)}:{chosen.lineno} in {chosen.name}"
+
+
+def _rel(filename: str) -> str:
+    try:
+        rel = os.path.relpath(filename)
+    except ValueError:
+        return filename
+    return filename if rel.startswith("..") else rel

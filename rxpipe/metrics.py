@@ -1,0 +1,158 @@
+"""Stage statistics and their Prometheus export (DESIGN §7).
+
+A running stage (one subscription of an operator) keeps its numbers in a :class:`StageCounters`
+and registers itself with :func:`track`. Nothing is looked up per item: stages bump plain ints
+(per pass or per batch where they can), and the Prometheus collector reads every live stage
+lazily at scrape time, summing by stage name. Counters of finished stages are folded into
+per-name totals when the stage is garbage-collected, so ``*_total`` series never go backwards.
+
+Exported families (labels from bounded sets only: stage names are chosen by the pipeline
+author, never by user input):
+
+- ``rxpipe_stage_items_total{stage, direction="in"|"out"}``
+- ``rxpipe_stage_demand{stage}`` outstanding downstream demand (capped at 2**53 for float export)
+- ``rxpipe_stage_buffered_items{stage}``, ``rxpipe_stage_capacity_items{stage}``
+- ``rxpipe_stage_dropped_total{stage, reason}``
+"""
+
+from __future__ import annotations
+
+import threading
+import weakref
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any, Iterator, Protocol
+
+from prometheus_client.core import REGISTRY, CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+__all__ = ["StageCounters", "StageStatistics", "StageLike", "track", "live_stages", "StageCollector"]
+
+_GAUGE_CAP = 2**53
+
+
+class StageCounters:
+    """Monotonic per-subscription counts of one stage: items in and out, drops by reason."""
+
+    __slots__ = ("stage", "items_in", "items_out", "dropped")
+
+    def __init__(self, stage: str) -> None:
+        self.stage = stage
+        self.items_in = 0
+        self.items_out = 0
+        self.dropped: dict[str, int] = {}
+
+    def drop(self, reason: str, count: int = 1) -> None:
+        """Count ``count`` items dropped for ``reason`` (a fixed word such as ``"overflow"``)."""
+        self.dropped[reason] = self.dropped.get(reason, 0) + count
+
+
+@dataclass(frozen=True, slots=True)
+class StageStatistics:
+    """A snapshot of one running stage.
+
+    demand: outstanding downstream demand (items; ``UNBOUNDED`` means no limit).
+    buffered: items the stage holds right now. capacity: its bound (None: it holds none).
+    items_in / items_out: items received from upstream / delivered downstream so far.
+    dropped: items shed so far, by reason.
+    """
+
+    stage: str
+    demand: int
+    buffered: int
+    capacity: int | None
+    items_in: int
+    items_out: int
+    dropped: dict[str, int] = field(default_factory=dict)
+
+
+class StageLike(Protocol):
+    counters: StageCounters
+
+    def statistics(self) -> StageStatistics: ...
+
+
+_lock = threading.Lock()  # the collector runs on prometheus_client's HTTP thread
+_live: weakref.WeakSet[Any] = weakref.WeakSet()
+_retired_in: dict[str, int] = defaultdict(int)
+_retired_out: dict[str, int] = defaultdict(int)
+_retired_dropped: dict[tuple[str, str], int] = defaultdict(int)
+
+
+def _retire(counters: StageCounters) -> None:
+    with _lock:
+        _retired_in[counters.stage] += counters.items_in
+        _retired_out[counters.stage] += counters.items_out
+        for reason, count in counters.dropped.items():
+            _retired_dropped[(counters.stage, reason)] += count
+
+
+def track(stage: StageLike) -> None:
+    """Export ``stage``'s statistics until it is garbage-collected (then keep its totals)."""
+    with _lock:
+        _live.add(stage)
+    weakref.finalize(stage, _retire, stage.counters)
+
+
+def live_stages() -> list[StageLike]:
+    """The stages currently tracked (for tests and ``rxpipe`` tooling)."""
+    with _lock:
+        return list(_live)
+
+
+class StageCollector(Collector):
+    """Collects every tracked stage at scrape time (registered once on the default registry)."""
+
+    def collect(self) -> Iterator[Any]:
+        with _lock:
+            stages = list(_live)
+            items_in = dict(_retired_in)
+            items_out = dict(_retired_out)
+            dropped = dict(_retired_dropped)
+        demand: dict[str, int] = defaultdict(int)
+        buffered: dict[str, int] = defaultdict(int)
+        capacity: dict[str, int] = defaultdict(int)
+        for stage in stages:
+            try:
+                stats = stage.statistics()
+            except Exception:  # a stage torn down mid-scrape: skip it this time
+                continue
+            name = stats.stage
+            items_in[name] = items_in.get(name, 0) + stats.items_in
+            items_out[name] = items_out.get(name, 0) + stats.items_out
+            for reason, count in stats.dropped.items():
+                dropped[(name, reason)] = dropped.get((name, reason), 0) + count
+            demand[name] = min(_GAUGE_CAP, demand[name] + stats.demand)
+            buffered[name] += stats.buffered
+            if stats.capacity is not None:
+                capacity[name] += stats.capacity
+        items = CounterMetricFamily("rxpipe_stage_items", "Items through a stage.",
+                                    labels=["stage", "direction"])
+        for name, count in sorted(items_in.items()):
+            items.add_metric([name, "in"], count)
+        for name, count in sorted(items_out.items()):
+            items.add_metric([name, "out"], count)
+        yield items
+        family = GaugeMetricFamily("rxpipe_stage_demand", "Outstanding downstream demand (items).",
+                                   labels=["stage"])
+        for name, value in sorted(demand.items()):
+            family.add_metric([name], value)
+        yield family
+        family = GaugeMetricFamily("rxpipe_stage_buffered_items", "Items held by a stage.",
+                                   labels=["stage"])
+        for name, value in sorted(buffered.items()):
+            family.add_metric([name], value)
+        yield family
+        family = GaugeMetricFamily("rxpipe_stage_capacity_items", "Bound on items held by a stage.",
+                                   labels=["stage"])
+        for name, value in sorted(capacity.items()):
+            family.add_metric([name], value)
+        yield family
+        counter = CounterMetricFamily("rxpipe_stage_dropped", "Items shed by a stage.",
+                                      labels=["stage", "reason"])
+        for (name, reason), count in sorted(dropped.items()):
+            counter.add_metric([name, reason], count)
+        yield counter
+
+
+REGISTRY.register(StageCollector())

@@ -1,0 +1,154 @@
+"""Running pipelines: :class:`Pipeline`, its services, and embedding with ``async with``."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from typing import Any, AsyncIterator, Callable, Iterator
+
+from ._demand import log
+from .flowable import Flowable, Operator
+
+__all__ = ["Pipeline", "RunningPipeline", "Service", "walk"]
+
+
+class Service:
+    """A stage that owns something outside the graph (an HTTP listener, a Redis connection).
+
+    A :class:`Pipeline` starts every service found in its graph before subscribing, and on stop
+    drains them (``drain``: refuse new work, let accepted work finish within a timeout) and then
+    stops them. ``start`` returns the service's URL, or None.
+    """
+
+    async def start(self, host: str, port: int | None) -> str | None:
+        return None
+
+    async def drain(self, timeout_s: float) -> None:
+        """Stop admitting work; return once in-flight work finished or ``timeout_s`` passed."""
+
+    async def stop(self) -> None:
+        """Release everything; called once after ``drain``."""
+
+
+def walk(flowable: Flowable[Any]) -> Iterator[Flowable[Any]]:
+    """Every stage of the graph ending at ``flowable``, upstream first, each once."""
+    seen: set[int] = set()
+    order: list[Flowable[Any]] = []
+
+    def visit(node: Flowable[Any]) -> None:
+        if id(node) in seen:
+            return
+        seen.add(id(node))
+        for upstream in node.upstreams:
+            visit(upstream)
+        order.append(node)
+
+    visit(flowable)
+    return iter(order)
+
+
+class Pipeline:
+    """A runnable pipeline: a source Flowable followed by operators.
+
+    ``Pipeline(source, *operators, name=..., drain_timeout_s=30.0)``. Run it to completion with
+    ``await pipeline.run(on_item)``, or embed it::
+
+        async with pipeline.start(port=0) as running:
+            print(running.url)        # the HTTP edge's URL, when the graph has one
+
+    Leaving the block drains the services (in-flight work finishes within ``drain_timeout_s``
+    seconds), cancels the subscription and stops everything.
+    """
+
+    def __init__(self, source: Flowable[Any], *operators: Operator, name: str = "pipeline",
+                 drain_timeout_s: float = 30.0) -> None:
+        if not isinstance(source, Flowable):
+            raise TypeError(f"Pipeline needs a Flowable source, got {source!r}")
+        if drain_timeout_s < 0:
+            raise ValueError(f"drain_timeout_s must be >= 0 seconds, got {drain_timeout_s!r}")
+        self.flowable: Flowable[Any] = source.pipe(*operators)
+        self.name = name
+        self.drain_timeout_s = drain_timeout_s
+
+    @classmethod
+    def of(cls, obj: Pipeline | Flowable[Any]) -> Pipeline:
+        """``obj`` if it is a Pipeline, else a Pipeline over the Flowable ``obj``."""
+        return obj if isinstance(obj, Pipeline) else cls(obj)
+
+    @property
+    def stages(self) -> list[Flowable[Any]]:
+        return list(walk(self.flowable))
+
+    @property
+    def services(self) -> list[Service]:
+        return [stage for stage in walk(self.flowable) if isinstance(stage, Service)]
+
+    @property
+    def serves_http(self) -> bool:
+        return bool(self.services)
+
+    async def run(self, on_item: Callable[[Any], Any] | None = None) -> int:
+        """Consume the pipeline to completion (``async for``, prefetch 256); return the item count.
+
+        Raises the pipeline's error. Cancelling the calling task cancels the subscription.
+        """
+        count = 0
+        async for item in self.flowable:
+            count += 1
+            if on_item is not None:
+                on_item(item)
+        return count
+
+    @contextlib.asynccontextmanager
+    async def start(self, *, host: str = "127.0.0.1", port: int | None = 0,
+                    on_item: Callable[[Any], Any] | None = None) -> AsyncIterator[RunningPipeline]:
+        """Start services, then consume the pipeline in a task; stop cleanly on exit."""
+        running = RunningPipeline(self)
+        started: list[Service] = []
+        try:
+            for service in self.services:
+                url = await service.start(host, port)
+                started.append(service)
+                if url is not None and running.url is None:
+                    running.url = url
+            running.task = asyncio.get_running_loop().create_task(
+                self.run(on_item), name=f"rxpipe pipeline {self.name}")
+            yield running
+        finally:
+            await running._shutdown(started, self.drain_timeout_s)
+
+
+class RunningPipeline:
+    """A started pipeline: ``url`` (of its HTTP edge, or None), ``done`` and ``wait()``."""
+
+    def __init__(self, pipeline: Pipeline) -> None:
+        self.pipeline = pipeline
+        self.url: str | None = None
+        self.task: asyncio.Task[int] | None = None
+        self._observed = False
+
+    @property
+    def done(self) -> bool:
+        return self.task is not None and self.task.done()
+
+    async def wait(self) -> int:
+        """Wait until the pipeline completes; return its item count (raises its error)."""
+        assert self.task is not None
+        self._observed = True
+        return await asyncio.shield(self.task)
+
+    async def _shutdown(self, services: list[Service], drain_timeout_s: float) -> None:
+        for service in services:
+            await service.drain(drain_timeout_s)
+        task = self.task
+        if task is not None and not task.done():
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        elif task is not None and not task.cancelled():
+            error = task.exception()
+            if error is not None and not self._observed:
+                log.error("pipeline %r failed", self.pipeline.name,
+                          exc_info=(type(error), error, error.__traceback__))
+        for service in reversed(services):
+            await service.stop()

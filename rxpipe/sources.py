@@ -1,0 +1,236 @@
+"""Synchronous sources and adapters: from_iterable, range, just, empty, error, defer, from_publisher."""
+
+from __future__ import annotations
+
+import builtins
+from typing import Any, Callable, Iterable, TypeVar
+
+from ._demand import EMPTY_SUBSCRIPTION, InternalSubscriber, add_demand, bad_request
+from ._fusion import SyncSource
+from ._protocol import UNBOUNDED, Publisher, Subscriber, Subscription
+from .errors import MissingBackpressureError, ProtocolViolationError
+from .flowable import Flowable
+
+__all__ = ["from_iterable", "range", "just", "empty", "error", "defer", "from_publisher"]
+
+T = TypeVar("T")
+
+
+def from_iterable(iterable: Iterable[T], *, name: str | None = None) -> Flowable[T]:
+    """Emit the items of ``iterable``, exactly as many as requested.
+
+    ``iter(iterable)`` is called per subscription: a list or range replays for every subscriber,
+    a one-shot iterator serves only the first. Completes without demand once exhausted (at
+    subscribe for an empty sized iterable). An exception raised by the iterator is signalled
+    with ``on_error``. Items must not be None (§2.13). Synchronous operators after it are fused
+    into its loop.
+    """
+    return SyncSource(iterable, "from_iterable", name)
+
+
+def range(start: int, stop: int | None = None, step: int = 1, *, name: str | None = None) -> Flowable[int]:  # noqa: A001
+    """Emit the integers of ``builtins.range(start, stop, step)`` on demand (``range(n)``: 0..n-1)."""
+    r = builtins.range(start) if stop is None else builtins.range(start, stop, step)
+    return SyncSource(r, "range", name)
+
+
+def just(*items: T, name: str | None = None) -> Flowable[T]:
+    """Emit the given items on demand, then complete: ``just(1, 2, 3)``."""
+    if any(item is None for item in items):
+        raise TypeError("just(): items are never None (Reactive Streams §2.13)")
+    return SyncSource(items, "just", name)
+
+
+def empty(*, name: str | None = None) -> Flowable[Any]:
+    """Complete immediately after ``on_subscribe``, without any request."""
+    return SyncSource((), "empty", name)
+
+
+class _ErrorFlowable(Flowable[Any]):
+    kind = "error"
+
+    def __init__(self, exc: BaseException | Callable[[], BaseException], name: str | None) -> None:
+        super().__init__(name=name)
+        self.exc = exc
+
+    def _subscribe(self, subscriber: Subscriber[Any]) -> None:
+        exc = self.exc if isinstance(self.exc, BaseException) else self.exc()
+        subscriber.on_subscribe(EMPTY_SUBSCRIPTION)
+        subscriber.on_error(exc)
+
+
+def error(exc: BaseException | Callable[[], BaseException], *, name: str | None = None) -> Flowable[Any]:
+    """Signal ``on_error(exc)`` right after ``on_subscribe``, without any request.
+
+    ``exc`` may be a factory called per subscription, for a fresh exception (and traceback) each.
+    """
+    if not isinstance(exc, BaseException) and not callable(exc):
+        raise TypeError(f"error() needs an exception or a factory of one, got {exc!r}")
+    return _ErrorFlowable(exc, name)
+
+
+class _DeferFlowable(Flowable[Any]):
+    kind = "defer"
+
+    def __init__(self, factory: Callable[[], Any], name: str | None) -> None:
+        super().__init__(name=name)
+        self.factory = factory
+
+    def _subscribe(self, subscriber: Subscriber[Any]) -> None:
+        try:
+            source = self.factory()
+            if not isinstance(source, Flowable):
+                source = _adapt(source)
+        except Exception as exc:
+            subscriber.on_subscribe(EMPTY_SUBSCRIPTION)
+            subscriber.on_error(exc)
+            return
+        source._subscribe(subscriber)
+
+
+def _adapt(source: Any) -> Flowable[Any]:
+    if isinstance(source, Publisher):
+        return from_publisher(source)
+    if isinstance(source, Iterable):
+        return from_iterable(source)
+    raise TypeError(f"defer(): the factory returned {source!r}, not a Flowable, Publisher or iterable")
+
+
+def defer(factory: Callable[[], Flowable[T] | Publisher[T] | Iterable[T]], *,
+          name: str | None = None) -> Flowable[T]:
+    """Call ``factory()`` for each subscription and subscribe to what it returns.
+
+    The factory may return a Flowable, any Publisher (guarded like :func:`from_publisher`) or an
+    iterable. If it raises, the subscriber gets ``on_subscribe`` then ``on_error`` with it.
+    """
+    if not callable(factory):
+        raise TypeError(f"defer() needs a callable, got {factory!r}")
+    return _DeferFlowable(factory, name)
+
+
+class _PublisherGuard(InternalSubscriber, Subscription):
+    """Passes signals through unchanged and synchronously, enforcing the rules a foreign
+    Publisher may break: §1.1 (beyond demand → MissingBackpressureError), §1.7, §1.9, §2.5,
+    §2.13 (None → TypeError) and §3.9 (``request(n <= 0)`` → ValueError, even if the publisher
+    would ignore it)."""
+
+    __slots__ = ("downstream", "upstream", "outstanding", "done", "in_next", "deferred")
+
+    def __init__(self, downstream: Subscriber[Any]) -> None:
+        self.downstream = downstream
+        self.upstream: Subscription | None = None
+        self.outstanding = 0
+        self.done = False
+        self.in_next = False
+        self.deferred: BaseException | None = None
+
+    def on_subscribe(self, subscription: Subscription) -> None:
+        if self.upstream is not None or self.done:
+            subscription.cancel()  # §2.5
+            return
+        self.upstream = subscription
+        self.downstream.on_subscribe(self)
+
+    def _violation(self, error: BaseException) -> None:
+        self.done = True
+        if self.upstream is not None:
+            self.upstream.cancel()
+        if self.upstream is None:
+            self.downstream.on_subscribe(EMPTY_SUBSCRIPTION)
+        self.downstream.on_error(error)
+
+    def on_next(self, item: Any) -> None:
+        if self.done:
+            return
+        if self.upstream is None:
+            self._violation(ProtocolViolationError("Reactive Streams §1.9: on_next before on_subscribe"))
+            return
+        if item is None:
+            self._violation(TypeError("Reactive Streams §2.13: the publisher emitted None"))
+            return
+        outstanding = self.outstanding
+        if outstanding != UNBOUNDED:
+            if outstanding == 0:
+                self._violation(MissingBackpressureError(
+                    f"Reactive Streams §1.1: the publisher emitted {item!r} beyond demand"))
+                return
+            self.outstanding = outstanding - 1
+        self.in_next = True
+        try:
+            self.downstream.on_next(item)
+        finally:
+            self.in_next = False
+        if self.deferred is not None and not self.done:
+            error, self.deferred = self.deferred, None
+            self.done = True
+            self.downstream.on_error(error)
+
+    def on_error(self, error: BaseException) -> None:
+        if self.done:
+            return
+        if self.upstream is None:
+            self.downstream.on_subscribe(EMPTY_SUBSCRIPTION)
+        self.done = True
+        self.downstream.on_error(error)
+
+    def on_complete(self) -> None:
+        if self.done:
+            return
+        if self.upstream is None:
+            self.downstream.on_subscribe(EMPTY_SUBSCRIPTION)
+        self.done = True
+        self.downstream.on_complete()
+
+    def request(self, n: int) -> None:
+        if self.done or self.upstream is None:
+            return
+        if n <= 0:
+            self.upstream.cancel()
+            if self.in_next:
+                self.deferred = bad_request(n)  # delivered once on_next returns (§1.3)
+            else:
+                self.done = True
+                self.downstream.on_error(bad_request(n))
+            return
+        self.outstanding = add_demand(self.outstanding, n)
+        self.upstream.request(n)
+
+    def cancel(self) -> None:
+        if self.done:
+            return
+        self.done = True
+        if self.upstream is not None:
+            self.upstream.cancel()
+
+
+class _PublisherFlowable(Flowable[Any]):
+    kind = "from_publisher"
+
+    def __init__(self, publisher: Publisher[Any], name: str | None) -> None:
+        super().__init__(name=name)
+        self.publisher = publisher
+
+    def _subscribe(self, subscriber: Subscriber[Any]) -> None:
+        guard = _PublisherGuard(subscriber)
+        try:
+            self.publisher.subscribe(guard)
+        except Exception as exc:
+            if guard.upstream is None and not guard.done:
+                guard.done = True
+                subscriber.on_subscribe(EMPTY_SUBSCRIPTION)
+                subscriber.on_error(exc)
+            else:
+                guard._violation(exc)
+
+
+def from_publisher(publisher: Publisher[T], *, name: str | None = None) -> Flowable[T]:
+    """Adapt any Reactive Streams Publisher: ``request(n)``/``cancel`` are forwarded unchanged and
+    synchronously (no prefetch). Rule violations become errors: emitting beyond demand signals
+    ``MissingBackpressureError`` and cancels the publisher (§1.1); ``None`` items ``TypeError``.
+    A Flowable is returned as is.
+    """
+    if isinstance(publisher, Flowable):
+        return publisher
+    if not isinstance(publisher, Publisher):
+        raise TypeError(f"from_publisher() needs a Publisher, got {publisher!r}")
+    return _PublisherFlowable(publisher, name)

@@ -1,0 +1,99 @@
+"""A small pytest plugin for async tests of rxpipe pipelines; no other plugin needed.
+
+Enable it in ``conftest.py``::
+
+    pytest_plugins = ["rxpipe.testing.pytest_plugin"]
+
+- Every ``async def`` test runs once on asyncio's default loop and once on uvloop
+  (parameter ``loop``, ids ``[asyncio]`` / ``[uvloop]``).
+- ``@pytest.mark.virtual`` runs it on :class:`~rxpipe.testing.VirtualTimeLoop` instead, where
+  sleeps and timers complete instantly; the loop's clock starts at 0.0.
+- Leak check: a task still pending when the test returns (after three loop iterations to let
+  cancellations settle) fails the test, naming the task.
+- Fixture ``loop``: the running loop, for tests that want ``loop.time()``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+from typing import Any, Callable
+
+import pytest
+
+from ._virtual import VirtualTimeLoop
+
+
+def _uvloop_factory() -> asyncio.AbstractEventLoop:
+    import uvloop
+
+    return uvloop.new_event_loop()
+
+
+LOOP_FACTORIES: dict[str, Callable[[], asyncio.AbstractEventLoop]] = {
+    "asyncio": asyncio.new_event_loop,
+    "uvloop": _uvloop_factory,
+    "virtual": VirtualTimeLoop,
+}
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers", "virtual: run this async test on rxpipe.testing.VirtualTimeLoop (instant timers)")
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if not inspect.iscoroutinefunction(metafunc.function):
+        return
+    if metafunc.definition.get_closest_marker("virtual"):
+        names = ["virtual"]
+    else:
+        names = ["asyncio", "uvloop"]
+    metafunc.parametrize("_rxpipe_loop_name", names, ids=names, indirect=True)
+
+
+@pytest.fixture(autouse=True)
+def _rxpipe_loop_name(request: pytest.FixtureRequest) -> str | None:
+    """Which loop an async test runs on (set by pytest_generate_tests; None for sync tests)."""
+    return getattr(request, "param", None)
+
+
+@pytest.fixture
+def loop() -> None:
+    """The running event loop of the current async test (injected when the test starts)."""
+    return None
+
+
+async def _leak_check(test: Any) -> None:
+    current = asyncio.current_task()
+    for _ in range(3):
+        pending = [t for t in asyncio.all_tasks() if t is not current and not t.done()]
+        if not pending:
+            return
+        await asyncio.sleep(0)
+    for task in pending:
+        task.cancel()
+    await asyncio.gather(*pending, return_exceptions=True)
+    raise AssertionError(f"{test.__name__} left tasks running: {pending!r}")
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> bool | None:
+    test = pyfuncitem.obj
+    if not inspect.iscoroutinefunction(test):
+        return None
+    loop_name = pyfuncitem.funcargs["_rxpipe_loop_name"]
+    params = inspect.signature(test).parameters
+    fixture_names = [name for name in params if name != "loop"]
+    lazy_loop = "loop" in params
+
+    async def main() -> None:
+        kwargs = {name: pyfuncitem.funcargs[name] for name in fixture_names}
+        if lazy_loop:
+            kwargs["loop"] = asyncio.get_running_loop()
+        await test(**kwargs)
+        await _leak_check(test)
+
+    with asyncio.Runner(loop_factory=LOOP_FACTORIES[loop_name]) as runner:
+        runner.run(main())
+    return True

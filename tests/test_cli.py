@@ -1,0 +1,109 @@
+"""``rxpipe run`` / ``rxpipe graph`` in a real subprocess (output to files, never unread pipes)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+HELLO = ROOT / "pipelines" / "hello.py"
+
+HELLO_LINES = [
+    "#1: 1 (total 1)", "#2: 9 (total 10)", "#3: 25 (total 35)", "#4: 49 (total 84)",
+    "#5: 81 (total 165)", "#6: 121 (total 286)", "#7: 169 (total 455)", "#8: 225 (total 680)",
+    "#9: 289 (total 969)", "#10: 361 (total 1330)",
+]
+
+
+def rxpipe(tmp_path: Path, *args: str, cwd: Path = ROOT) -> tuple[int, str, str]:
+    out, err = tmp_path / "stdout.txt", tmp_path / "stderr.txt"
+    with out.open("wb") as stdout, err.open("wb") as stderr:
+        proc = subprocess.run([sys.executable, "-m", "rxpipe", *args], stdout=stdout, stderr=stderr,
+                              cwd=cwd, timeout=60)
+    return proc.returncode, out.read_text(), err.read_text()
+
+
+def test_run_hello_prints_the_expected_items(tmp_path: Path) -> None:
+    code, out, err = rxpipe(tmp_path, "run", "pipelines/hello.py")
+    assert (code, err) == (0, "")
+    assert out.splitlines() == HELLO_LINES
+
+
+@pytest.mark.parametrize("loop", ["asyncio", "uvloop"])
+def test_run_with_settings_and_loop_choice(tmp_path: Path, loop: str) -> None:
+    code, out, _ = rxpipe(tmp_path, "run", str(HELLO), "--set", "count=3", "--loop", loop)
+    assert code == 0
+    assert out.splitlines() == HELLO_LINES[:3]
+
+
+def test_run_named_attribute(tmp_path: Path) -> None:
+    (tmp_path / "p.py").write_text(textwrap.dedent("""
+        import rxpipe as rx
+        from rxpipe import operators as ops
+        evens = rx.range(0, 7).pipe(ops.filter(lambda x: x % 2 == 0))
+    """))
+    code, out, err = rxpipe(tmp_path, "run", f"{tmp_path / 'p.py'}:evens")
+    assert (code, out, err) == (0, "0\n2\n4\n6\n", "")
+
+
+def test_error_while_running_names_file_and_line(tmp_path: Path) -> None:
+    (tmp_path / "broken.py").write_text(textwrap.dedent("""\
+        import rxpipe as rx
+        from rxpipe import operators as ops
+
+        def boom(x):
+            return 10 // (x - 3)
+
+        pipeline = rx.range(0, 10).pipe(ops.map(boom))
+    """))
+    code, out, err = rxpipe(tmp_path, "run", "broken.py", cwd=tmp_path)
+    assert code == 1
+    assert out.splitlines() == ["-4", "-5", "-10"]
+    assert err == "rxpipe: error: ZeroDivisionError: integer division or modulo by zero\n  at broken.py:5 in boom\n"
+
+
+def test_error_while_loading_names_file_and_line(tmp_path: Path) -> None:
+    (tmp_path / "bad.py").write_text("import rxpipe as rx\n\nx = 1\npipeline = rx.range(0, 3).pipe(undefined)\n")
+    code, out, err = rxpipe(tmp_path, "run", "bad.py", cwd=tmp_path)
+    assert (code, out) == (1, "")
+    assert err == "rxpipe: error: NameError: name 'undefined' is not defined\n  at bad.py:4 in <module>\n"
+
+
+def test_syntax_error_names_file_and_line(tmp_path: Path) -> None:
+    (tmp_path / "syntax.py").write_text("import rxpipe\npipeline = (\n")
+    code, _, err = rxpipe(tmp_path, "run", "syntax.py", cwd=tmp_path)
+    assert code == 1
+    assert err.startswith("rxpipe: error: SyntaxError:") and err.endswith("at syntax.py:2\n")
+
+
+def test_missing_file_and_missing_attribute(tmp_path: Path) -> None:
+    code, _, err = rxpipe(tmp_path, "run", "nope.py", cwd=tmp_path)
+    assert (code, err) == (1, "rxpipe: error: nope.py: no such pipeline file\n")
+    (tmp_path / "empty.py").write_text("x = 1\n")
+    code, _, err = rxpipe(tmp_path, "run", "empty.py", cwd=tmp_path)
+    assert code == 1 and "defines no 'pipeline'" in err
+
+
+def test_settings_for_a_non_factory_are_refused(tmp_path: Path) -> None:
+    (tmp_path / "fixed.py").write_text("import rxpipe as rx\npipeline = rx.just(1)\n")
+    code, _, err = rxpipe(tmp_path, "run", "fixed.py", "--set", "a=1", cwd=tmp_path)
+    assert code == 1 and "takes no --set settings (got a)" in err
+
+
+def test_help_is_useful(tmp_path: Path) -> None:
+    code, out, _ = rxpipe(tmp_path, "run", "--help")
+    assert code == 0
+    for needle in ("FILE[:NAME]", "--set KEY=VALUE", "--loop [uvloop|asyncio]", "--port", "--host"):
+        assert needle in out
+
+
+def test_graph_lists_fused_stages(tmp_path: Path) -> None:
+    code, out, _ = rxpipe(tmp_path, "graph", "pipelines/hello.py")
+    assert code == 0
+    assert out.splitlines() == ["range_0  (range)", "square  (map, fused)", "odd  (filter, fused)",
+                                "running_total  (scan, fused)", "format  (map, fused)",
+                                "first  (take, fused)"]
