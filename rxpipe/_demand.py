@@ -200,8 +200,9 @@ class QueueDrainSubscription(DrainSubscription):
     Producers append to ``queue``, set ``finished`` (and ``error``) when the upstream terminates,
     and call :meth:`drain`. Items are delivered in order on demand; the terminal signal follows
     the last item (errors wait behind queued items; use :meth:`fail` to cut ahead).
-    :meth:`_on_delivered` runs once per pass with the number of items delivered in it (for
-    replenishment), never per item.
+    :meth:`_on_delivered` runs once per pass with the number of items that left the queue in it
+    (for replenishment), never per item. A downstream with ``try_on_next(item) -> bool`` (a fused
+    chain) is driven through it: an item it drops does not consume demand.
     """
 
     __slots__ = ("queue", "finished", "error")
@@ -216,21 +217,36 @@ class QueueDrainSubscription(DrainSubscription):
         q = self.queue
         r = self.requested
         if q and r:
-            on_next = self.downstream.on_next
             e = 0
-            # Invariant: e items delivered in this pass, e <= r (the demand seen at its start);
-            # demand added meanwhile is picked up by the next pass (the loop was marked missed).
-            while e != r and q:
-                on_next(q.popleft())
-                e += 1
-                if self.cancelled:
-                    break
-            self.emitted += e
+            try_on_next = getattr(self.downstream, "try_on_next", None)
+            if try_on_next is None:
+                on_next = self.downstream.on_next
+                # Invariant: e items delivered in this pass, e <= r (the demand seen at its
+                # start); demand added meanwhile is picked up by the next pass (marked missed).
+                while e != r and q:
+                    on_next(q.popleft())
+                    e += 1
+                    if self.cancelled:
+                        break
+                taken = e
+            else:
+                # A conditional subscriber (a fused chain, Reactor's ConditionalSubscriber)
+                # returns False for an item it dropped: that item used no demand.
+                taken = 0
+                while e != r and q:
+                    taken += 1
+                    if try_on_next(q.popleft()):
+                        e += 1
+                    if self.cancelled:
+                        break
+            self.emitted += taken
             if r != UNBOUNDED:
                 self.requested -= e
+            # Report even when cancelled mid-pass: a stage sharing its upstream (group_by's
+            # groups) must still replenish what this pass took.
+            self._on_delivered(taken)
             if self.cancelled:
                 return
-            self._on_delivered(e)
         if not q and self.finished:
             if self.error is not None:
                 self._error(self.error)
@@ -238,7 +254,7 @@ class QueueDrainSubscription(DrainSubscription):
                 self._complete()
 
     def _on_delivered(self, count: int) -> None:
-        """Called after a pass delivered ``count`` (>= 1) items."""
+        """Called after a pass took ``count`` (>= 1) items off the queue."""
 
 
 class Replenisher:

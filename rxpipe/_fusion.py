@@ -65,55 +65,73 @@ class Program:
         self.has_hooks = any(s.kind == "tap" and (s.on_error or s.on_complete) for s in stages)
         self._factory = self._compile()
 
-    def _compile(self) -> Callable[..., Callable[[Any], int]]:
+    def _compile(self) -> Callable[..., tuple[Callable[[Any], int], Callable[..., tuple[int, bool]]]]:
+        """Generate ``factory(down, fail, finish, none_error, *stage_args) -> (on_next, run)``.
+
+        ``on_next(x) -> 1 | 0`` runs one item through the chain (subscriber mode). ``run(sub, it,
+        r) -> (delivered, exhausted)`` is a whole source-drain pass with the stage bodies inlined
+        in the loop (source fusion: no call per item besides the user functions and ``down``):
+        it stops after ``r`` deliveries, when ``sub.cancelled`` turns true, or at exhaustion.
+        Both share the per-subscription state (scan accumulators, skip/take counters).
+        """
         params = ["down", "fail", "finish", "none_error"]
         state: list[str] = []
         inits: list[str] = []
-        body: list[str] = []
+        last = len(self.stages) - 1
         for k, stage in enumerate(self.stages):
-            f = f"f{k}"
-            params.append(f)
-            catch = ["    except Exception as e:", f"        return fail(e, {k})"]
-            if stage.kind == "map":
-                body += ["    try:", f"        x = {f}(x)", *catch,
-                         "    if x is None:", f"        return fail(none_error({k}), {k})"]
-            elif stage.kind == "filter":
-                body += ["    try:", f"        if not {f}(x):", "            return 0", *catch]
-            elif stage.kind == "tap":
-                if stage.fn is not None:
-                    body += ["    try:", f"        {f}(x)", *catch]
-            elif stage.kind == "scan":
-                params.append(f"seed{k}")
+            params.append(f"f{k}")
+            if stage.kind in ("scan", "skip", "take"):
+                params.append(f"a{k}")
+            if stage.kind == "scan":
                 state.append(f"acc{k}")
-                inits.append(f"    acc{k} = seed{k}")
-                body += ["    try:", f"        x = acc{k} = {f}(acc{k}, x)", *catch,
-                         "    if x is None:", f"        return fail(none_error({k}), {k})"]
-            elif stage.kind == "skip":
-                params.append(f"n{k}")
+                inits.append(f"    acc{k} = a{k}")
+            elif stage.kind in ("skip", "take"):
                 state.append(f"c{k}")
                 inits.append(f"    c{k} = 0")
-                body += [f"    if c{k} < n{k}:", f"        c{k} += 1", "        return 0"]
-            elif stage.kind == "take":
-                assert k == len(self.stages) - 1, "take ends a fused chain"
-                params.append(f"n{k}")
-                state.append(f"c{k}")
-                inits.append(f"    c{k} = 0")
-                body += [f"    c{k} += 1", f"    if c{k} >= n{k}:", "        down(x)",
-                         "        finish()", "        return 1"]
-            else:  # pragma: no cover - guarded by the factories
+            elif stage.kind not in ("map", "filter", "tap"):  # pragma: no cover - factories guard it
                 raise ValueError(f"unknown stage kind {stage.kind!r}")
-        lines = [f"def factory({', '.join(params)}):", *inits, "    def on_next(x):"]
-        if state:
-            lines.append(f"        nonlocal {', '.join(state)}")
-        lines += ["    " + line for line in body]
-        lines += ["        down(x)", "        return 1", "    return on_next"]
+            assert stage.kind != "take" or k == last, "take ends a fused chain"
+
+        def body(drop: str, fail: Callable[[int, str], list[str]], deliver: list[str],
+                 deliver_last: list[str]) -> list[str]:
+            lines: list[str] = []
+            for k, stage in enumerate(self.stages):
+                catch = ["except Exception as exc:", *("    " + line for line in fail(k, "exc"))]
+                none = ["if x is None:", *("    " + line for line in fail(k, f"none_error({k})"))]
+                if stage.kind == "map":
+                    lines += ["try:", f"    x = f{k}(x)", *catch, *none]
+                elif stage.kind == "filter":
+                    lines += ["try:", f"    if not f{k}(x):", f"        {drop}", *catch]
+                elif stage.kind == "tap" and stage.fn is not None:
+                    lines += ["try:", f"    f{k}(x)", *catch]
+                elif stage.kind == "scan":
+                    lines += ["try:", f"    x = acc{k} = f{k}(acc{k}, x)", *catch, *none]
+                elif stage.kind == "skip":
+                    lines += [f"if c{k} < a{k}:", f"    c{k} += 1", f"    {drop}"]
+                elif stage.kind == "take":
+                    lines += [f"c{k} += 1", f"if c{k} >= a{k}:", *("    " + line for line in deliver_last)]
+            return lines + deliver
+
+        declare = [f"nonlocal {', '.join(state)}"] if state else []
+        on_next = body("return 0", lambda k, err: [f"return fail({err}, {k})"],
+                       ["down(x)", "return 1"], ["down(x)", "finish()", "return 1"])
+        run = body("continue", lambda k, err: [f"fail({err}, {k})", "return e, False"],
+                   ["down(x)", "e += 1", "if e == r or sub.cancelled:", "    return e, False"],
+                   ["down(x)", "finish()", "return e + 1, False"])
+        lines = [f"def factory({', '.join(params)}):", *inits,
+                 "    def on_next(x):", *("        " + line for line in declare + on_next),
+                 "    def run(sub, it, r):", *("        " + line for line in declare),
+                 "        e = 0", "        for x in it:", *("            " + line for line in run),
+                 "        return e, True",
+                 "    return on_next, run"]
         namespace: dict[str, Any] = {}
         exec(compile("\n".join(lines), f"<rxpipe fused {'→'.join(s.name for s in self.stages)}>",
                      "exec"), namespace)
-        return namespace["factory"]
+        return namespace["factory"]  # type: ignore[no-any-return]
 
     def instantiate(self, down: Callable[[Any], Any], fail: Callable[[BaseException, int], int],
-                    finish: Callable[[], None]) -> Callable[[Any], int]:
+                    finish: Callable[[], None]) -> tuple[Callable[[Any], int], Callable[..., tuple[int, bool]]]:
+        """Fresh per-subscription functions ``(on_next, run)`` (see :meth:`_compile`)."""
         args: list[Any] = []
         stages = self.stages
         for stage in stages:
@@ -182,7 +200,7 @@ def _subscribe_iterable(iterable: Iterable[Any], subscriber: Subscriber[Any],
 class IterSubscription(DrainSubscription):
     """Drains an iterator into a subscriber, optionally through a fused chain (source fusion)."""
 
-    __slots__ = ("iterator", "source_iterator", "program", "chain")
+    __slots__ = ("iterator", "source_iterator", "program", "run")
 
     def __init__(self, downstream: Subscriber[Any], iterator: Iterator[Any],
                  program: Program | None) -> None:
@@ -191,9 +209,9 @@ class IterSubscription(DrainSubscription):
         #: the iterator made by iter(); closed on cancel (self.iterator may wrap a peeked item)
         self.source_iterator = iterator
         self.program = program
-        self.chain: Callable[[Any], int] | None = None
+        self.run: Callable[..., tuple[int, bool]] | None = None
         if program is not None:
-            self.chain = program.instantiate(downstream.on_next, self._stage_failed, self._take_done)
+            self.run = program.instantiate(downstream.on_next, self._stage_failed, self._take_done)[1]
 
     def start(self) -> None:
         """After ``on_subscribe``: complete at once if the iterable is known to be empty."""
@@ -207,11 +225,11 @@ class IterSubscription(DrainSubscription):
         if r == 0:
             return
         e = 0
-        chain = self.chain
+        run = self.run
         try:
-            # Invariant: e items delivered in this pass, e <= r. The per-item `cancelled` check
-            # makes a cancel from inside on_next stop the source at once (§3.7).
-            if chain is None:
+            # Invariant: e items delivered in this pass, e <= r. The `cancelled` check after
+            # each delivery makes a cancel from inside on_next stop the source at once (§3.7).
+            if run is None:
                 on_next = self.downstream.on_next
                 for x in self.iterator:
                     on_next(x)
@@ -223,11 +241,8 @@ class IterSubscription(DrainSubscription):
                     self._complete()
                     return
             else:
-                for x in self.iterator:
-                    e += chain(x)
-                    if e == r or self.cancelled:
-                        break
-                else:
+                e, exhausted = run(self, self.iterator, r)
+                if exhausted:
                     self.emitted += e
                     self._complete()
                     return
@@ -308,7 +323,7 @@ def _known_exhausted(iterator: Iterator[Any]) -> bool:
 class FusedSubscriber(InternalSubscriber, Subscription):
     """A compiled chain running in subscriber mode over any Flowable (see module docstring)."""
 
-    __slots__ = ("downstream", "program", "upstream", "chain", "done", "unbounded", "forwarded")
+    __slots__ = ("downstream", "program", "upstream", "chain", "try_on_next", "done", "unbounded", "forwarded")
 
     def __init__(self, downstream: Subscriber[Any], program: Program) -> None:
         self.downstream = downstream
@@ -317,7 +332,13 @@ class FusedSubscriber(InternalSubscriber, Subscription):
         self.done = False
         self.unbounded = False
         self.forwarded = 0
-        self.chain = program.instantiate(downstream.on_next, self._stage_failed, self._take_done)
+        self.chain = program.instantiate(downstream.on_next, self._stage_failed, self._take_done)[0]
+        #: Conditional delivery for rxpipe's own queue-draining stages (Reactor's
+        #: ``ConditionalSubscriber.tryOnNext``): a falsy result means the chain dropped the item,
+        #: so it used no demand and no ``request(1)`` goes upstream. The chain itself, with no
+        #: wrapper: those callers stop at once when this subscriber cancels them (their own
+        #: per-item ``cancelled`` check), so the ``done`` guard of ``on_next`` is not needed.
+        self.try_on_next = self.chain
 
     # upstream → downstream
     def on_subscribe(self, subscription: Subscription) -> None:

@@ -8,6 +8,9 @@ __all__ = [
     "BufferOverflowError",
     "CircuitOpenError",
     "ProtocolViolationError",
+    "TooManyGroupsError",
+    "EngineError",
+    "EngineUnavailableError",
 ]
 
 
@@ -40,3 +43,31 @@ class CircuitOpenError(RxPipeError):
 
 class ProtocolViolationError(RxPipeError):
     """A Publisher or Subscriber broke a Reactive Streams rule other than §1.1 (e.g. §1.9)."""
+
+
+class TooManyGroupsError(RxPipeError):
+    """``group_by`` met a new key while ``max_groups`` groups were already open.
+
+    Akka's ``TooManySubstreamsOpenException``: the stage cancels its upstream and signals this
+    error on the main stream and on every open group (after the items they already hold).
+
+    Attributes:
+        key: the key that would have opened one group too many. max_groups: the bound (groups).
+    """
+
+    def __init__(self, message: str, key: object = None, max_groups: int | None = None) -> None:
+        super().__init__(message)
+        self.key = key
+        self.max_groups = max_groups
+
+
+class EngineError(RxPipeError):
+    """An inference engine failed a request (``await completion.result`` raises it; the token
+    stream signals it with ``on_error``)."""
+
+
+class EngineUnavailableError(EngineError):
+    """The engine cannot take work now: it is down, closed or its circuit is open.
+
+    ``Engine.submit`` raises it; the gateway answers 503 (DESIGN §5).
+    """

@@ -80,7 +80,7 @@ class Flowable(Publisher[T], Generic[T]):
         """Call :meth:`_subscribe`; an exception before ``on_subscribe`` becomes ``on_error``."""
         guard = _FirstSignal(subscriber)
         try:
-            self._subscribe(guard)
+            self._subscribe(guard)  # type: ignore[arg-type]  # duck-typed Subscriber
         except Exception as error:
             if guard.subscribed:
                 raise
@@ -122,6 +122,16 @@ class Flowable(Publisher[T], Generic[T]):
         """
         return FlowableIterator(self, DEFAULT_PREFETCH)
 
+    def iterate(self, prefetch: int = DEFAULT_PREFETCH, *, credit: bool = False) -> FlowableIterator[T]:
+        """An async iterator with an explicit window.
+
+        ``credit=False``: requests ``prefetch`` at once, then replenishes by the §2 rule as items
+        are taken (what ``async for`` does). ``credit=True``: requests ``prefetch`` (the credit
+        window, items) and nothing more until the consumer calls ``grant(n)`` — e.g. after an item
+        was actually written to a slow socket, so upstream never runs ahead of the writer.
+        """
+        return FlowableIterator(self, prefetch, credit=credit)
+
     def to_observable(self) -> reactivex.Observable[T]:
         """A reactivex Observable that subscribes to this Flowable with ``UNBOUNDED`` demand.
 
@@ -145,20 +155,22 @@ def pipe(*operators: Operator) -> Operator:
     return composed
 
 
-class _FirstSignal(InternalSubscriber):
+class _FirstSignal:
     """Forwards every signal; remembers whether ``on_subscribe`` happened (for error routing).
 
-    Removes itself from the hot path: it hands the downstream subscriber its real methods.
+    Stays off the hot path: its ``on_next``/``on_error``/``on_complete`` are the downstream
+    subscriber's own bound methods, so the publisher calls them directly.
     """
 
     __slots__ = ("actual", "subscribed", "on_next", "on_error", "on_complete")
+    _rx_internal = True
 
     def __init__(self, actual: Subscriber[Any]) -> None:
         self.actual = actual
         self.subscribed = False
-        self.on_next = actual.on_next  # type: ignore[method-assign]
-        self.on_error = actual.on_error  # type: ignore[method-assign]
-        self.on_complete = actual.on_complete  # type: ignore[method-assign]
+        self.on_next = actual.on_next
+        self.on_error = actual.on_error
+        self.on_complete = actual.on_complete
 
     def on_subscribe(self, subscription: Subscription) -> None:
         self.subscribed = True
@@ -234,14 +246,24 @@ class _IteratorSubscriber(InternalSubscriber):
 
 
 class FlowableIterator(AsyncIterator[T]):
-    """The async iterator behind ``async for``; cancels its subscription when left or collected."""
+    """The async iterator behind ``async for``; cancels its subscription when left or collected.
 
-    __slots__ = ("_receiver", "_closed")
+    With ``credit=True`` it replenishes only through :meth:`grant`.
+    """
 
-    def __init__(self, source: Flowable[T], prefetch: int) -> None:
+    __slots__ = ("_receiver", "_closed", "_credit")
+
+    def __init__(self, source: Flowable[T], prefetch: int, *, credit: bool = False) -> None:
         self._closed = False
+        self._credit = credit
         self._receiver = _IteratorSubscriber(prefetch)
         source._subscribe_safely(self._receiver)
+
+    def grant(self, n: int = 1) -> None:
+        """Give upstream ``n`` more items of credit (``credit=True`` iterators)."""
+        receiver = self._receiver
+        if not self._closed and not receiver.finished and receiver.subscription is not None:
+            receiver.subscription.request(n)
 
     def __aiter__(self) -> FlowableIterator[T]:
         return self
@@ -262,6 +284,8 @@ class FlowableIterator(AsyncIterator[T]):
                 self._close()
                 raise
         item = queue.popleft()
+        if self._credit:
+            return item
         replenisher = receiver.replenisher
         due = replenisher.consumed(1)
         if due and receiver.subscription is not None and not receiver.finished:

@@ -20,6 +20,9 @@ class Service:
     stops them. ``start`` returns the service's URL, or None.
     """
 
+    def attach(self, pipeline: Pipeline) -> None:
+        """Called once before :meth:`start` with the pipeline the service belongs to."""
+
     async def start(self, host: str, port: int | None) -> str | None:
         return None
 
@@ -107,6 +110,7 @@ class Pipeline:
         started: list[Service] = []
         try:
             for service in self.services:
+                service.attach(self)
                 url = await service.start(host, port)
                 started.append(service)
                 if url is not None and running.url is None:
