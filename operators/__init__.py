@@ -10,12 +10,28 @@ Marble legend: ``-`` time, letters items, ``|`` completion, ``#`` error, ``^n`` 
 
 from __future__ import annotations
 
-from typing import Any, Callable, TypeVar
+from typing import TYPE_CHECKING, Any, Awaitable, Callable, Hashable, TypeVar
 
 from rxpipe._fusion import fuse
-from rxpipe.flowable import Operator
+from rxpipe.flowable import DEFAULT_PREFETCH, Flowable, Operator
+from rxpipe.resilience import CircuitBreaker, Retry
 
-__all__ = ["map", "filter", "scan", "take", "skip", "tap"]
+from ._batch import BatchFlowable
+from ._broadcast import BroadcastFlowable
+from ._buffer import OVERFLOW_STRATEGIES, BufferFlowable
+from ._group_by import GroupByFlowable, GroupedFlowable
+from ._limit_rate import LimitRateFlowable
+from ._map_async import MapAsyncFlowable
+from ._merge import DEFAULT_MERGE_PREFETCH, MergeFlowable
+from ._rate_limit import RateLimitFlowable
+from ._timeout import TIMEOUT_MODES, TimeoutFlowable
+
+if TYPE_CHECKING:
+    from rxpipe.engines import Engine
+
+__all__ = ["map", "filter", "scan", "take", "skip", "tap", "buffer", "limit_rate", "batch", "rate_limit",
+           "map_async", "timeout", "merge", "broadcast", "group_by", "Retry", "CircuitBreaker",
+           "GroupedFlowable", "execute"]
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -122,3 +138,390 @@ def tap(on_next: Callable[[T], Any] | None = None, on_error: Callable[[BaseExcep
         if fn is not None and not callable(fn):
             raise TypeError(f"tap({label}=) needs a callable, got {fn!r}")
     return lambda source: fuse(source, "tap", name, on_next, None, on_error, on_complete)
+
+
+# -- flow control: buffer, limit_rate, batch, rate_limit ------------------------------------------
+def _check_int(op: str, arg: str, value: object, minimum: int) -> None:
+    if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
+        raise ValueError(f"{op}({arg}) needs an int >= {minimum}, got {value!r}")
+
+
+def _check_positive(op: str, arg: str, value: object) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < float("inf"):
+        raise ValueError(f"{op}({arg}) needs a finite number > 0, got {value!r}")
+
+
+def buffer(capacity: int, overflow: str = "backpressure", *, name: str | None = None) -> Operator:
+    """Hold up to ``capacity`` items between a faster upstream and a slower downstream.
+
+    An async boundary (a queue stage). ``overflow="backpressure"`` (capacity=4: request(4) at
+    subscribe, then request(3) each time 3 = 4 - 4 // 4 more items went downstream)::
+
+        upstream:  ^4        ^3
+        source:    -a-b-c-d----e-f-g-|
+        demand:    ---------^3----------^9
+        output:    ---------abc---------defg|
+
+    Shedding strategies (capacity=2; upstream is asked for UNBOUNDED at subscribe)::
+
+        source:         -a-b-c-d-|
+        demand:         ----------^9
+        drop_incoming:  ----------ab|      c, d dropped on arrival
+        drop_oldest:    ----------cd|      a, b evicted by c, d
+        error:          ----------ab#      BufferOverflowError; upstream cancelled when c arrived
+
+    Demand: ``"backpressure"`` prefetches ``capacity`` at subscribe whatever the downstream
+    demand, then replenishes by the DESIGN §2 rule, so items emitted upstream but not yet
+    delivered never exceed ``capacity``; it never drops. The shedding strategies request
+    ``UNBOUNDED`` and shed when ``capacity`` items are held. Drops are counted per subscription
+    with the strategy name as reason (metric ``rxpipe_stage_dropped_total{reason}``).
+    Args: capacity (items, int >= 1); overflow: ``"backpressure"``, ``"drop_incoming"``,
+        ``"drop_oldest"`` or ``"error"``.
+    Signals: ValueError (raised here) for a bad capacity or an unknown overflow. ``"backpressure"``:
+        an upstream emitting beyond what was requested signals ``MissingBackpressureError`` at
+        once and is cancelled. ``"error"``: the buffered items are delivered, then
+        ``BufferOverflowError``; upstream is cancelled when the overflow happens. An upstream error
+        or completion is signalled after the buffered items. Cancel travels upstream and frees
+        the buffer.
+    Anchor: Reactor ``onBackpressureBuffer(maxSize, BufferOverflowStrategy)`` /
+        ``onBackpressureDrop``, ``publishOn`` prefetch; Akka ``buffer(size, OverflowStrategy)``.
+    """
+    _check_int("buffer", "capacity", capacity, 1)
+    if overflow not in OVERFLOW_STRATEGIES:
+        raise ValueError(f"buffer(overflow=) must be one of {', '.join(OVERFLOW_STRATEGIES)}; got {overflow!r}")
+    return lambda source: BufferFlowable(source, capacity, overflow, name)
+
+
+def limit_rate(high_tide: int, low_tide: int | None = None, *, name: str | None = None) -> Operator:
+    """Reshape downstream demand into requests of ``high_tide`` then ``low_tide`` items.
+
+        upstream:  ^8           ^2          ^2        limit_rate(8, 2)
+        source:    -abcdefgh-----ij----------kl-
+        demand:    ---------^1-^1-------^1-^1-
+        output:    ---------a--b--------c--d--
+
+    Demand: requests ``high_tide`` at subscribe (whatever the downstream demand), then
+    ``low_tide`` each time ``low_tide`` more items went downstream; items received but not
+    delivered never exceed ``high_tide``. A chatty ``request(1)`` consumer thus costs upstream one
+    request per ``low_tide`` items, and an ``UNBOUNDED`` one is capped to batches of ``low_tide``.
+    Args: high_tide (items, int >= 1); low_tide (items, int in [1, high_tide]; default
+        ``high_tide - high_tide // 4``, Reactor's 75 % replenish).
+    Signals: ValueError (raised here) for bad tides; an upstream emitting beyond the requests
+        signals ``MissingBackpressureError`` and is cancelled; upstream errors and completion
+        follow the held items; cancel travels upstream.
+    Anchor: Reactor ``limitRate(highTide, lowTide)`` (a ``publishOn`` prefetch on the same thread).
+    """
+    _check_int("limit_rate", "high_tide", high_tide, 1)
+    if low_tide is None:
+        low_tide = high_tide - high_tide // 4
+    _check_int("limit_rate", "low_tide", low_tide, 1)
+    if low_tide > high_tide:
+        raise ValueError(f"limit_rate(low_tide) must be <= high_tide={high_tide}, got {low_tide!r}")
+    return lambda source: LimitRateFlowable(source, high_tide, low_tide, name)
+
+
+def batch(max_size: int, max_delay_s: float | None = None, *, weight: Callable[[Any], float] | None = None,
+          max_weight: float | None = None, name: str | None = None) -> Operator:
+    """Group items into lists closed by size, by time, or by a weight budget.
+
+        source:  -a-b-c----d---------e-|
+        demand:  ^1-------^1------------^1
+        output:  -----[abc]----[d]------[e]|     batch(3, max_delay_s=4 ticks): [abc] by size,
+                                                 [d] by time, [e] at completion once demanded
+
+    A batch closes when it holds ``max_size`` items, when ``max_delay_s`` passed since its first
+    item, or when the next item would push its weight over ``max_weight`` (that item starts the
+    next batch; an item heavier than ``max_weight`` on its own goes alone)::
+
+        weight=len, max_weight=10:  "aaaa" "bbbb" "cc" "dddddddddddd" "e" |
+        output:                     [aaaa, bbbb, cc] [dddddddddddd] [e] |
+
+    Demand (Akka ``groupedWithin``): a batch is emitted only when downstream asked for one (one
+    ``request(1)`` = one batch). A timer that fires without demand leaves the batch open: it
+    keeps filling up to ``max_size`` and leaves as soon as it is demanded — never an overflow
+    error. Upstream demand stays within two batches: items requested upstream and not yet
+    delivered downstream (outstanding + held) ≤ ``max_size`` without downstream demand (one batch
+    of look-ahead), ≤ ``2 * max_size`` with it. The partial batch is emitted at completion;
+    never an empty batch. One timer per open batch, on the loop clock (``loop.call_at``).
+    Args: max_size (items, int >= 1); max_delay_s (seconds after a batch's first item, > 0, or
+        None: no timer); weight (item -> number >= 0, e.g. prompt tokens) and max_weight (same
+        unit, > 0; the per-step token budget of an LLM engine) go together.
+    Signals: ValueError / TypeError (raised here) for invalid bounds or a non-callable weight.
+        An upstream error is signalled at once; the open and ready batches are discarded and
+        counted as dropped (reason ``"error"``). ``weight`` raising (or returning a negative
+        number) cancels upstream and signals its exception. An upstream emitting beyond demand
+        signals ``MissingBackpressureError``. With ``max_delay_s``, subscribing off an event loop
+        signals RuntimeError.
+    Anchor: Akka Streams ``groupedWithin`` / ``groupedWeightedWithin``; Triton's dynamic batcher
+        (``max_batch_size``, ``max_queue_delay_microseconds``); vLLM's ``max_num_batched_tokens``.
+    """
+    _check_int("batch", "max_size", max_size, 1)
+    if max_delay_s is not None:
+        _check_positive("batch", "max_delay_s", max_delay_s)
+        max_delay_s = float(max_delay_s)
+    if (weight is None) != (max_weight is None):
+        raise ValueError("batch(weight=, max_weight=) go together: give both or neither")
+    if weight is not None:
+        _check_callable("batch(weight=)", weight)
+        _check_positive("batch", "max_weight", max_weight)
+    return lambda source: BatchFlowable(source, max_size, max_delay_s, weight, max_weight, name)
+
+
+def rate_limit(rate: float, burst: int = 1, *, name: str | None = None) -> Operator:
+    """Shape the flow to at most ``rate`` items per second, with bursts of up to ``burst``.
+
+        source:   0 1 2 3 4 5 6 7 8 9|      rate_limit(20, burst=5), downstream ^UNBOUNDED
+        t (s):    0                0.05 0.10 0.15 0.20 0.25
+        output:   (01234)          5    6    7    8    9|
+
+    A token bucket on the loop clock: capacity ``burst`` tokens, full at start, refilled at
+    ``rate`` tokens per second; an idle period or a forward clock jump never refills it beyond
+    ``burst``. Demand: requests upstream only what both downstream demand and whole tokens allow;
+    each item takes a token when it arrives, and outstanding upstream demand never exceeds the
+    whole tokens available (so a stalled upstream that catches up still sends at most ``burst``
+    items back to back); when tokens run out, one timer wakes the stage when the next is due.
+    Args: rate (items per second, > 0); burst (items, int >= 1).
+    Signals: ValueError (raised here) for a bad rate or burst; upstream errors and completion
+        pass through after the items already received; an upstream emitting beyond demand
+        signals ``MissingBackpressureError``; cancel travels upstream and stops the timer.
+        Subscribing off an event loop signals RuntimeError.
+    Anchor: token bucket (RFC 2697's committed bucket); Akka ``throttle(elements, per,
+        maximumBurst, Shaping)``; Guava ``RateLimiter``.
+    """
+    _check_positive("rate_limit", "rate", rate)
+    _check_int("rate_limit", "burst", burst, 1)
+    return lambda source: RateLimitFlowable(source, float(rate), burst, name)
+
+
+# -- concurrency, fan-in/out and resilience: map_async, timeout, merge, broadcast, group_by -------
+def _check_int_min(op: str, arg: str, value: object, minimum: int) -> None:
+    if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
+        raise ValueError(f"{op}({arg}) needs an int >= {minimum}, got {value!r}")
+
+
+def _check_seconds(op: str, arg: str, value: object) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < float("inf"):
+        raise ValueError(f"{op}({arg}) needs a finite number of seconds > 0, got {value!r}")
+
+
+def map_async(fn: Callable[[T], Awaitable[R]], concurrency: int = 1, ordered: bool = True,
+              retry: Retry | None = None, breaker: CircuitBreaker | None = None, *,
+              name: str | None = None) -> Operator:
+    """Transform each item with a coroutine function, at most ``concurrency`` calls at a time.
+
+        source:    -a-b-c|            concurrency=2; fn takes 4 s for a, 1 s for b and c
+        ordered:   -----(ab)c|        b, done at 4, waits for a: (ab) = the same instant (t=5)
+        unordered: ----bac|           ordered=False: completion order (t=4, 5, 6)
+
+    ``fn``: ``async def fn(item) -> result``; one task per call, nothing else per item.
+    Demand: a slot is taken when an item is requested upstream and freed when its result went
+    downstream, so upstream outstanding + calls running + results waiting <= ``concurrency``
+    (the ordered mode's reorder buffer included). ``concurrency`` items are requested at
+    subscribe (an async boundary's prefetch, DESIGN §2), then exactly one per result delivered;
+    results are emitted only on downstream demand.
+    Retry: ``retry=Retry(attempts, base_s, cap_s)`` re-calls a failed item after
+    ``uniform(0, min(cap_s, base_s * 2 ** (k - 1)))`` seconds (full jitter, k = failures so far),
+    up to ``attempts`` calls in total; an exception's ``retry_after`` (seconds) is the minimum
+    delay, and one above ``cap_s`` fails at once. The item keeps its slot while it waits.
+    Breaker: ``breaker=CircuitBreaker(failure_threshold, reset_timeout_s)`` is asked before every
+    call; open, it refuses with ``rxpipe.CircuitOpenError`` without calling ``fn``. That error goes
+    through ``retry`` like any other, its ``retry_after`` being the seconds until half-open: with a
+    retry, an item waits for the trial call (or fails at once when that is over ``cap_s``); without
+    one, the stream fails fast. Every failure of ``fn`` (a ``TimeoutError`` from
+    ``timeout(s, mode="item")`` included) counts towards opening the breaker.
+    Signals: ValueError (raised here) for ``concurrency < 1``. A call failing after its retries,
+    ``fn`` returning None (TypeError, §2.13) or not returning an awaitable (TypeError) cancels
+    upstream and the other calls and signals the original exception downstream at once, ahead of
+    results still held. An upstream error does the same; completion waits for the calls.
+    Cancel cancels upstream and every call, and awaits nothing: the tasks end on the next loop
+    iteration. Units: seconds for every delay.
+    Anchor: Akka ``mapAsync(parallelism)`` / ``mapAsyncUnordered``, Reactor
+    ``flatMapSequential``/``flatMap(maxConcurrency)``; Resilience4j Retry + CircuitBreaker.
+    """
+    if not callable(fn):
+        raise TypeError(f"map_async() needs an async callable, got {fn!r}")
+    _check_int_min("map_async", "concurrency", concurrency, 1)
+    if retry is not None and not isinstance(retry, Retry):
+        raise TypeError(f"map_async(retry=) needs a Retry, got {retry!r}")
+    if breaker is not None and not isinstance(breaker, CircuitBreaker):
+        raise TypeError(f"map_async(breaker=) needs a CircuitBreaker, got {breaker!r}")
+    return lambda source: MapAsyncFlowable(source, fn, concurrency, bool(ordered), retry, breaker, name=name)
+
+
+def timeout(seconds: float, mode: str = "idle", *, name: str | None = None) -> Operator:
+    """Signal ``TimeoutError`` when a requested item is late; upstream is then cancelled.
+
+    seconds=5, one character = 1 s:
+
+        idle:    demand:  ^2
+                 source:  -a------
+                 output:  -a----#          # = TimeoutError 5 s after a, b still wanted
+        idle:    demand:  ^1         ^1
+                 source:  -a-----------b|  nothing wanted from a to the second ^1:
+                 output:  -a-----------b|  that wait does not count
+        item:    demand:  ^2 ^1
+                 source:  -a--b----
+                 output:  -a--b---#        a, b due at 5 (in time); the third due at 3 + 5 = 8
+
+    ``mode="idle"``: fails when no item arrives for ``seconds`` while downstream demand is
+    outstanding. The clock runs only while some requested item has not arrived; it restarts at
+    each item and when demand resumes, so a slow consumer never fails its upstream.
+    ``mode="item"``: a deadline per item. Directly after ``map_async`` it becomes that stage's
+    per-call deadline: every call (every attempt) is bounded by ``seconds`` and a late call raises
+    ``TimeoutError`` inside the stage, where ``retry`` and ``breaker`` apply to it (the stage
+    keeps ``map_async``'s name unless ``name`` is given). After anything else, every requested
+    item must arrive within ``seconds`` of the ``request(n)`` that asked for it (under
+    ``UNBOUNDED`` demand that bounds the time to every item from the one request).
+    Demand: passed through exactly (no prefetch, no queue). Time: ``loop.time()`` and one timer
+    per stage (``call_at``), never one per item, so the virtual clock drives it.
+    Signals: ValueError (raised here) for ``seconds <= 0`` or an unknown mode; ``TimeoutError``
+    (the builtin, ``asyncio.TimeoutError``) downstream with upstream cancelled; upstream errors
+    and completion pass through. Units: seconds.
+    Anchor: Reactor ``timeout(Duration)`` (idle), Akka ``idleTimeout`` / ``completionTimeout``,
+    Akka ``mapAsync`` with an ask timeout (item).
+    """
+    _check_seconds("timeout", "seconds", seconds)
+    if mode not in TIMEOUT_MODES:
+        raise ValueError(f"timeout(mode=) must be one of {', '.join(TIMEOUT_MODES)}; got {mode!r}")
+    seconds = float(seconds)
+
+    def apply(source: Flowable[Any]) -> Flowable[Any]:
+        if mode == "item" and isinstance(source, MapAsyncFlowable):
+            return source.with_item_timeout(seconds, name)
+        return TimeoutFlowable(source, seconds, mode, name)
+
+    return apply
+
+
+def merge(*others: Flowable[Any], prefetch: int = DEFAULT_MERGE_PREFETCH, name: str | None = None) -> Operator:
+    """Interleave the source and ``others`` fairly, never beyond downstream demand.
+
+        source:  -a---b---c-|
+        other:   --1-2-3-|
+        demand:  ^3         ^9
+        output:  -a-1b------2c3|         round-robin over the inputs that have items
+
+    ``source.pipe(ops.merge(a, b))`` merges source, a and b.
+    Demand: emits at most what downstream requested, in total over all inputs. Each input is a
+    bounded prefetch boundary (DESIGN §2 rule): ``prefetch`` items (default 32) requested at
+    subscribe, then ``prefetch - prefetch // 4`` each time that many of its items went downstream,
+    so an input's outstanding requests plus its queued items never exceed ``prefetch``. A pass
+    serves the inputs in turn, one item each, resuming after the input served last: a fast
+    input never starves a slow one.
+    Signals: TypeError (raised here) for an argument that is not a Flowable; ValueError for
+    ``prefetch < 1``. Completes when every input completed and its items went out. An error from
+    any input cancels the others and is signalled at once (queued items are dropped). An input
+    emitting beyond its prefetch signals ``MissingBackpressureError``. Cancel reaches every input.
+    Anchor: Reactor ``Flux.merge`` (prefetch per source), Akka ``Merge`` (fair).
+    """
+    for other in others:
+        if not isinstance(other, Flowable):
+            raise TypeError(f"merge() needs Flowables, got {other!r}")
+    _check_int_min("merge", "prefetch", prefetch, 1)
+    return lambda source: MergeFlowable((source, *others), prefetch, name)
+
+
+def broadcast(n: int, *, name: str | None = None) -> Operator:
+    """Send every item to ``n`` branches, at the pace of the slowest: ``a, b = f.pipe(broadcast(2))``.
+
+        source:  -x-y-z-|
+        a:       ^1  ^2
+        b:       ^5
+        upstream: ^1 ^2                  min over the branches' total demand
+        a, b:    -x--y-z-|               both get every item
+
+    Returns a Flowable whose ``branches`` (a tuple of ``n`` Flowables) it unpacks into (also
+    ``result[k]``); subscribing to the result itself signals ``TypeError``. Each branch takes one
+    subscriber; upstream is subscribed once all ``n`` branches are (Reactor
+    ``publish().autoConnect(n)``); when the run ends the branches may be subscribed again, which
+    subscribes upstream again.
+    Demand: upstream has been asked, in total, for the minimum over the live branches of what each
+    asked in total, so every item is wanted by every live branch and nothing queues. A cancelled
+    branch stops counting (the others may get more at once); all cancelled → upstream cancelled.
+    Signals: ValueError (raised here) for ``n < 1``; a second subscriber to a branch in one run
+    gets ``ProtocolViolationError``; upstream errors and completion reach every live branch;
+    an upstream emitting beyond demand signals ``MissingBackpressureError`` and is cancelled.
+    Anchor: Akka ``Broadcast`` (backpressures on the slowest), Reactor ``publish().autoConnect(n)``.
+    """
+    _check_int_min("broadcast", "n", n, 1)
+    return lambda source: BroadcastFlowable(source, n, name)
+
+
+def group_by(key: Callable[[T], Hashable], max_groups: int, *, prefetch: int = DEFAULT_PREFETCH,
+             name: str | None = None) -> Operator:
+    """Split items into groups by ``key(item)``; emits one ``GroupedFlowable`` (``.key``) per key.
+
+        source:  -a1-b1-a2-c1-b2-|              key = first letter, max_groups=3
+        main:    -A--B--------C-----|           A, B, C: GroupedFlowable, key "a", "b", "c"
+        A:        a1----a2-----------|
+        B:           b1----------b2--|
+        C:                 c1--------|
+
+        source:  -a1-b1-c1                      max_groups=2: c1 would open a third group
+        main:    -A--B--#                       # = TooManyGroupsError, upstream cancelled
+        A:        a1----#         B: b1-#       open groups get their items, then the error
+
+    Beyond ``max_groups``: an item whose key would open group ``max_groups + 1`` is dropped
+    (counted, reason ``"too_many_groups"``), upstream is cancelled, and ``TooManyGroupsError``
+    (``.key``, ``.max_groups``) is signalled on the main stream and every open group after the
+    items they hold. A group is open until it completes or its subscriber cancels it; a
+    cancelled group's key opens a new group when it appears again (Reactor).
+    Demand: the main stream emits a group only on its demand; each group delivers on its own
+    subscriber's demand. Upstream gets ``prefetch`` (default 256) at subscribe and the §2
+    replenishment as items leave the groups (delivered, or dropped by a cancelled group), so the
+    items held over all groups never exceed ``prefetch``. A group nobody consumes holds that
+    credit and stalls the others (as in Reactor): subscribe to every group or cancel it.
+    Cancelling the main stream stops new groups (their items are dropped, reason ``"no_group"``)
+    and cancels upstream once no open group remains.
+    Signals: ValueError (raised here) for ``max_groups < 1`` or ``prefetch < 1``; ``key`` raising
+    (or an unhashable key) cancels upstream and ends every stream with that exception after the
+    items held; upstream errors and completion reach the main stream and every group the same way.
+    A group takes one subscriber (a second gets ``ProtocolViolationError``).
+    Anchor: Reactor ``groupBy`` / ``GroupedFlux``; Akka ``groupBy(maxSubstreams, f)``
+    (``TooManySubstreamsOpenException``).
+    """
+    if not callable(key):
+        raise TypeError(f"group_by() needs a key callable, got {key!r}")
+    _check_int_min("group_by", "max_groups", max_groups, 1)
+    _check_int_min("group_by", "prefetch", prefetch, 1)
+    return lambda source: GroupByFlowable(source, key, max_groups, prefetch, name)
+
+
+def execute(engine: Engine, *, name: str | None = None) -> Operator:
+    """The executor node: submit each ``CompletionRequest`` to ``engine``; emit its ``Completion``.
+
+        engine:  max_num_seqs=2                    A, B, C: CompletionRequest; a, b, c: Completion
+        demand:  ^2           ^1      ^1           free = max_num_seqs - running - waiting
+        source:  -A-B-------------C-------D-|
+        output:  -a-b-------------c-------d-|      emitted on admission (also set on request.reply)
+        engine:   [a,b] running  a done  b done
+
+    This is where backpressure is born: the stage asks upstream for work only when the engine
+    can run it. Demand: free = ``max_num_seqs - running - waiting``; an unbatched upstream gets
+    exactly ``free`` (never more: requested-but-not-arrived + running + waiting <= max_num_seqs);
+    a batched upstream (``ops.batch``, items are lists of requests) gets one batch only when
+    ``free >= max_size`` (as many whole batches as fit). It requests again whenever the engine
+    frees a slot (its capacity listener), so demand follows the engine step by step.
+    Downstream is normally an UNBOUNDED sink; the stage holds at most ``max_num_seqs``
+    undelivered Completions and stops asking upstream while it does.
+    Cancellation: a request cancelled before admission (``request.cancel()``: client gone) is
+    dropped on arrival, never submitted, and replaced by one more from upstream (counted,
+    reason ``"cancelled"``). Cancelling a Completion's token stream frees its slot within one
+    engine step (the engine's job). A request past its ``deadline_s`` is answered with a
+    Completion already finished with reason ``"deadline"`` (it never runs).
+    Engine down (``engine.available`` False): a request with a ``reply`` slot gets
+    ``EngineUnavailableError`` on it at once (the gateway answers 503) and is replaced by one
+    more; one without a reply slot is held (bounded by ``max_num_seqs``) and demand pauses
+    until the engine is back.
+    Signals: TypeError (raised here) if ``engine`` is not an ``rxpipe.engines.Engine``; an item
+    that is not a ``CompletionRequest`` (or a list of them) cancels upstream and signals
+    TypeError; an upstream emitting beyond demand signals ``MissingBackpressureError``. An
+    upstream error is set on the replies of requests not yet admitted and signalled after the
+    admitted Completions. Downstream cancel cancels upstream and fails the replies of held
+    requests with ``EngineUnavailableError``; admitted Completions keep running.
+    Anchor: vLLM's scheduler (``max_num_seqs``, continuous batching); Triton's dynamic batcher;
+    Reactive Streams §3 demand.
+    """
+    from rxpipe.engines.executor import execute as _execute
+
+    return _execute(engine, name=name)

@@ -18,8 +18,11 @@ from .errors import (
     MissingBackpressureError,
     ProtocolViolationError,
     RxPipeError,
+    TooManyGroupsError,
 )
 from .flowable import DEFAULT_PREFETCH, Flowable, pipe
+from .interop import from_observable
+from .resilience import CircuitBreaker, Retry
 from .sources import defer, empty, error, from_iterable, from_publisher, just, range
 
 __all__ = [
@@ -40,11 +43,15 @@ __all__ = [
     "from_async_iterable",
     "interval",
     "from_publisher",
+    "from_observable",
     "RxPipeError",
     "MissingBackpressureError",
     "BufferOverflowError",
     "CircuitOpenError",
     "ProtocolViolationError",
+    "TooManyGroupsError",
+    "Retry",
+    "CircuitBreaker",
 ]
 
 __version__ = "0.1.0"
