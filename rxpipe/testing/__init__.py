@@ -4,10 +4,39 @@
 - :class:`TestPublisher` is driven by hand and records every ``request(n)`` and ``cancel``.
 - :func:`run_virtual` runs a coroutine on :class:`VirtualTimeLoop`, where ``asyncio.sleep``,
   ``call_later`` and ``loop.time()`` advance instantly and deterministically.
+- Marble tests with demand marks on that clock: :func:`assert_marbles` (from a plain test),
+  ``await`` :func:`marbles` (inside a virtual-time test), :class:`Marbles` for several sources.
+- ``rxpipe.testing.pytest_plugin``: async tests on asyncio and uvloop, ``@pytest.mark.virtual``
+  for the virtual clock, a leak check, fixture ``loop``.
 """
 
+from ._marbles import (
+    MarbleError,
+    MarbleEvent,
+    MarbleResult,
+    Marbles,
+    MarbleSource,
+    assert_marbles,
+    marbles,
+    parse_demand,
+    parse_marbles,
+)
 from ._publisher import TestPublisher
 from ._subscriber import TestSubscriber
 from ._virtual import VirtualTimeLoop, run_virtual
 
-__all__ = ["TestSubscriber", "TestPublisher", "VirtualTimeLoop", "run_virtual"]
+__all__ = [
+    "TestSubscriber",
+    "TestPublisher",
+    "VirtualTimeLoop",
+    "run_virtual",
+    "Marbles",
+    "MarbleSource",
+    "MarbleResult",
+    "MarbleEvent",
+    "MarbleError",
+    "marbles",
+    "assert_marbles",
+    "parse_marbles",
+    "parse_demand",
+]

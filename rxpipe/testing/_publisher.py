@@ -24,12 +24,12 @@ class _Recorder(Subscription):
         self.terminated = False
 
     def request(self, n: int) -> None:
-        self.publisher.requests.append(n)
+        self.publisher._record_request(n)
         if n > 0 and not self.cancelled:
             self.outstanding = add_demand(self.outstanding, n)
 
     def cancel(self) -> None:
-        self.publisher.cancel_count += 1
+        self.publisher._record_cancel(effective=not (self.cancelled or self.terminated))
         self.cancelled = True
 
 
@@ -60,6 +60,14 @@ class TestPublisher(Flowable[T], Generic[T]):
         recorder = _Recorder(self, subscriber)
         self._subscriptions.append(recorder)
         subscriber.on_subscribe(recorder)
+
+    # Hooks for subclasses that record more (the marble sources add the frame of each signal).
+    def _record_request(self, n: int) -> None:
+        self.requests.append(n)
+
+    def _record_cancel(self, effective: bool) -> None:
+        """Count a ``cancel()`` call; ``effective``: the subscription was still live."""
+        self.cancel_count += 1
 
     @property
     def total_requested(self) -> int:

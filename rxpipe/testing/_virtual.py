@@ -68,6 +68,13 @@ class VirtualTimeLoop(asyncio.SelectorEventLoop):
         if target > self._virtual_now:
             self._virtual_now = target
 
+    def is_idle(self) -> bool:
+        """True when nothing can happen any more without real I/O: no ready callback and no
+        live timer. Called from a running task (whose own wake-up is then not pending)."""
+        if self._ready:  # type: ignore[attr-defined]  # asyncio.BaseEventLoop internals
+            return False
+        return all(handle.cancelled() for handle in self._scheduled)  # type: ignore[attr-defined]
+
     def advance(self, seconds: float) -> None:
         """Move the clock forward by ``seconds`` without running anything (a clock jump)."""
         if seconds < 0:
