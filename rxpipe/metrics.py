@@ -72,15 +72,25 @@ class StageLike(Protocol):
     def statistics(self) -> StageStatistics: ...
 
 
-_lock = threading.Lock()  # the collector runs on prometheus_client's HTTP thread
+# The collector may run on prometheus_client's HTTP thread. Finalizers of dead stages may run
+# at any allocation (inside a scrape too), so they never take the lock: they only append to
+# `_pending` (atomic), and the next scrape folds the pending counters in under the lock.
+_lock = threading.Lock()
 _live: weakref.WeakSet[Any] = weakref.WeakSet()
+_pending: list[StageCounters] = []
 _retired_in: dict[str, int] = defaultdict(int)
 _retired_out: dict[str, int] = defaultdict(int)
 _retired_dropped: dict[tuple[str, str], int] = defaultdict(int)
 
 
 def _retire(counters: StageCounters) -> None:
-    with _lock:
+    _pending.append(counters)
+
+
+def _fold_pending() -> None:
+    """Add the counters of stages that died since the last call to the totals (lock held)."""
+    while _pending:
+        counters = _pending.pop()
         _retired_in[counters.stage] += counters.items_in
         _retired_out[counters.stage] += counters.items_out
         for reason, count in counters.dropped.items():
@@ -105,6 +115,7 @@ class StageCollector(Collector):
 
     def collect(self) -> Iterator[Any]:
         with _lock:
+            _fold_pending()
             stages = list(_live)
             items_in = dict(_retired_in)
             items_out = dict(_retired_out)

@@ -1,0 +1,37 @@
+"""Inference engines and the executor stage (DESIGN §4).
+
+    from rxpipe.engines import CompletionRequest, SimulatedEngine
+    from rxpipe import operators as ops
+
+    engine = SimulatedEngine(max_num_seqs=8)
+    completions = requests.pipe(ops.execute(engine))    # a Flowable of Completion
+
+- Records: :class:`CompletionRequest`, :class:`TokenChunk`, :class:`Completion` (``.tokens`` with
+  credit, awaitable ``.result``), :class:`CompletionResult`.
+- :class:`Engine`: the interface ``execute`` drives (``free_slots`` is the pipeline's demand).
+- :class:`SimulatedEngine`: the embedded default, continuous batching like vLLM, on the loop clock.
+- :func:`execute`: the executor stage (also ``rxpipe.operators.execute``).
+"""
+
+from ..errors import EngineError, EngineUnavailableError
+from .base import Engine
+from .executor import ExecuteFlowable, execute
+from .records import FINISH_REASONS, Completion, CompletionRequest, CompletionResult, TokenChunk, estimate_tokens
+from .simulated import LatencyModel, SimulatedEngine, StepRecord
+
+__all__ = [
+    "CompletionRequest",
+    "TokenChunk",
+    "CompletionResult",
+    "Completion",
+    "FINISH_REASONS",
+    "estimate_tokens",
+    "Engine",
+    "SimulatedEngine",
+    "StepRecord",
+    "LatencyModel",
+    "execute",
+    "ExecuteFlowable",
+    "EngineError",
+    "EngineUnavailableError",
+]

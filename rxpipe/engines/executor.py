@@ -1,0 +1,254 @@
+"""``execute(engine)``: the executor stage, where backpressure is born (DESIGN §4).
+
+State machine of one subscription:
+
+- ``outstanding``: items (requests, or batches) requested upstream and not yet arrived;
+- ``held``: requests arrived and not yet submitted (the engine had no free slot, or is down);
+- ``queue``: Completions admitted and not yet delivered downstream.
+
+Demand rule, re-evaluated on every arrival, every delivery and every capacity signal of the
+engine: ``room = min(free_slots, max_num_seqs - len(queue)) - len(held) - outstanding * unit``
+(``unit`` = 1, or the batch ``max_size`` for a batched upstream). Unbatched, it requests ``room``
+items; batched, ``room // max_size`` batches (one batch only when there is room for a whole one).
+So requested-but-not-arrived + held + running + waiting <= max_num_seqs, and the stage holds at
+most ``max_num_seqs`` undelivered Completions. A cancelled request is dropped on arrival (never
+submitted), which leaves room for one more.
+
+The pump (submit held requests, then request more) runs under a work-in-progress flag, like the
+shared drain loop: a synchronous upstream that emits inside ``request(n)`` only marks the pump as
+missed, so a long run of cancelled requests never recurses.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import Any
+
+from .._demand import InternalSubscriber, QueueDrainSubscription, log
+from .._protocol import Subscriber, Subscription
+from ..errors import EngineUnavailableError, MissingBackpressureError
+from ..flowable import Flowable, Operator
+from ..metrics import StageCounters, StageStatistics, track
+from .base import Engine
+from .records import Completion, CompletionRequest
+
+__all__ = ["execute", "ExecuteFlowable"]
+
+
+class _ExecuteSubscription(QueueDrainSubscription, InternalSubscriber):
+    __slots__ = ("engine", "upstream", "upstream_done", "outstanding", "unit", "held", "received",
+                 "skipped", "counters", "_pumping", "_pump_missed", "_listener")
+
+    def __init__(self, downstream: Subscriber[Completion], engine: Engine, unit: int, name: str) -> None:
+        super().__init__(downstream)
+        self.engine = engine
+        self.upstream: Subscription | None = None
+        self.upstream_done = False
+        #: items (or batches) requested upstream and not yet arrived
+        self.outstanding = 0
+        #: slots one upstream item may fill: 1, or the upstream batch's max_size
+        self.unit = unit
+        self.held: deque[CompletionRequest] = deque()
+        self.received = 0
+        #: requests dropped because their client had gone (cancelled before admission)
+        self.skipped = 0
+        self.counters = StageCounters(name)
+        self._pumping = False
+        self._pump_missed = False
+        self._listener = self._pump
+        engine.add_capacity_listener(self._listener)
+        track(self)
+
+    # -- upstream signals ----------------------------------------------------------------------
+    def on_subscribe(self, subscription: Subscription) -> None:
+        if self.upstream is not None or self.cancelled:
+            subscription.cancel()  # §2.5, or cancelled before upstream subscribed
+            return
+        self.upstream = subscription
+        self._pump()
+
+    def on_next(self, item: Any) -> None:
+        if self.upstream_done or self.cancelled:
+            return
+        if self.outstanding <= 0:
+            self._fail_upstream(MissingBackpressureError(
+                f"Reactive Streams §1.1: {type(item).__name__} arrived at execute beyond its demand"))
+            return
+        self.outstanding -= 1
+        if isinstance(item, CompletionRequest):
+            self.held.append(item)
+            self.received += 1
+        elif isinstance(item, (list, tuple)) and all(isinstance(r, CompletionRequest) for r in item):
+            self.held.extend(item)
+            self.received += len(item)
+        else:
+            self._fail_upstream(TypeError(
+                f"execute() takes CompletionRequest items (or lists of them), got {item!r}"))
+            return
+        self._pump()
+
+    def on_error(self, error: BaseException) -> None:
+        if self.upstream_done or self.cancelled:
+            return
+        self.upstream_done = True
+        self._fail_held(error)
+        self.error = error
+        self.finished = True
+        self.drain()
+
+    def on_complete(self) -> None:
+        if self.upstream_done or self.cancelled:
+            return
+        self.upstream_done = True
+        self._pump()
+
+    def _fail_upstream(self, error: BaseException) -> None:
+        self.upstream_done = True
+        if self.upstream is not None:
+            self.upstream.cancel()
+        self.fail(error)
+
+    # -- the pump --------------------------------------------------------------------------------
+    def _pump(self) -> None:
+        """Submit held requests while the engine has room, then top up upstream demand."""
+        if self._pumping:
+            self._pump_missed = True
+            return
+        self._pumping = True
+        try:
+            while True:
+                self._pump_missed = False
+                if self.cancelled:
+                    return
+                if self.held:
+                    self._submit_held()
+                    if self.queue:
+                        self.drain()  # a delivery re-enters _pump through _on_delivered: marked missed
+                    if self.cancelled:
+                        return
+                if self.upstream_done:
+                    if not self.held and not self.finished and self.error is None:
+                        self.finished = True
+                        self.drain()
+                else:
+                    self._request_more()
+                if not self._pump_missed:
+                    return
+        finally:
+            self._pumping = False
+
+    def _submit_held(self) -> None:
+        engine = self.engine
+        held = self.held
+        queue = self.queue
+        available = engine.available
+        while held and (not available or engine.free_slots > 0):
+            request = held[0]
+            reply = request.reply
+            if request.cancelled or (reply is not None and reply.cancelled()):
+                held.popleft()
+                self.skipped += 1
+                self.counters.drop("cancelled")
+                continue
+            if not available:
+                if reply is None:
+                    return  # held until the engine is back (bounded: it counts against demand)
+                held.popleft()  # its client gets 503 now instead of waiting for the engine
+                if not reply.done():
+                    reply.set_exception(EngineUnavailableError(f"engine {engine.model!r} is unavailable"))
+                self.counters.drop("unavailable")
+                continue
+            try:
+                completion = engine.submit(request)
+            except EngineUnavailableError:
+                available = False
+                continue
+            except Exception as error:
+                held.popleft()
+                if reply is None:
+                    self._fail_upstream(error)
+                    return
+                log.warning("execute: the engine refused request %s: %r", request.id, error)
+                if not reply.done():
+                    reply.set_exception(error)
+                self.counters.drop("refused")
+                continue
+            held.popleft()
+            if reply is not None and not reply.done():
+                reply.set_result(completion)
+            queue.append(completion)
+
+    def _request_more(self) -> None:
+        upstream = self.upstream
+        engine = self.engine
+        if upstream is None:
+            return
+        free = engine.free_slots
+        if not engine.available and self.held:
+            return  # requests without a reply slot wait for the engine: ask for nothing more
+        room = min(free, engine.max_num_seqs - len(self.queue)) - len(self.held) - self.outstanding * self.unit
+        n = room // self.unit
+        if n > 0:
+            self.outstanding += n  # before request(): a synchronous upstream re-enters on_next
+            upstream.request(n)
+
+    # -- downstream ------------------------------------------------------------------------------
+    def _on_delivered(self, count: int) -> None:
+        self._pump()
+
+    def _fail_held(self, error: BaseException) -> None:
+        held = self.held
+        while held:
+            request = held.popleft()
+            reply = request.reply
+            if reply is not None and not reply.done():
+                reply.set_exception(error)
+
+    def _release(self) -> None:
+        self.engine.remove_capacity_listener(self._listener)
+        upstream = self.upstream
+        if upstream is not None and not self.upstream_done:
+            self.upstream_done = True
+            upstream.cancel()
+        if self.held:
+            error = self._failure or EngineUnavailableError(
+                "the execute stage stopped before the engine admitted the request")
+            self._fail_held(error)
+        self.queue.clear()
+
+    # -- statistics ------------------------------------------------------------------------------
+    def statistics(self) -> StageStatistics:
+        counters = self.counters
+        return StageStatistics(counters.stage, self.requested, len(self.queue) + len(self.held),
+                               self.engine.max_num_seqs, self.received, self.emitted, dict(counters.dropped))
+
+
+class ExecuteFlowable(Flowable[Completion]):
+    """The stage ``execute(engine)``; ``engine`` is public (the gateway reads its availability)."""
+
+    kind = "execute"
+
+    def __init__(self, source: Flowable[Any], engine: Engine, name: str | None) -> None:
+        super().__init__(name=name, upstreams=(source,))
+        self.source = source
+        self.engine = engine
+        size = getattr(source, "max_size", None) if source.kind == "batch" else None
+        #: slots one upstream item may fill (the batch size for a batched upstream)
+        self.unit = size if isinstance(size, int) and size >= 1 else 1
+
+    @property
+    def batched(self) -> bool:
+        """True when the upstream is a ``batch`` stage (items are lists of requests)."""
+        return self.source.kind == "batch"
+
+    def _subscribe(self, subscriber: Subscriber[Completion]) -> None:
+        subscription = _ExecuteSubscription(subscriber, self.engine, self.unit, self.name)
+        subscriber.on_subscribe(subscription)
+        self.source._subscribe(subscription)
+
+
+def execute(engine: Engine, *, name: str | None = None) -> Operator:
+    """The executor stage; see ``rxpipe.operators.execute`` for the manual."""
+    if not isinstance(engine, Engine):
+        raise TypeError(f"execute() needs an rxpipe.engines.Engine, got {engine!r}")
+    return lambda source: ExecuteFlowable(source, engine, name)
