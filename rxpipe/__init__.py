@@ -15,6 +15,8 @@ from ._protocol import UNBOUNDED, Processor, Publisher, Subscriber, Subscription
 from .errors import (
     BufferOverflowError,
     CircuitOpenError,
+    EngineError,
+    EngineUnavailableError,
     MissingBackpressureError,
     ProtocolViolationError,
     RxPipeError,
@@ -23,6 +25,7 @@ from .errors import (
 from .flowable import DEFAULT_PREFETCH, Flowable, pipe
 from .interop import from_observable
 from .resilience import CircuitBreaker, Retry
+from .runtime import Pipeline, RunningPipeline
 from .sources import defer, empty, error, from_iterable, from_publisher, just, range
 
 __all__ = [
@@ -34,6 +37,8 @@ __all__ = [
     "Processor",
     "Flowable",
     "pipe",
+    "Pipeline",
+    "RunningPipeline",
     "from_iterable",
     "range",
     "just",
@@ -48,6 +53,8 @@ __all__ = [
     "MissingBackpressureError",
     "BufferOverflowError",
     "CircuitOpenError",
+    "EngineError",
+    "EngineUnavailableError",
     "ProtocolViolationError",
     "TooManyGroupsError",
     "Retry",

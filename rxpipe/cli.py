@@ -59,7 +59,8 @@ async def _serve(pipeline: Pipeline, host: str, port: int) -> None:
         on_item = None if pipeline.serves_http else _print_item
         async with pipeline.start(host=host, port=port, on_item=on_item) as running:
             if running.url is not None:
-                click.echo(f"rxpipe: {pipeline.name} serving on {running.url}", err=True)
+                click.echo(f"rxpipe: {pipeline.name} serving on {running.url}")
+                sys.stdout.flush()
             assert running.task is not None
             stopper = loop.create_task(stop.wait())
             await asyncio.wait({running.task, stopper}, return_when=asyncio.FIRST_COMPLETED)

@@ -5,6 +5,10 @@ import pytest
 pytest_plugins = ["rxpipe.testing.pytest_plugin"]
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "settings(*pairs): --set key=value pairs for the gateway process fixture")
+
+
 class ErrorLog:
     """Records logged at ERROR or above on the ``rxpipe`` logger during the test."""
 

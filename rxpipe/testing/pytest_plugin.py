@@ -8,6 +8,8 @@ Enable it in ``conftest.py``::
   (parameter ``loop``, ids ``[asyncio]`` / ``[uvloop]``).
 - ``@pytest.mark.virtual`` runs it on :class:`~rxpipe.testing.VirtualTimeLoop` instead, where
   sleeps and timers complete instantly; the loop's clock starts at 0.0.
+- ``@pytest.mark.loops("asyncio")`` picks the loops explicitly (e.g. a client driving a server
+  in another process, where the client's loop is beside the point).
 - Leak check: a task still pending when the test returns (after three loop iterations to let
   cancellations settle) fails the test, naming the task.
 - Fixture ``loop``: the running loop, for tests that want ``loop.time()``.
@@ -40,13 +42,21 @@ LOOP_FACTORIES: dict[str, Callable[[], asyncio.AbstractEventLoop]] = {
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers", "virtual: run this async test on rxpipe.testing.VirtualTimeLoop (instant timers)")
+    config.addinivalue_line(
+        "markers", "loops(*names): run this async test on these loops only (asyncio, uvloop, virtual)")
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if not inspect.iscoroutinefunction(metafunc.function):
         return
+    chosen = metafunc.definition.get_closest_marker("loops")
     if metafunc.definition.get_closest_marker("virtual"):
         names = ["virtual"]
+    elif chosen is not None:
+        names = list(chosen.args)
+        unknown = set(names) - set(LOOP_FACTORIES)
+        if unknown or not names:
+            raise pytest.UsageError(f"@pytest.mark.loops needs names from {sorted(LOOP_FACTORIES)}, got {names}")
     else:
         names = ["asyncio", "uvloop"]
     metafunc.parametrize("_rxpipe_loop_name", names, ids=names, indirect=True)

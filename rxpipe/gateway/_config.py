@@ -1,0 +1,70 @@
+"""Configuration of the HTTP edge (DESIGN §5–6)."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field, fields
+
+__all__ = ["GatewayConfig", "parse_api_keys"]
+
+
+def parse_api_keys(value: str | list[str] | tuple[str, ...] | None) -> tuple[str, ...]:
+    """``"k1,k2"`` or a list → a tuple of non-empty, stripped keys (empty: no auth)."""
+    if value is None:
+        return ()
+    items = value.split(",") if isinstance(value, str) else list(value)
+    keys = tuple(str(k).strip() for k in items if str(k).strip())
+    return keys
+
+
+@dataclass(frozen=True)
+class GatewayConfig:
+    """Settings of :class:`~rxpipe.gateway.Gateway`.
+
+    model: the one model id served (``GET /v1/models``; any other → 404).
+    api_keys: accepted bearer keys; empty means no authentication. Defaults to the
+        comma-separated ``RXPIPE_API_KEYS`` environment variable.
+    key_rate / key_burst: per-API-key token bucket (requests/s, requests); ``key_rate=None``
+        disables per-key policing. Without configured keys every client shares one bucket.
+    latency_budget_s: refuse (429 ``deadline``) a request whose estimated queue wait exceeds it
+        (seconds); None disables the check. Admitted requests carry ``deadline_s`` =
+        arrival + budget.
+    max_body_bytes: request bodies above it get 413 (bytes).
+    max_tokens_limit: largest ``max_tokens`` accepted (tokens); above it → 400.
+    stream_window: credit window of an SSE stream (chunks requested ahead of the socket).
+    stream_buffer_bytes: write-buffer high-water mark of an SSE connection (bytes): a slow
+        reader stops the stream's credit once this much is waiting in the process.
+    retry_after_min_s / retry_after_max_s: clamp of every Retry-After (seconds, RFC 9110).
+    """
+
+    model: str = "sim"
+    api_keys: tuple[str, ...] = field(default_factory=lambda: parse_api_keys(os.environ.get("RXPIPE_API_KEYS")))
+    key_rate: float | None = None
+    key_burst: int = 10
+    latency_budget_s: float | None = None
+    max_body_bytes: int = 1 << 20
+    max_tokens_limit: int = 32768
+    stream_window: int = 2
+    stream_buffer_bytes: int = 16384
+    retry_after_min_s: float = 1.0
+    retry_after_max_s: float = 60.0
+
+    def __post_init__(self) -> None:
+        if not self.model or not isinstance(self.model, str):
+            raise ValueError(f"model must be a non-empty string, got {self.model!r}")
+        if self.key_rate is not None and not self.key_rate > 0:
+            raise ValueError(f"key_rate must be > 0 requests/s (or None), got {self.key_rate!r}")
+        if not (isinstance(self.key_burst, int) and self.key_burst >= 1):
+            raise ValueError(f"key_burst must be an int >= 1 requests, got {self.key_burst!r}")
+        if self.latency_budget_s is not None and not self.latency_budget_s > 0:
+            raise ValueError(f"latency_budget_s must be > 0 seconds (or None), got {self.latency_budget_s!r}")
+        for name in ("max_body_bytes", "max_tokens_limit", "stream_window", "stream_buffer_bytes"):
+            value = getattr(self, name)
+            if not (isinstance(value, int) and value >= 1):
+                raise ValueError(f"{name} must be an int >= 1, got {value!r}")
+        if not 1 <= self.retry_after_min_s <= self.retry_after_max_s:
+            raise ValueError("need 1 <= retry_after_min_s <= retry_after_max_s")
+
+    @classmethod
+    def field_names(cls) -> set[str]:
+        return {f.name for f in fields(cls)}

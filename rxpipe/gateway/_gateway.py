@@ -1,0 +1,239 @@
+"""The HTTP edge as a source: admits a request iff the graph's demand is > 0 (DESIGN §5)."""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import logging
+from typing import TYPE_CHECKING, Any
+
+from aiohttp import web
+
+from .._demand import EMPTY_SUBSCRIPTION, DrainSubscription
+from .._protocol import UNBOUNDED, Subscriber
+from ..engines import CompletionRequest
+from ..errors import RxPipeError
+from ..flowable import Flowable
+from ..metrics import StageCounters, StageStatistics, track
+from ..runtime import Service
+from ._config import GatewayConfig
+from ._metrics import count_rejection
+from ._policy import DrainMeter, KeyBuckets, Refusal, clamp_retry_after
+
+if TYPE_CHECKING:
+    from ..runtime import Pipeline
+
+__all__ = ["Gateway"]
+
+log = logging.getLogger("rxpipe.gateway")
+
+
+class _Admission(DrainSubscription):
+    """The gateway's subscription: only a demand counter. The edge holds no queue: an HTTP
+    request is either emitted downstream at once (consuming one unit of demand) or refused."""
+
+    __slots__ = ("gateway", "counters")
+
+    def __init__(self, downstream: Subscriber[Any], gateway: Gateway) -> None:
+        super().__init__(downstream)
+        self.gateway = gateway
+        self.counters = StageCounters(gateway.name)
+        track(self)
+
+    def _drain(self) -> None:
+        pass  # nothing is ever queued here
+
+    def admit(self, item: CompletionRequest) -> bool:
+        """Emit ``item`` if there is demand (True), else refuse it (False). Runs in a handler
+        task, never inside another signal, so the emission is serial (§1.3)."""
+        if self.cancelled or self.requested == 0:
+            return False
+        if self.requested != UNBOUNDED:
+            self.requested -= 1
+        self.emitted += 1
+        self.counters.items_out += 1
+        self.downstream.on_next(item)
+        return True
+
+    def finish(self) -> None:
+        """Complete downstream: the edge admits nothing more (drain finished)."""
+        self._complete()
+
+    def statistics(self) -> StageStatistics:
+        return StageStatistics(self.counters.stage, self.requested, 0, None, 0, self.counters.items_out,
+                               dict(self.counters.dropped))
+
+
+class Gateway(Flowable[CompletionRequest], Service):
+    """OpenAI-compatible HTTP edge whose admission is the graph's demand.
+
+    As a Flowable it emits :class:`~rxpipe.engines.CompletionRequest` items, one per admitted
+    HTTP request, only while downstream demand is > 0; it holds no queue. When demand is 0 the
+    request is refused at once with 429 ``queue_full`` and a ``Retry-After`` derived from the
+    measured drain rate. It is a hot source with one subscriber at a time.
+
+    As a :class:`~rxpipe.runtime.Service` it serves HTTP (aiohttp) while its Pipeline runs:
+    ``POST /v1/completions``, ``POST /v1/chat/completions``, ``GET /v1/models``,
+    ``GET /metrics``, ``GET /healthz``, ``GET /readyz``. Settings: :class:`GatewayConfig`
+    (pass one, or its fields as keyword arguments).
+    """
+
+    kind = "gateway"
+
+    def __init__(self, config: GatewayConfig | None = None, *, name: str | None = None, **settings: Any) -> None:
+        if config is not None and settings:
+            raise TypeError("pass a GatewayConfig or settings, not both")
+        super().__init__(name=name)
+        self.config = config or GatewayConfig(**settings)
+        self.meter = DrainMeter()
+        self.key_buckets = (KeyBuckets(self.config.key_rate, self.config.key_burst)
+                            if self.config.key_rate is not None else None)
+        self.engines: list[Any] = []
+        self.draining = False
+        self.in_flight = 0
+        self.url: str | None = None
+        self._admission: _Admission | None = None
+        self._idle: asyncio.Event | None = None
+        self._runner: web.AppRunner | None = None
+
+    # -- Flowable ------------------------------------------------------------------------------
+    def _subscribe(self, subscriber: Subscriber[CompletionRequest]) -> None:
+        if self._admission is not None and not self._admission.cancelled:
+            subscriber.on_subscribe(EMPTY_SUBSCRIPTION)
+            subscriber.on_error(RxPipeError(f"gateway {self.name!r} is a hot source and already has a subscriber"))
+            return
+        self._admission = _Admission(subscriber, self)
+        subscriber.on_subscribe(self._admission)
+
+    @property
+    def demand(self) -> int:
+        """Outstanding downstream demand (requests the graph can take now)."""
+        admission = self._admission
+        return 0 if admission is None or admission.cancelled else admission.requested
+
+    @property
+    def available(self) -> bool:
+        """False when an engine behind the edge is down (the edge answers 503)."""
+        return all(engine.available for engine in self.engines)
+
+    # -- admission -----------------------------------------------------------------------------
+    def authenticate(self, header: str | None) -> str | None:
+        """Return the key id (``key_<i>``) for ``Authorization: Bearer <key>``, ``"anonymous"``
+        when no keys are configured, or None when the key is missing or wrong. Every configured
+        key is compared in constant time (``hmac.compare_digest``)."""
+        keys = self.config.api_keys
+        if not keys:
+            return "anonymous"
+        if not header or not header.startswith("Bearer "):
+            return None
+        given = header[len("Bearer "):].strip().encode()
+        found = None
+        for index, key in enumerate(keys):
+            if hmac.compare_digest(given, key.encode()):
+                found = f"key_{index}"
+        return found
+
+    def _retry_after_queue(self, now: float) -> float:
+        return clamp_retry_after(self.meter.estimated_wait(now), self.config.retry_after_min_s,
+                                 self.config.retry_after_max_s)
+
+    def early_refusal(self, now: float) -> Refusal | None:
+        """Refusals that need no request body: draining, engine down, no demand."""
+        cfg = self.config
+        if self.draining:
+            return Refusal(503, "draining", cfg.retry_after_min_s, "the server is shutting down; retry elsewhere")
+        if not self.available:
+            retry = max((getattr(e, "retry_after_s", None) or 0.0) for e in self.engines) if self.engines else 0.0
+            return Refusal(503, "unavailable", clamp_retry_after(retry, cfg.retry_after_min_s, cfg.retry_after_max_s),
+                           "the model backend is unavailable")
+        if self.demand == 0:
+            return Refusal(429, "queue_full", self._retry_after_queue(now),
+                           "the server is at capacity (queue full); retry after the indicated delay")
+        return None
+
+    def policy_refusal(self, key_id: str, now: float) -> Refusal | None:
+        """Per-key token bucket (``rate_limited``) and latency budget (``deadline``)."""
+        cfg = self.config
+        if self.key_buckets is not None:
+            allowed, headers, wait = self.key_buckets.check(key_id, now)
+            if not allowed:
+                return Refusal(429, "rate_limited",
+                               clamp_retry_after(wait, cfg.retry_after_min_s, cfg.retry_after_max_s),
+                               "rate limit reached for your API key", headers)
+        if cfg.latency_budget_s is not None:
+            wait = self.meter.estimated_wait(now)
+            if wait is not None and wait > cfg.latency_budget_s:
+                return Refusal(429, "deadline",
+                               clamp_retry_after(wait - cfg.latency_budget_s, cfg.retry_after_min_s,
+                                                 cfg.retry_after_max_s),
+                               f"estimated queue wait {wait:.2f} s exceeds the latency budget "
+                               f"{cfg.latency_budget_s:g} s")
+        return None
+
+    def admit(self, request: CompletionRequest, now: float) -> Refusal | None:
+        """Emit ``request`` into the graph, or return the refusal (429 ``queue_full``)."""
+        admission = self._admission
+        request.arrival_s = now
+        if request.reply is None:
+            request.reply = asyncio.get_running_loop().create_future()
+        if self.config.latency_budget_s is not None:
+            request.deadline_s = now + self.config.latency_budget_s
+        if admission is None or not admission.admit(request):
+            return Refusal(429, "queue_full", self._retry_after_queue(now),
+                           "the server is at capacity (queue full); retry after the indicated delay")
+        self.meter.record_admit()
+        return None
+
+    def reject(self, refusal: Refusal) -> None:
+        count_rejection(refusal.reason)
+        if self._admission is not None:
+            self._admission.counters.drop(refusal.reason)
+
+    # -- in-flight accounting (for draining) ---------------------------------------------------
+    def enter(self) -> None:
+        self.in_flight += 1
+
+    def leave(self) -> None:
+        self.in_flight -= 1
+        if self.in_flight == 0 and self._idle is not None:
+            self._idle.set()
+
+    # -- Service -------------------------------------------------------------------------------
+    def attach(self, pipeline: Pipeline) -> None:
+        self.engines = [stage.engine for stage in pipeline.stages if getattr(stage, "engine", None) is not None]
+
+    async def start(self, host: str, port: int | None) -> str | None:
+        from ._http import make_app
+
+        self.draining = False
+        app = make_app(self)
+        # handler_cancellation: a client that disconnects cancels its handler, so queued work is
+        # withdrawn and running work cancelled (DESIGN §5); access logs off (per-request cost).
+        self._runner = web.AppRunner(app, handler_cancellation=True, access_log=None)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, host, port if port is not None else 8000)
+        await site.start()
+        sockets = site._server.sockets if site._server is not None else []  # type: ignore[union-attr]
+        bound_host, bound_port = sockets[0].getsockname()[:2]
+        shown = f"[{bound_host}]" if ":" in bound_host else bound_host
+        self.url = f"http://{shown}:{bound_port}"
+        return self.url
+
+    async def drain(self, timeout_s: float) -> None:
+        """Refuse new requests (503 ``draining``), let in-flight ones finish within ``timeout_s``,
+        then complete the stream so the graph finishes what it holds."""
+        self.draining = True
+        if self.in_flight:
+            self._idle = asyncio.Event()
+            try:
+                await asyncio.wait_for(self._idle.wait(), timeout_s)
+            except TimeoutError:
+                log.warning("drain timeout (%.1f s): %d requests still in flight are cancelled",
+                            timeout_s, self.in_flight)
+        if self._admission is not None:
+            self._admission.finish()
+
+    async def stop(self) -> None:
+        if self._runner is not None:
+            runner, self._runner = self._runner, None
+            await runner.cleanup()

@@ -1,0 +1,275 @@
+"""aiohttp handlers of the edge: OpenAI endpoints, SSE with credit, health, metrics."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import socket
+import time
+from typing import TYPE_CHECKING, Awaitable, Callable
+
+from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
+
+from ..engines import Completion, CompletionRequest, CompletionResult
+from ..errors import EngineUnavailableError
+from ._metrics import REQUEST_DURATION, TIME_TO_FIRST_TOKEN, count_request
+from ._openai import (
+    SSE_DONE,
+    InvalidRequest,
+    chunk_body,
+    completion_body,
+    error_body,
+    now_created,
+    parse_request,
+    sse,
+)
+from ._policy import Refusal
+
+if TYPE_CHECKING:
+    from ._gateway import Gateway
+
+__all__ = ["make_app"]
+
+log = logging.getLogger("rxpipe.gateway")
+
+_JSON = "application/json"
+_ROUTES = {"/v1/completions", "/v1/chat/completions", "/v1/models", "/metrics", "/healthz", "/readyz"}
+#: OpenAI error ``type`` per refusal status; ``code`` carries the reason label (queue_full, ...).
+_TYPES = {429: "rate_limit_error", 503: "overloaded_error"}
+
+
+def _json(status: int, body: bytes, headers: dict[str, str] | None = None) -> web.Response:
+    return web.Response(status=status, body=body, content_type=_JSON, headers=headers)
+
+
+def _error(status: int, message: str, type: str, code: str, param: str | None = None,
+           headers: dict[str, str] | None = None) -> web.Response:
+    return _json(status, error_body(message, type, code, param), headers)
+
+
+def _refusal_response(refusal: Refusal) -> web.Response:
+    seconds = refusal.retry_after_s
+    headers = {"Retry-After": str(max(1, int(-(-seconds // 1)))), "retry-after-ms": str(int(seconds * 1000)),
+               **refusal.headers}
+    return _error(refusal.status, refusal.message, _TYPES[refusal.status], refusal.reason, headers=headers)
+
+
+class _Edge:
+    """Handlers bound to one Gateway."""
+
+    def __init__(self, gateway: Gateway) -> None:
+        self.gateway = gateway
+        self.config = gateway.config
+
+    # -- OpenAI endpoints ----------------------------------------------------------------------
+    async def completions(self, request: web.Request) -> web.StreamResponse:
+        return await self._complete(request, chat=False)
+
+    async def chat_completions(self, request: web.Request) -> web.StreamResponse:
+        return await self._complete(request, chat=True)
+
+    async def models(self, request: web.Request) -> web.Response:
+        import orjson
+
+        return _json(200, orjson.dumps({"object": "list", "data": [
+            {"id": self.config.model, "object": "model", "created": 0, "owned_by": "rxpipe"}]}))
+
+    async def _complete(self, request: web.Request, *, chat: bool) -> web.StreamResponse:
+        gateway = self.gateway
+        loop = asyncio.get_running_loop()
+        now = loop.time()
+        key_id = gateway.authenticate(request.headers.get("Authorization"))
+        if key_id is None:
+            return _error(401, "missing or invalid API key (Authorization: Bearer <key>)",
+                          "authentication_error", "invalid_api_key")
+        refusal = gateway.early_refusal(now)
+        if refusal is not None:
+            gateway.reject(refusal)
+            return _refusal_response(refusal)
+        limit = self.config.max_body_bytes
+        if request.content_length is not None and request.content_length > limit:
+            return _error(413, f"request body over the {limit}-byte limit", "invalid_request_error",
+                          "request_too_large")
+        try:
+            body = await request.read()
+        except web.HTTPRequestEntityTooLarge:
+            return _error(413, f"request body over the {limit}-byte limit", "invalid_request_error",
+                          "request_too_large")
+        try:
+            item = parse_request(body, chat=chat, default_model=self.config.model,
+                                 max_tokens_limit=self.config.max_tokens_limit)
+        except InvalidRequest as error:
+            return _error(error.status, str(error), error.type, error.code, error.param)
+        if item.model != self.config.model:
+            return _error(404, f"model {item.model!r} does not exist; GET /v1/models lists the served models",
+                          "not_found_error", "model_not_found", "model")
+        item.api_key_id = key_id
+        now = loop.time()
+        refusal = gateway.policy_refusal(key_id, now) or gateway.early_refusal(now) or gateway.admit(item, now)
+        if refusal is not None:
+            gateway.reject(refusal)
+            return _refusal_response(refusal)
+        gateway.enter()
+        try:
+            return await self._answer(request, item, chat=chat)
+        finally:
+            gateway.leave()
+
+    async def _answer(self, request: web.Request, item: CompletionRequest, *, chat: bool) -> web.StreamResponse:
+        gateway = self.gateway
+        reply = item.reply
+        assert reply is not None
+        started = False
+        try:
+            try:
+                completion: Completion = await reply
+            except EngineUnavailableError as error:
+                return _refusal_response(Refusal(503, "unavailable", self.config.retry_after_min_s, str(error)))
+            started = True
+            gateway.meter.record_start(asyncio.get_running_loop().time())
+            if completion.finish_reason == "deadline":
+                # Queued past its latency budget: it never ran. Refuse it like an early deadline.
+                refusal = Refusal(429, "deadline", self.config.retry_after_min_s,
+                                  "the request waited longer than the latency budget and was not started")
+                gateway.reject(refusal)
+                return _refusal_response(refusal)
+            if item.stream:
+                return await self._stream(request, item, completion, chat=chat)
+            result: CompletionResult = await completion.result
+            _observe(result)
+            return _json(200, completion_body(item, result, chat=chat, created=now_created()))
+        except asyncio.CancelledError:
+            item.cancel()  # the client left: a queued request never starts, a running one stops
+            reply.add_done_callback(_retrieve)
+            raise
+        except Exception as error:
+            item.cancel()
+            log.error("request %s failed: %r", item.id, error)
+            return _error(500, f"the request failed: {error}", "server_error", "engine_error")
+        finally:
+            if not started:
+                gateway.meter.record_abandon()
+
+    async def _stream(self, request: web.Request, item: CompletionRequest, completion: Completion, *,
+                      chat: bool) -> web.StreamResponse:
+        response = web.StreamResponse(status=200, headers={
+            "Content-Type": "text/event-stream", "Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+        _bound_socket_buffers(request, self.config.stream_buffer_bytes)
+        await response.prepare(request)
+        created = now_created()
+        result_future = asyncio.ensure_future(completion.result)
+        transport = request.transport
+
+        def abort_if_stalled(future: asyncio.Future[CompletionResult]) -> None:
+            # A reader that stopped reading leaves our write blocked: once the engine gave up on
+            # the sequence, close the connection instead of waiting for the socket forever.
+            if not future.cancelled() and future.exception() is None and future.result().finish_reason == "stalled":
+                if transport is not None:
+                    transport.abort()
+
+        result_future.add_done_callback(abort_if_stalled)
+        tokens = completion.tokens.iterate(self.config.stream_window, credit=True)
+        try:
+            if chat:
+                await response.write(sse(chunk_body(item, chat=True, created=created, text="", role=True)))
+            async for chunk in tokens:
+                await response.write(sse(chunk_body(item, chat=chat, created=created, text=chunk.text)))
+                tokens.grant(1)  # credit follows what the socket actually took
+            result = await result_future
+            _observe(result)
+            await response.write(sse(chunk_body(item, chat=chat, created=created, result=result)))
+            if item.sampling.get("include_usage"):
+                await response.write(sse(chunk_body(item, chat=chat, created=created, result=result,
+                                                    usage_only=True)))
+            await response.write(SSE_DONE)
+            await response.write_eof()
+        except (ConnectionResetError, ConnectionError):
+            completion.cancel()  # the client went away mid-stream: free the slot
+        finally:
+            await tokens.aclose()
+            if not result_future.done():
+                result_future.cancel()
+        return response
+
+    # -- operational endpoints -----------------------------------------------------------------
+    async def healthz(self, request: web.Request) -> web.Response:
+        return _json(200, b'{"status":"ok"}')
+
+    async def readyz(self, request: web.Request) -> web.Response:
+        gateway = self.gateway
+        if gateway.draining:
+            return _json(503, b'{"status":"draining"}', {"Retry-After": "1"})
+        if not gateway.available:
+            return _json(503, b'{"status":"unavailable"}', {"Retry-After": "1"})
+        return _json(200, b'{"status":"ready"}')
+
+    async def metrics(self, request: web.Request) -> web.Response:
+        return web.Response(body=generate_latest(REGISTRY), headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+
+def _retrieve(future: asyncio.Future[Completion]) -> None:
+    """Mark a reply nobody waits for any more as retrieved (no "never retrieved" warning)."""
+    if not future.cancelled():
+        future.exception()
+
+
+def _observe(result: CompletionResult) -> None:
+    if result.ttft_s is not None:
+        TIME_TO_FIRST_TOKEN.observe(result.ttft_s)
+
+
+def _bound_socket_buffers(request: web.Request, limit: int) -> None:
+    """Keep a slow SSE reader's backlog small: the transport pauses (and our writes wait) once
+    ``limit`` bytes are pending, and the kernel send buffer is capped likewise."""
+    transport = request.transport
+    if transport is None:
+        return
+    transport.set_write_buffer_limits(high=limit)
+    sock = transport.get_extra_info("socket")
+    if sock is not None:
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, limit)
+        except OSError:  # not every transport exposes a real socket
+            pass
+
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+@web.middleware
+async def _edge_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """JSON errors for unknown routes, counts every answer by route and code, times it."""
+    started = time.perf_counter()
+    route = request.path if request.path in _ROUTES else "other"
+    try:
+        response = await handler(request)
+    except web.HTTPNotFound:
+        response = _error(404, f"no route {request.method} {request.path}", "not_found_error", "unknown_route")
+    except web.HTTPMethodNotAllowed as error:
+        response = _error(405, f"{request.method} is not allowed on {request.path}", "invalid_request_error",
+                          "method_not_allowed", headers={"Allow": ",".join(sorted(error.allowed_methods))})
+    except web.HTTPException:
+        raise
+    except asyncio.CancelledError:
+        count_request(route, 499)  # client closed the request (nginx's convention)
+        raise
+    except Exception:
+        log.exception("unhandled error on %s %s", request.method, request.path)
+        response = _error(500, "internal error", "server_error", "internal_error")
+    count_request(route, response.status)
+    if route in ("/v1/completions", "/v1/chat/completions"):
+        REQUEST_DURATION.observe(time.perf_counter() - started)
+    return response
+
+
+def make_app(gateway: Gateway) -> web.Application:
+    edge = _Edge(gateway)
+    app = web.Application(client_max_size=gateway.config.max_body_bytes, middlewares=[_edge_middleware])
+    app.router.add_post("/v1/completions", edge.completions)
+    app.router.add_post("/v1/chat/completions", edge.chat_completions)
+    app.router.add_get("/v1/models", edge.models)
+    app.router.add_get("/metrics", edge.metrics)
+    app.router.add_get("/healthz", edge.healthz)
+    app.router.add_get("/readyz", edge.readyz)
+    return app
