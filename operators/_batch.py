@@ -27,16 +27,16 @@ import asyncio
 from collections import deque
 from typing import Any, Callable
 
-from rxpipe._demand import EMPTY_SUBSCRIPTION, DrainSubscription, InternalSubscriber
-from rxpipe._protocol import UNBOUNDED, Subscriber, Subscription
+from rxpipe._demand import EMPTY_SUBSCRIPTION, DrainSubscription, StageLink
+from rxpipe._protocol import UNBOUNDED, Subscriber
 from rxpipe.errors import MissingBackpressureError
 from rxpipe.flowable import Flowable
-from rxpipe.metrics import StageCounters, StageStatistics, track
+from rxpipe.metrics import StageStatistics
 
 __all__ = ["BatchFlowable", "BatchSubscription"]
 
 
-class BatchSubscription(DrainSubscription, InternalSubscriber):
+class BatchSubscription(DrainSubscription, StageLink):
     """One run of ``batch``: see the module docstring for the state machine."""
 
     __slots__ = ("upstream", "upstream_done", "max_size", "max_delay_s", "weight", "max_weight", "loop",
@@ -47,7 +47,6 @@ class BatchSubscription(DrainSubscription, InternalSubscriber):
                  weight: Callable[[Any], float] | None, max_weight: float | None,
                  loop: asyncio.AbstractEventLoop | None, name: str) -> None:
         super().__init__(downstream)
-        self.upstream: Subscription | None = None
         self.upstream_done = False
         self.max_size = max_size
         self.max_delay_s = max_delay_s
@@ -65,16 +64,10 @@ class BatchSubscription(DrainSubscription, InternalSubscriber):
         self.received = 0
         #: items (not batches) delivered downstream; ``emitted`` counts batches
         self.items_out = 0
-        self.counters = StageCounters(name)
-        track(self)
+        self._link_stage(name)
 
     # -- upstream signals ----------------------------------------------------------------------
-    def on_subscribe(self, subscription: Subscription) -> None:
-        if self.upstream is not None:
-            subscription.cancel()  # §2.5
-            return
-        self.upstream = subscription
-        self.downstream.on_subscribe(self)
+    def _upstream_ready(self) -> None:
         self.drain()  # requests the look-ahead batch
 
     def on_next(self, item: Any) -> None:

@@ -18,11 +18,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from rxpipe._demand import InternalSubscriber, QueueDrainSubscription, Replenisher
-from rxpipe._protocol import UNBOUNDED, Subscriber, Subscription
+from rxpipe._demand import QueueDrainSubscription, Replenisher, StageLink
+from rxpipe._protocol import UNBOUNDED, Subscriber
 from rxpipe.errors import BufferOverflowError, MissingBackpressureError
 from rxpipe.flowable import Flowable
-from rxpipe.metrics import StageCounters, StageStatistics, track
+from rxpipe.metrics import StageStatistics
 
 __all__ = [
     "OVERFLOW_STRATEGIES",
@@ -36,7 +36,7 @@ __all__ = [
 OVERFLOW_STRATEGIES = ("backpressure", "drop_incoming", "drop_oldest", "error")
 
 
-class BufferSubscription(QueueDrainSubscription, InternalSubscriber):
+class BufferSubscription(QueueDrainSubscription, StageLink):
     """Base: subscriber to upstream, subscription to downstream, FIFO of at most ``capacity``.
 
     ``upstream_done`` turns true once upstream terminated or was cancelled by this stage; later
@@ -47,24 +47,13 @@ class BufferSubscription(QueueDrainSubscription, InternalSubscriber):
 
     def __init__(self, downstream: Subscriber[Any], capacity: int, name: str) -> None:
         super().__init__(downstream)
-        self.upstream: Subscription | None = None
         self.upstream_done = False
         self.capacity = capacity
         #: items received from upstream (synced into ``counters`` once per pass)
         self.received = 0
-        self.counters = StageCounters(name)
-        track(self)
+        self._link_stage(name)
 
     # -- upstream signals ----------------------------------------------------------------------
-    def on_subscribe(self, subscription: Subscription) -> None:
-        if self.upstream is not None:
-            subscription.cancel()  # §2.5
-            return
-        self.upstream = subscription
-        self.downstream.on_subscribe(self)
-        if not self.cancelled:
-            self._start()
-
     def on_error(self, error: BaseException) -> None:
         if self.upstream_done:
             return
@@ -81,10 +70,6 @@ class BufferSubscription(QueueDrainSubscription, InternalSubscriber):
         self.drain()
 
     # -- for subclasses ------------------------------------------------------------------------
-    def _start(self) -> None:
-        """After ``on_subscribe`` went downstream: make the first upstream request."""
-        raise NotImplementedError  # pragma: no cover - abstract
-
     def _cancel_upstream(self) -> None:
         if not self.upstream_done:
             self.upstream_done = True
@@ -125,7 +110,7 @@ class BackpressureBufferSubscription(BufferSubscription):
         #: total requested from upstream; -1 once upstream is done, so any item is "over"
         self.upstream_requested = 0
 
-    def _start(self) -> None:
+    def _upstream_ready(self) -> None:
         self.prefetch_due = True
         self.drain()  # the prefetch request is made from inside the drain loop (see _drain)
 
@@ -199,7 +184,7 @@ class SheddingBufferSubscription(BufferSubscription):
         super().__init__(downstream, capacity, name)
         self.overflow = overflow
 
-    def _start(self) -> None:
+    def _upstream_ready(self) -> None:
         # Outside the drain loop on purpose: a synchronous upstream then delivers each item while
         # there is demand, and sheds only when downstream really is behind.
         self.upstream.request(UNBOUNDED)  # type: ignore[union-attr]

@@ -15,11 +15,11 @@ from __future__ import annotations
 
 from typing import Any, Callable, Hashable
 
-from rxpipe._demand import EMPTY_SUBSCRIPTION, InternalSubscriber, QueueDrainSubscription, Replenisher
+from rxpipe._demand import EMPTY_SUBSCRIPTION, QueueDrainSubscription, Replenisher, StageLink
 from rxpipe._protocol import Subscriber, Subscription
 from rxpipe.errors import MissingBackpressureError, ProtocolViolationError, TooManyGroupsError
 from rxpipe.flowable import Flowable
-from rxpipe.metrics import StageCounters, StageStatistics, track
+from rxpipe.metrics import StageStatistics
 
 __all__ = ["GroupByFlowable", "GroupedFlowable", "GroupByMain", "GroupSubscription"]
 
@@ -123,7 +123,7 @@ class GroupSubscription(QueueDrainSubscription):
         self.main.group_released(self)
 
 
-class GroupByMain(QueueDrainSubscription, InternalSubscriber):
+class GroupByMain(QueueDrainSubscription, StageLink):
     """The main stream (groups, in order of first key appearance) and the upstream subscriber.
 
     State: ``groups`` (key → open group), ``queue`` (groups not yet emitted), ``upstream``,
@@ -141,12 +141,10 @@ class GroupByMain(QueueDrainSubscription, InternalSubscriber):
         self.key_fn = stage.key
         self.max_groups = stage.max_groups
         self.groups: dict[Hashable, GroupSubscription] = {}
-        self.upstream: Subscription | None = None
         self.upstream_done = False
         self.outstanding = 0
         self.replenisher = Replenisher(stage.prefetch)
-        self.counters = StageCounters(stage.name)
-        track(self)
+        self._link_stage(stage.name)
 
     # -- upstream signals ----------------------------------------------------------------------
     def on_subscribe(self, subscription: Subscription) -> None:

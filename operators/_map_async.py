@@ -19,11 +19,11 @@ import asyncio
 from collections import deque
 from typing import Any, Awaitable, Callable
 
-from rxpipe._demand import DrainSubscription, InternalSubscriber
-from rxpipe._protocol import UNBOUNDED, Subscriber, Subscription
+from rxpipe._demand import DrainSubscription, StageLink
+from rxpipe._protocol import UNBOUNDED, Subscriber
 from rxpipe.errors import MissingBackpressureError
 from rxpipe.flowable import Flowable
-from rxpipe.metrics import StageCounters, StageStatistics, track
+from rxpipe.metrics import StageStatistics
 from rxpipe.resilience import CircuitBreaker, Retry, resilient_call
 
 __all__ = ["MapAsyncFlowable", "MapAsyncSubscription"]
@@ -71,7 +71,7 @@ def _call_error(task: asyncio.Future[Any]) -> BaseException | None:
     return None
 
 
-class MapAsyncSubscription(DrainSubscription, InternalSubscriber):
+class MapAsyncSubscription(DrainSubscription, StageLink):
     """Runs up to ``concurrency`` calls; delivers results on demand (input order if ``ordered``).
 
     State: ``calls`` (ordered: every held call in input order, running or done; unordered: the
@@ -86,7 +86,6 @@ class MapAsyncSubscription(DrainSubscription, InternalSubscriber):
     def __init__(self, downstream: Subscriber[Any], stage: MapAsyncFlowable,
                  loop: asyncio.AbstractEventLoop) -> None:
         super().__init__(downstream)
-        self.upstream: Subscription | None = None
         self.upstream_done = False
         self.upstream_outstanding = 0
         self.loop = loop
@@ -98,20 +97,13 @@ class MapAsyncSubscription(DrainSubscription, InternalSubscriber):
         self.timeout_s = stage.item_timeout_s
         self.calls: deque[asyncio.Future[Any]] | set[asyncio.Future[Any]] = deque() if stage.ordered else set()
         self.ready: deque[Any] = deque()
-        self.counters = StageCounters(stage.name)
+        self._link_stage(stage.name)
         self._on_call_done = self._call_done if stage.ordered else self._call_done_unordered
-        track(self)
 
     # -- upstream signals ----------------------------------------------------------------------
-    def on_subscribe(self, subscription: Subscription) -> None:
-        if self.upstream is not None:
-            subscription.cancel()  # §2.5
-            return
-        self.upstream = subscription
-        self.downstream.on_subscribe(self)
-        if not self.cancelled:
-            self.upstream_outstanding = self.concurrency
-            subscription.request(self.concurrency)
+    def _upstream_ready(self) -> None:
+        self.upstream_outstanding = self.concurrency
+        self.upstream.request(self.concurrency)  # type: ignore[union-attr]
 
     def on_next(self, item: Any) -> None:
         if self.cancelled or self.upstream_done:

@@ -20,11 +20,11 @@ import asyncio
 import math
 from typing import Any
 
-from rxpipe._demand import EMPTY_SUBSCRIPTION, InternalSubscriber, QueueDrainSubscription
-from rxpipe._protocol import Subscriber, Subscription
+from rxpipe._demand import EMPTY_SUBSCRIPTION, QueueDrainSubscription, StageLink
+from rxpipe._protocol import Subscriber
 from rxpipe.errors import MissingBackpressureError
 from rxpipe.flowable import Flowable
-from rxpipe.metrics import StageCounters, StageStatistics, track
+from rxpipe.metrics import StageStatistics
 from rxpipe.token_bucket import TokenBucket
 
 __all__ = ["RateLimitFlowable", "RateLimitSubscription"]
@@ -47,7 +47,7 @@ def _deadline(now: float, delay: float, rate: float) -> float:
     return snapped if abs(snapped - deadline) * rate <= 1e-10 else deadline
 
 
-class RateLimitSubscription(QueueDrainSubscription, InternalSubscriber):
+class RateLimitSubscription(QueueDrainSubscription, StageLink):
     """One run of ``rate_limit``: see the module docstring."""
 
     __slots__ = ("upstream", "upstream_done", "bucket", "loop", "timer", "outstanding", "uncharged",
@@ -56,7 +56,6 @@ class RateLimitSubscription(QueueDrainSubscription, InternalSubscriber):
     def __init__(self, downstream: Subscriber[Any], bucket: TokenBucket, loop: asyncio.AbstractEventLoop,
                  name: str) -> None:
         super().__init__(downstream)
-        self.upstream: Subscription | None = None
         self.upstream_done = False
         self.bucket = bucket
         self.loop = loop
@@ -66,16 +65,10 @@ class RateLimitSubscription(QueueDrainSubscription, InternalSubscriber):
         #: received items whose token is not taken yet (taken once per pass)
         self.uncharged = 0
         self.received = 0
-        self.counters = StageCounters(name)
-        track(self)
+        self._link_stage(name)
 
     # -- upstream signals ----------------------------------------------------------------------
-    def on_subscribe(self, subscription: Subscription) -> None:
-        if self.upstream is not None:
-            subscription.cancel()  # §2.5
-            return
-        self.upstream = subscription
-        self.downstream.on_subscribe(self)
+    def _upstream_ready(self) -> None:
         self.drain()
 
     def on_next(self, item: Any) -> None:

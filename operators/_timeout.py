@@ -19,11 +19,11 @@ import asyncio
 from collections import deque
 from typing import Any
 
-from rxpipe._demand import InternalSubscriber, QueueDrainSubscription, add_demand
-from rxpipe._protocol import UNBOUNDED, Subscriber, Subscription
+from rxpipe._demand import QueueDrainSubscription, StageLink, add_demand
+from rxpipe._protocol import UNBOUNDED, Subscriber
 from rxpipe.errors import MissingBackpressureError
 from rxpipe.flowable import Flowable
-from rxpipe.metrics import StageCounters, StageStatistics, track
+from rxpipe.metrics import StageStatistics
 
 __all__ = ["TimeoutFlowable", "TimeoutSubscription", "TIMEOUT_MODES"]
 
@@ -47,7 +47,7 @@ class TimeoutFlowable(Flowable[Any]):
         self.source._subscribe(TimeoutSubscription(subscriber, self, loop))
 
 
-class TimeoutSubscription(QueueDrainSubscription, InternalSubscriber):
+class TimeoutSubscription(QueueDrainSubscription, StageLink):
     """Forwards demand and items; one timer watches the oldest pending deadline.
 
     State: ``upstream_outstanding`` (requested upstream, not yet received), ``idle_since`` (idle
@@ -61,7 +61,6 @@ class TimeoutSubscription(QueueDrainSubscription, InternalSubscriber):
     def __init__(self, downstream: Subscriber[Any], stage: TimeoutFlowable,
                  loop: asyncio.AbstractEventLoop) -> None:
         super().__init__(downstream)
-        self.upstream: Subscription | None = None
         self.upstream_done = False
         self.upstream_outstanding = 0
         self.loop = loop
@@ -70,17 +69,9 @@ class TimeoutSubscription(QueueDrainSubscription, InternalSubscriber):
         self.idle_since = 0.0
         self.deadlines: deque[list[float]] = deque()
         self.handle: asyncio.TimerHandle | None = None
-        self.counters = StageCounters(stage.name)
-        track(self)
+        self._link_stage(stage.name)
 
     # -- upstream signals ----------------------------------------------------------------------
-    def on_subscribe(self, subscription: Subscription) -> None:
-        if self.upstream is not None:
-            subscription.cancel()  # §2.5
-            return
-        self.upstream = subscription
-        self.downstream.on_subscribe(self)
-
     def on_next(self, item: Any) -> None:
         if self.upstream_done:
             return
