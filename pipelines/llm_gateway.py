@@ -77,7 +77,8 @@ def settings(config: dict[str, Any]) -> dict[str, Any]:
         merged["batch_max_size"] = max(1, merged["max_num_seqs"] // 8)
     if merged["batch_max_size"] > merged["max_num_seqs"]:
         raise ValueError(f"batch_max_size ({merged['batch_max_size']}) must not exceed max_num_seqs "
-                         f"({merged['max_num_seqs']}): the executor asks for a batch only when it has room for a whole one")
+                         f"({merged['max_num_seqs']}): the executor asks for a batch only when it has "
+                         f"room for a whole one")
     return merged
 
 

@@ -84,15 +84,16 @@ class StageLink(InternalSubscriber):
 
     def _link_stage(self, name: str) -> None:
         """Set up the upstream link and the stage's metrics (``counters``, exported while alive)."""
-        self.upstream = None
-        self.counters = StageCounters(name)
+        # The slots are declared by the concrete class (a slotted mixin cannot hold them).
+        self.upstream = None  # type: ignore[misc]
+        self.counters = StageCounters(name)  # type: ignore[misc]
         track(self)  # type: ignore[arg-type]  # the concrete class provides statistics()
 
     def on_subscribe(self, subscription: Subscription) -> None:
         if self.upstream is not None:
             subscription.cancel()  # Reactive Streams §2.5
             return
-        self.upstream = subscription
+        self.upstream = subscription  # type: ignore[misc]
         self.downstream.on_subscribe(self)  # type: ignore[arg-type]  # self is the Subscription too
         if not self.cancelled:
             self._upstream_ready()

@@ -38,7 +38,7 @@ class Flowable(Publisher[T], Generic[T]):
 
     def __init__(self, *, name: str | None = None, upstreams: tuple[Flowable[Any], ...] = ()) -> None:
         self.upstreams = upstreams
-        self.index = 1 + max((u.index for u in upstreams), default=-1)
+        self.index: int = 1 + max((u.index for u in upstreams), default=-1)
         self.name = name or f"{self.kind}_{self.index}"
 
     # -- subscribing ---------------------------------------------------------------------------
@@ -50,7 +50,7 @@ class Flowable(Publisher[T], Generic[T]):
                   on_error: Callable[[BaseException], Any] | None = None,
                   on_complete: Callable[[], Any] | None = None) -> LambdaSubscriber: ...
 
-    def subscribe(self, subscriber: Any = None, on_error: Any = None, on_complete: Any = None, *,
+    def subscribe(self, subscriber: Any = None, on_error: Any = None, on_complete: Any = None, *,  # type: ignore[misc]
                   on_next: Callable[[T], Any] | None = None) -> LambdaSubscriber | None:
         """Subscribe a :class:`~rxpipe.Subscriber`, or callbacks.
 

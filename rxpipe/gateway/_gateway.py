@@ -143,7 +143,7 @@ class Gateway(Flowable[CompletionRequest], Service):
         if self.draining:
             return Refusal(503, "draining", cfg.retry_after_min_s, "the server is shutting down; retry elsewhere")
         if not self.available:
-            retry = max((getattr(e, "retry_after_s", None) or 0.0) for e in self.engines) if self.engines else 0.0
+            retry = max((float(getattr(e, "retry_after_s", None) or 0.0) for e in self.engines), default=0.0)
             return Refusal(503, "unavailable", clamp_retry_after(retry, cfg.retry_after_min_s, cfg.retry_after_max_s),
                            "the model backend is unavailable")
         if self.demand == 0:
@@ -155,10 +155,10 @@ class Gateway(Flowable[CompletionRequest], Service):
         """Per-key token bucket (``rate_limited``) and latency budget (``deadline``)."""
         cfg = self.config
         if self.key_buckets is not None:
-            allowed, headers, wait = self.key_buckets.check(key_id, now)
+            allowed, headers, token_wait = self.key_buckets.check(key_id, now)
             if not allowed:
                 return Refusal(429, "rate_limited",
-                               clamp_retry_after(wait, cfg.retry_after_min_s, cfg.retry_after_max_s),
+                               clamp_retry_after(token_wait, cfg.retry_after_min_s, cfg.retry_after_max_s),
                                "rate limit reached for your API key", headers)
         if cfg.latency_budget_s is not None:
             wait = self.meter.estimated_wait(now)
@@ -200,7 +200,8 @@ class Gateway(Flowable[CompletionRequest], Service):
 
     # -- Service -------------------------------------------------------------------------------
     def attach(self, pipeline: Pipeline) -> None:
-        self.engines = [stage.engine for stage in pipeline.stages if getattr(stage, "engine", None) is not None]
+        engines = (getattr(stage, "engine", None) for stage in pipeline.stages)
+        self.engines = [engine for engine in engines if engine is not None]
 
     async def start(self, host: str, port: int | None) -> str | None:
         from ._http import make_app
@@ -213,7 +214,7 @@ class Gateway(Flowable[CompletionRequest], Service):
         await self._runner.setup()
         site = web.TCPSite(self._runner, host, port if port is not None else 8000)
         await site.start()
-        sockets = site._server.sockets if site._server is not None else []  # type: ignore[union-attr]
+        sockets = site._server.sockets if site._server is not None else []  # type: ignore[attr-defined]
         bound_host, bound_port = sockets[0].getsockname()[:2]
         shown = f"[{bound_host}]" if ":" in bound_host else bound_host
         self.url = f"http://{shown}:{bound_port}"

@@ -92,7 +92,7 @@ def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> bool | None:
     test = pyfuncitem.obj
     if not inspect.iscoroutinefunction(test):
         return None
-    loop_name = pyfuncitem.funcargs["_rxpipe_loop_name"]
+    loop_name = str(pyfuncitem.funcargs["_rxpipe_loop_name"])
     params = inspect.signature(test).parameters
     fixture_names = [name for name in params if name != "loop"]
     lazy_loop = "loop" in params

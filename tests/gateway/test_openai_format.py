@@ -27,8 +27,8 @@ def test_completion_request_fields() -> None:
 
 
 def test_chat_request_fields() -> None:
-    req = parse({"messages": [{"role": "system", "content": "be brief"},
-                              {"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]}],
+    parts = [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]
+    req = parse({"messages": [{"role": "system", "content": "be brief"}, {"role": "user", "content": parts}],
                  "max_completion_tokens": 3}, chat=True)
     assert req.messages == [{"role": "system", "content": "be brief"}, {"role": "user", "content": "ab"}]
     assert req.max_tokens == 3 and req.prompt is None and req.id.startswith("chatcmpl-")
@@ -88,4 +88,5 @@ def test_chunk_bodies() -> None:
 
 
 def test_error_body_shape() -> None:
-    assert orjson.loads(error_body("m", "t", "c")) == {"error": {"message": "m", "type": "t", "code": "c", "param": None}}
+    assert orjson.loads(error_body("m", "t", "c")) == {
+        "error": {"message": "m", "type": "t", "code": "c", "param": None}}
