@@ -10,12 +10,16 @@
   credit, awaitable ``.result``), :class:`CompletionResult`.
 - :class:`Engine`: the interface ``execute`` drives (``free_slots`` is the pipeline's demand).
 - :class:`SimulatedEngine`: the embedded default, continuous batching like vLLM, on the loop clock.
+- :class:`OpenAIEngine`: a real OpenAI-compatible server (vLLM, TGI, llama.cpp) over HTTP/SSE.
+- :class:`BatchFunctionEngine`: a local synchronous batch function (a model) in worker threads.
 - :func:`execute`: the executor stage (also ``rxpipe.operators.execute``).
 """
 
 from ..errors import EngineError, EngineUnavailableError
 from .base import Engine
+from .batch_function import BatchFunctionEngine, BatchRecord, request_text
 from .executor import ExecuteFlowable, execute
+from .openai import OpenAIEngine, parse_retry_after
 from .records import FINISH_REASONS, Completion, CompletionRequest, CompletionResult, TokenChunk, estimate_tokens
 from .simulated import LatencyModel, SimulatedEngine, StepRecord
 
@@ -30,6 +34,11 @@ __all__ = [
     "SimulatedEngine",
     "StepRecord",
     "LatencyModel",
+    "OpenAIEngine",
+    "parse_retry_after",
+    "BatchFunctionEngine",
+    "BatchRecord",
+    "request_text",
     "execute",
     "ExecuteFlowable",
     "EngineError",

@@ -136,7 +136,9 @@ class _Edge:
                 return _refusal_response(refusal)
             if item.stream:
                 return await self._stream(request, item, completion, chat=chat)
-            result: CompletionResult = await completion.result
+            # shield: a cancelled handler must not cancel the Completion's shared result future
+            # (the except clause below cancels the completion itself)
+            result: CompletionResult = await asyncio.shield(completion.result)
             _observe(result)
             return _json(200, completion_body(item, result, chat=chat, created=now_created()))
         except asyncio.CancelledError:
@@ -158,7 +160,7 @@ class _Edge:
         _bound_socket_buffers(request, self.config.stream_buffer_bytes)
         await response.prepare(request)
         created = now_created()
-        result_future = asyncio.ensure_future(completion.result)
+        result_future = completion.result
         transport = request.transport
 
         def abort_if_stalled(future: asyncio.Future[CompletionResult]) -> None:
@@ -176,7 +178,7 @@ class _Edge:
             async for chunk in tokens:
                 await response.write(sse(chunk_body(item, chat=chat, created=created, text=chunk.text)))
                 tokens.grant(1)  # credit follows what the socket actually took
-            result = await result_future
+            result = await asyncio.shield(result_future)
             _observe(result)
             await response.write(sse(chunk_body(item, chat=chat, created=created, result=result)))
             if item.sampling.get("include_usage"):
@@ -188,8 +190,7 @@ class _Edge:
             completion.cancel()  # the client went away mid-stream: free the slot
         finally:
             await tokens.aclose()
-            if not result_future.done():
-                result_future.cancel()
+            result_future.remove_done_callback(abort_if_stalled)
         return response
 
     # -- operational endpoints -----------------------------------------------------------------

@@ -1,0 +1,775 @@
+"""``OpenAIEngine``: a real OpenAI-compatible HTTP backend (vLLM, TGI, llama.cpp server, OpenAI).
+
+One admitted request is one streamed HTTP call (``"stream": true``, Server-Sent Events) run by one
+task; its token deltas flow into the Completion's token stream as they arrive.
+
+State of a request (``_Call.state``): waiting (admitted, not started: the engine is paused or
+at ``max_in_flight``) → running (its HTTP call in flight) → done. A call answered 429/503 goes
+back to the front of the waiting queue and starts again when the pause ends.
+
+Flow control, from the server back to the pipeline:
+
+- capacity: at most ``max_in_flight`` HTTP calls at once; ``free_slots = max_in_flight -
+  running - waiting`` is the executor's demand.
+- credit: a streaming request's HTTP body is read only while its token consumer has credit, so
+  a slow client stops our reads, aiohttp's buffer fills, it pauses the socket and TCP flow
+  control reaches the server (which stops generating, or buffers, as it sees fit).
+- 429/503 (Retry-After): every call pauses, ``free_slots`` is 0 until the pause ends.
+- connection errors, timeouts and 5xx other than 503: failures of the circuit breaker; while it
+  is open the engine is unavailable (the gateway answers 503).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import email.utils
+import math
+import random
+import time
+from collections import deque
+from typing import Any, Mapping
+
+import aiohttp
+import orjson
+
+from ..errors import CircuitOpenError, EngineError, EngineUnavailableError
+from ..resilience import CircuitBreaker
+from .base import Engine
+from .records import Completion, CompletionRequest, CompletionResult
+
+__all__ = ["OpenAIEngine", "parse_retry_after"]
+
+_WAITING, _RUNNING, _DONE = 0, 1, 2
+
+# sampling fields the engine sets itself (or that are the gateway's own): never passed through
+_RESERVED = frozenset({"model", "prompt", "messages", "stream", "stream_options", "n", "max_tokens",
+                       "include_usage"})
+
+#: backoff base (seconds) after a 429/503 without Retry-After; doubles per consecutive answer
+_BACKOFF_BASE_S = 1.0
+_ERROR_BODY_BYTES = 4096
+
+
+def parse_retry_after(headers: Mapping[str, str], now_wall_s: float | None = None) -> float | None:
+    """Seconds a 429/503 answer asks us to wait, or None when it does not say.
+
+    Reads ``retry-after-ms`` (milliseconds; OpenAI and rxpipe's gateway send it), else
+    ``Retry-After`` as delta-seconds or as an HTTP-date (RFC 9110 §10.2.3), measured from
+    ``now_wall_s`` (default ``time.time()``). Negative or malformed values count as absent.
+    """
+    ms = headers.get("retry-after-ms")
+    if ms is not None:
+        try:
+            value = float(ms) / 1000.0
+        except ValueError:
+            value = -1.0
+        if 0.0 <= value < math.inf:
+            return value
+    raw = headers.get("Retry-After")
+    if raw is None:
+        return None
+    raw = raw.strip()
+    try:
+        value = float(raw)
+    except ValueError:
+        try:
+            when = email.utils.parsedate_to_datetime(raw)
+        except (TypeError, ValueError, IndexError):
+            return None
+        if when.tzinfo is None:
+            return None
+        now = time.time() if now_wall_s is None else now_wall_s
+        return max(0.0, when.timestamp() - now)
+    return value if 0.0 <= value < math.inf else None
+
+
+class _Call:
+    """The engine's state of one admitted request."""
+
+    __slots__ = ("completion", "request", "chat", "state", "task", "response", "parts", "tokens", "started_s",
+                 "first_token_s", "throttles", "trial", "settled", "waiter", "finish_reason", "usage")
+
+    def __init__(self, completion: Completion, chat: bool) -> None:
+        self.completion = completion
+        self.request = completion.request
+        self.chat = chat
+        self.state = _WAITING
+        self.task: asyncio.Task[None] | None = None
+        self.response: aiohttp.ClientResponse | None = None
+        self.parts: list[str] = []
+        self.tokens = 0
+        self.started_s: float | None = None
+        self.first_token_s: float | None = None
+        #: 429/503 answers this request got
+        self.throttles = 0
+        #: this attempt is the breaker's half-open trial; settled: its verdict was recorded
+        self.trial = False
+        self.settled = False
+        self.waiter: asyncio.Future[None] | None = None
+        self.finish_reason: str | None = None
+        self.usage: dict[str, Any] | None = None
+
+
+def _seconds(name: str, value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < math.inf:
+        raise ValueError(f"OpenAIEngine({name}=) needs seconds > 0, got {value!r}")
+    return float(value)
+
+
+def _optional_seconds(name: str, value: object) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < math.inf:
+        raise ValueError(f"OpenAIEngine({name}=) needs seconds > 0 or None, got {value!r}")
+    return float(value)
+
+
+def _wake(waiter: asyncio.Future[None]) -> None:
+    if not waiter.done():
+        waiter.set_result(None)
+
+
+class OpenAIEngine(Engine):
+    """An OpenAI-compatible server behind the executor (``execute(OpenAIEngine(...))``).
+
+    Args:
+        base_url: the server, e.g. ``"http://127.0.0.1:8000"`` or ``"http://127.0.0.1:8000/v1"``
+            (``/v1`` is appended when missing).
+        model: the model id sent in every call (the server's name for it); also ``engine.model``.
+        max_in_flight: HTTP calls in flight at most (``max_num_seqs``; vLLM's ``--max-num-seqs``
+            is the natural value).
+        api_key: sent as ``Authorization: Bearer <api_key>`` (None: no header).
+        chat: True: always ``/v1/chat/completions`` (a prompt becomes one user message); False:
+            always ``/v1/completions`` (a request with messages is refused with ValueError);
+            None: by request (``messages`` → chat, ``prompt`` → completions).
+        connect_timeout_s: seconds to open a connection. read_timeout_s: seconds without a byte
+            from the server (aiohttp ``sock_read``: restarts with every byte received, stops while
+            our receive buffer is full because the consumer has no credit). total_timeout_s:
+            seconds for the whole call (time parked without credit included). None disables one,
+            explicitly.
+        retry_after_cap_s: the longest pause (seconds) a 429/503 can cause.
+        retry_after_jitter: the pause is ``min(cap, r + uniform(0, jitter * r))`` where ``r`` is
+            the server's Retry-After (full jitter over ``jitter`` more windows: never earlier than
+            the server asked, below the cap). Without Retry-After, ``r`` doubles from 1 s per
+            consecutive 429/503.
+        throttle_retries: how often one request is retried after a 429/503 (default 5); the next
+            such answer fails it with ``EngineUnavailableError`` (``retry_after`` attribute set).
+            A request past its ``deadline_s`` when the pause ends finishes ``"deadline"`` instead.
+        breaker: the :class:`~rxpipe.CircuitBreaker` (default ``CircuitBreaker(5, 5.0)``: five
+            consecutive failures open it for 5 s). May be shared with other engines or stages.
+        stall_timeout_s: a streaming request whose consumer gives no credit for this long
+            finishes ``"stalled"`` and its HTTP call is closed (None: never).
+        include_usage: ask for ``stream_options.include_usage`` (exact token counts in the last
+            chunk; vLLM, OpenAI and llama.cpp support it). Without it counts are one token per
+            streamed delta.
+        headers: extra HTTP headers for every call. session: an ``aiohttp.ClientSession`` to use
+            (not closed by :meth:`aclose`); default: one of our own, bounded to
+            ``max_in_flight`` connections. rng: the jitter's ``random.Random``.
+
+    Capacity: ``free_slots`` is 0 while paused (all demand stops) and while the breaker's
+    half-open trial runs (half-open offers exactly one slot). ``available`` is False when closed,
+    while the breaker is open, and during a pause caused by a 503 (a 429 pause keeps it True: the
+    server is up, only busy); ``retry_after_s`` tells how long that lasts. While the breaker is
+    open ``free_slots`` stays nominal, as for any engine that is down: ``execute`` then answers
+    queued requests that have a reply slot with ``EngineUnavailableError`` (the gateway's 503)
+    instead of leaving them queued, and holds the others until the engine is back.
+
+    Errors (``await completion.result`` raises, the token stream signals): connection failures
+    and a 429/503 past ``throttle_retries`` → ``EngineUnavailableError``; other non-2xx answers, a
+    broken or malformed stream, timeouts → ``EngineError``. A 4xx other than 429 is the
+    request's fault: it does not count against the breaker.
+
+    Cancelling a Completion (or its token stream) closes its HTTP connection at once, so the
+    server sees the disconnect and frees its slot (vLLM aborts the sequence); the engine's slot
+    is free one loop iteration later. Every request carries ``X-Request-Id: <request.id>``.
+
+    Tasks: one per running call, none while idle. Timers: the pause and the breaker's half-open
+    wake-up (loop clock). Call :meth:`aclose` when done (it closes the session it made).
+    """
+
+    def __init__(self, base_url: str, model: str, max_in_flight: int, api_key: str | None = None, *,
+                 chat: bool | None = None, connect_timeout_s: float | None = 5.0,
+                 read_timeout_s: float | None = 60.0, total_timeout_s: float | None = 600.0,
+                 retry_after_cap_s: float = 30.0, retry_after_jitter: float = 1.0, throttle_retries: int = 5,
+                 breaker: CircuitBreaker | None = None, stall_timeout_s: float | None = 10.0,
+                 include_usage: bool = True, headers: Mapping[str, str] | None = None,
+                 session: aiohttp.ClientSession | None = None, rng: random.Random | None = None) -> None:
+        super().__init__(model=model, max_num_seqs=max_in_flight)
+        if not isinstance(base_url, str) or not base_url.startswith(("http://", "https://")):
+            raise ValueError(f"OpenAIEngine(base_url=) needs an http(s) URL, got {base_url!r}")
+        root = base_url.rstrip("/")
+        if not root.endswith("/v1"):
+            root += "/v1"
+        self.base_url = root
+        self.chat = chat
+        self.timeout = aiohttp.ClientTimeout(
+            total=_optional_seconds("total_timeout_s", total_timeout_s),
+            sock_connect=_optional_seconds("connect_timeout_s", connect_timeout_s),
+            sock_read=_optional_seconds("read_timeout_s", read_timeout_s))
+        self.retry_after_cap_s = _seconds("retry_after_cap_s", retry_after_cap_s)
+        if isinstance(retry_after_jitter, bool) or not 0 <= retry_after_jitter < math.inf:
+            raise ValueError(f"OpenAIEngine(retry_after_jitter=) needs a number >= 0, got {retry_after_jitter!r}")
+        self.retry_after_jitter = float(retry_after_jitter)
+        if isinstance(throttle_retries, bool) or not isinstance(throttle_retries, int) or throttle_retries < 0:
+            raise ValueError(f"OpenAIEngine(throttle_retries=) needs an int >= 0, got {throttle_retries!r}")
+        self.throttle_retries = throttle_retries
+        self.breaker = breaker if breaker is not None else CircuitBreaker(5, 5.0)
+        self.stall_timeout_s = _optional_seconds("stall_timeout_s", stall_timeout_s)
+        self.include_usage = include_usage
+        self._headers = {"Accept": "text/event-stream", "Content-Type": "application/json",
+                         **(dict(headers) if headers else {})}
+        if api_key is not None:
+            self._headers["Authorization"] = f"Bearer {api_key}"
+        self._rng = rng if rng is not None else random.Random()
+        self._session = session
+        self._owns_session = session is None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._closed = False
+        self._waiting: deque[_Call] = deque()
+        self._calls: set[_Call] = set()  # running
+        self._n_waiting = 0
+        self._starting = False
+        self._start_missed = False
+        self._freed = False  # a slot was freed while starting: notify capacity listeners after
+        self._trial: _Call | None = None
+        self._pause: asyncio.TimerHandle | None = None
+        self._pause_until = 0.0
+        self._pause_status = 429
+        self._streak = 0  # consecutive 429/503 answers (backoff without Retry-After)
+        self._breaker_timer: asyncio.TimerHandle | None = None
+        #: 429/503 answers received; pauses started; calls that completed with a 2xx stream
+        self.throttled = 0
+        self.pauses = 0
+        self.succeeded = 0
+
+    # -- Engine ----------------------------------------------------------------------------------
+    @property
+    def running(self) -> int:
+        return len(self._calls)
+
+    @property
+    def waiting(self) -> int:
+        return self._n_waiting
+
+    def _breaker_state(self) -> str:
+        try:
+            return self.breaker.state
+        except RuntimeError:  # no running loop: nothing can have been called on it yet
+            return "closed"
+
+    @property
+    def available(self) -> bool:
+        if self._closed or (self._pause is not None and self._pause_status == 503):
+            return False
+        return self._breaker_state() != "open"
+
+    @property
+    def paused(self) -> bool:
+        """True while a 429/503 pause holds all demand."""
+        return self._pause is not None
+
+    @property
+    def free_slots(self) -> int:
+        if self._closed or self._pause is not None:
+            return 0
+        free = self.max_num_seqs - len(self._calls) - self._n_waiting
+        if self._breaker_state() == "half_open":
+            # one trial call: nothing more until it has closed the circuit
+            return 1 if free > 0 and self._trial is None and not self._n_waiting else 0
+        return free if free > 0 else 0
+
+    @property
+    def retry_after_s(self) -> float:
+        """Seconds until the engine takes work again (pause or open breaker); 0.0 when it does."""
+        wait = 0.0
+        if self._pause is not None and self._loop is not None:
+            wait = max(0.0, self._pause_until - self._loop.time())
+        if self._breaker_state() == "open":
+            wait = max(wait, self.breaker.retry_after or 0.0)
+        return wait
+
+    def submit(self, request: CompletionRequest) -> Completion:
+        """Admit ``request``; its HTTP call starts at once when a slot is free (see :class:`OpenAIEngine`).
+
+        A request already cancelled, or past its ``deadline_s``, gets a Completion finished at
+        once (``"cancelled"`` / ``"deadline"``) that used no slot. Raises
+        ``EngineUnavailableError`` when unavailable, ValueError for a request submitted before or
+        one this engine cannot map (messages with ``chat=False``, or neither prompt nor messages).
+        """
+        if not self.available:
+            raise EngineUnavailableError(f"engine {self.model!r} is {self._why_unavailable()}")
+        if request.completion is not None:
+            raise ValueError(f"request {request.id} was already submitted")
+        if request.messages is None and request.prompt is None:
+            raise ValueError(f"request {request.id} has neither prompt nor messages")
+        chat = self.chat if self.chat is not None else request.messages is not None
+        if not chat and request.prompt is None:
+            raise ValueError(f"request {request.id} has chat messages but OpenAIEngine({self.base_url!r}, chat=False) "
+                             "serves /v1/completions")
+        loop = self._bind()
+        now = loop.time()
+        if request.arrival_s is None:
+            request.arrival_s = now
+        completion = Completion(request, self, loop)
+        request.completion = completion
+        call = _Call(completion, chat)
+        if request.cancelled or (request.deadline_s is not None and now > request.deadline_s):
+            call.state = _DONE
+            self._end(call, "cancelled" if request.cancelled else "deadline")
+            return completion
+        completion.engine_state = call
+        self._waiting.append(call)
+        self._n_waiting += 1
+        self._start_waiting()
+        return completion
+
+    async def aclose(self) -> None:
+        """Close: ``available`` turns False, unfinished completions end ``"cancelled"`` (their HTTP
+        calls closed), timers stop, and the session is closed if the engine made it."""
+        if self._closed:
+            return
+        self._closed = True
+        for handle in (self._pause, self._breaker_timer):
+            if handle is not None:
+                handle.cancel()
+        self._pause = self._breaker_timer = None
+        while self._waiting:
+            call = self._waiting.popleft()
+            if call.state == _WAITING:
+                call.state = _DONE
+                self._n_waiting -= 1
+                self._end(call, "cancelled")
+        tasks = []
+        for call in list(self._calls):
+            self._close_response(call)
+            if call.task is not None:
+                call.task.cancel()
+                tasks.append(call.task)
+        if tasks:
+            await asyncio.gather(*tasks, return_exceptions=True)
+        session = self._session
+        if session is not None and self._owns_session:
+            self._session = None
+            await session.close()
+
+    # -- Completion hooks ------------------------------------------------------------------------
+    def _cancel_completion(self, completion: Completion) -> None:
+        call: _Call | None = completion.engine_state
+        if call is None or call.state == _DONE:
+            return
+        if call.state == _WAITING:
+            call.state = _DONE  # removed lazily from the deque
+            self._n_waiting -= 1
+            self._end(call, "cancelled")
+            self._freed = True
+            self._start_waiting()
+            return
+        # Close the connection now: the server sees the disconnect without waiting for the task.
+        self._close_response(call)
+        task = call.task
+        if task is not None and task is not asyncio.current_task():
+            task.cancel()  # else: it is pushing a chunk to the consumer who cancelled; it stops after
+
+    def _credit_granted(self, completion: Completion) -> None:
+        call: _Call | None = completion.engine_state
+        if call is not None and call.waiter is not None:
+            _wake(call.waiter)
+
+    # -- starting calls --------------------------------------------------------------------------
+    def _bind(self) -> asyncio.AbstractEventLoop:
+        loop = asyncio.get_running_loop()
+        if self._loop is None:
+            self._loop = loop
+        elif self._loop is not loop:
+            raise RuntimeError("this OpenAIEngine is bound to another event loop")
+        if self._session is None:
+            connector = aiohttp.TCPConnector(limit=self.max_num_seqs, limit_per_host=self.max_num_seqs)
+            self._session = aiohttp.ClientSession(connector=connector, timeout=self.timeout)
+        return loop
+
+    def _start_waiting(self) -> None:
+        """Start waiting calls while slots are free (re-entrant calls are folded into the running one)."""
+        if self._starting:
+            self._start_missed = True
+            return
+        self._starting = True
+        try:
+            while True:
+                self._start_missed = False
+                self._start_some()
+                if not self._start_missed:
+                    break
+        finally:
+            self._starting = False
+        if self._freed:
+            self._freed = False
+            self._notify_capacity()
+
+    def _start_some(self) -> None:
+        waiting = self._waiting
+        loop = self._loop
+        assert loop is not None
+        while waiting and len(self._calls) < self.max_num_seqs and self._pause is None and not self._closed:
+            call = waiting[0]
+            if call.state != _WAITING:
+                waiting.popleft()
+                continue
+            deadline = call.request.deadline_s
+            if deadline is not None and loop.time() > deadline:
+                waiting.popleft()
+                call.state = _DONE
+                self._n_waiting -= 1
+                self._end(call, "deadline")
+                self._freed = True
+                continue
+            try:
+                trial = self.breaker.acquire()
+            except CircuitOpenError as error:
+                if error.retry_after is None:
+                    return  # the half-open trial is in flight: its outcome decides for the rest
+                self._fail_waiting(EngineUnavailableError(
+                    f"engine {self.model!r}: circuit open after connection failures to {self.base_url}"))
+                self._arm_breaker_timer(error.retry_after)
+                return
+            waiting.popleft()
+            self._n_waiting -= 1
+            call.state = _RUNNING
+            call.trial = trial
+            call.settled = False
+            if trial:
+                self._trial = call
+            call.started_s = loop.time()
+            self._calls.add(call)
+            call.task = loop.create_task(self._run(call), name=f"rxpipe-openai-{call.request.id}")
+
+    def _fail_waiting(self, error: BaseException) -> None:
+        waiting = self._waiting
+        while waiting:
+            call = waiting.popleft()
+            if call.state == _WAITING:
+                call.state = _DONE
+                self._n_waiting -= 1
+                call.completion.fail(error)
+                self._freed = True
+
+    # -- one HTTP call ---------------------------------------------------------------------------
+    async def _run(self, call: _Call) -> None:
+        requeue = False
+        try:
+            requeue = await self._exchange(call)
+        except asyncio.CancelledError:
+            self._settle(call, None)
+            self._end(call, "cancelled")
+            raise
+        except Exception as error:  # not an HTTP failure: a malformed answer or a bug; this call only
+            self._settle(call, False)
+            call.completion.fail(EngineError(f"{self.base_url}: request {call.request.id} failed: {error!r}"))
+        finally:
+            self._close_response(call)
+            self._release(call, requeue)
+
+    async def _exchange(self, call: _Call) -> bool:
+        """Make the call and stream its answer; True when it must be retried after a pause."""
+        request = call.request
+        completion = call.completion
+        url = self.base_url + ("/chat/completions" if call.chat else "/completions")
+        session = self._session
+        assert session is not None
+        try:
+            response = await session.post(url, data=self._body(call), allow_redirects=False,
+                                          headers={**self._headers, "X-Request-Id": request.id})
+        except (aiohttp.ClientError, OSError) as error:
+            self._settle(call, False)
+            completion.fail(EngineUnavailableError(f"{url} unreachable: {error!r}"))
+            return False
+        call.response = response
+        status = response.status
+        if status == 429 or status == 503:
+            self._settle(call, True)  # it answered: up, only busy
+            return self._throttled(call, status, response.headers)
+        if status >= 300:
+            message = await self._error_message(response)
+            self._settle(call, status < 500)
+            completion.fail(EngineError(f"{url} answered {status} to {request.id}: {message}"))
+            return False
+        self._streak = 0
+        try:
+            if response.content_type == "application/json":  # a server that ignored "stream": true
+                await self._read_json(call, response)
+            else:
+                await self._read_events(call, response)
+        except (aiohttp.ClientError, OSError) as error:
+            if completion.cancel_requested:  # we closed the connection ourselves
+                self._settle(call, None)
+                self._end(call, "cancelled")
+                return False
+            self._settle(call, False)
+            completion.fail(EngineError(f"{url}: the stream of {request.id} broke after {call.tokens} "
+                                        f"tokens: {error!r}"))
+            return False
+        if completion.cancel_requested:  # its consumer cancelled it inside on_next
+            self._settle(call, None)
+            self._end(call, "cancelled")
+            return False
+        if completion.done:  # stalled
+            self._settle(call, True)
+            return False
+        self._settle(call, True)
+        self.succeeded += 1
+        self._end(call, "length" if call.finish_reason == "length" else "stop")
+        return False
+
+    def _body(self, call: _Call) -> bytes:
+        request = call.request
+        body: dict[str, Any] = {"model": self.model}
+        if call.chat:
+            body["messages"] = (request.messages if request.messages is not None
+                                else [{"role": "user", "content": request.prompt}])
+        else:
+            body["prompt"] = request.prompt
+        if request.max_tokens is not None:
+            body["max_tokens"] = request.max_tokens
+        for key, value in request.sampling.items():
+            if key not in _RESERVED:
+                body[key] = value
+        body["stream"] = True
+        if self.include_usage:
+            body["stream_options"] = {"include_usage": True}
+        return orjson.dumps(body)
+
+    async def _read_events(self, call: _Call, response: aiohttp.ClientResponse) -> None:
+        """Read SSE events into the completion until ``[DONE]`` or the end of the body.
+
+        Stops early when the completion is cancelled or stalled. A body cut short by the server
+        (no terminating chunk) raises ``aiohttp.ClientPayloadError``; a clean end without
+        ``[DONE]`` is accepted (the server ended the response deliberately).
+        """
+        content = response.content
+        completion = call.completion
+        gated = call.request.stream
+        while True:
+            # Credit: read nothing while the consumer cannot take a chunk (TCP backpressure).
+            if gated and not completion.credit and not await self._await_credit(call):
+                return
+            line = await content.readline()
+            if not line or completion.cancel_requested:
+                return
+            if not line.startswith(b"data:"):
+                continue  # blank separators, comments, event:/id: fields
+            data = line[5:].strip()
+            if data == b"[DONE]":
+                return
+            if data:
+                self._take(call, orjson.loads(data), "delta")
+
+    async def _read_json(self, call: _Call, response: aiohttp.ClientResponse) -> None:
+        """A whole (non-streamed) answer: one chunk."""
+        self._take(call, orjson.loads(await response.read()), "message")
+
+    def _take(self, call: _Call, event: Any, key: str) -> None:
+        """Apply one answer object: an SSE event (``key="delta"``) or a whole answer (``"message"``)."""
+        if not isinstance(event, dict):
+            raise ValueError(f"an answer that is not a JSON object: {str(event)[:200]}")
+        error = event.get("error")
+        if error:
+            message = error.get("message", error) if isinstance(error, dict) else error
+            raise ValueError(f"the server reported an error: {message}")
+        usage = event.get("usage")
+        if isinstance(usage, dict):
+            call.usage = usage
+        choices = event.get("choices")
+        if not choices:
+            return
+        choice = choices[0]
+        if call.chat:
+            part = choice.get(key)
+            text = part.get("content") if isinstance(part, dict) else None
+        else:
+            text = choice.get("text")
+        reason = choice.get("finish_reason")
+        if reason:
+            call.finish_reason = reason
+        if text:
+            if call.first_token_s is None:
+                call.first_token_s = self._loop.time()  # type: ignore[union-attr]
+            call.tokens += 1
+            call.parts.append(text)
+            call.completion.push(text, 1)
+
+    async def _await_credit(self, call: _Call) -> bool:
+        """Park until the consumer grants credit; False (finished ``"stalled"``) after ``stall_timeout_s``."""
+        loop = self._loop
+        assert loop is not None
+        completion = call.completion
+        timeout = self.stall_timeout_s
+        deadline = None if timeout is None else loop.time() + timeout
+        while not completion.credit:
+            if completion.cancel_requested:
+                return False
+            waiter = call.waiter = loop.create_future()
+            timer = None if deadline is None else loop.call_at(deadline, _wake, waiter)
+            try:
+                await waiter
+            finally:
+                call.waiter = None
+                if timer is not None:
+                    timer.cancel()
+            if deadline is not None and not completion.credit and loop.time() >= deadline:
+                self._close_response(call)  # first: the server learns before our consumer does
+                self._end(call, "stalled")
+                return False
+        return True
+
+    async def _error_message(self, response: aiohttp.ClientResponse) -> str:
+        try:
+            raw = await response.content.read(_ERROR_BODY_BYTES)
+        except (aiohttp.ClientError, OSError) as error:
+            return f"(body unreadable: {error!r})"
+        try:
+            data = orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            data = None
+        detail = data.get("error") if isinstance(data, dict) else None
+        if isinstance(detail, dict) and isinstance(detail.get("message"), str):
+            return str(detail["message"])
+        if isinstance(detail, str):
+            return detail
+        return raw.decode("utf-8", "replace")
+
+    def _close_response(self, call: _Call) -> None:
+        response = call.response
+        if response is not None:
+            call.response = None
+            response.close()  # closes the connection unless it was fully read (then it is pooled)
+
+    # -- outcomes --------------------------------------------------------------------------------
+    def _settle(self, call: _Call, ok: bool | None) -> None:
+        """Give the breaker this attempt's verdict once: True success, False failure, None abandoned."""
+        if call.settled:
+            return
+        call.settled = True
+        breaker = self.breaker
+        if ok is None:
+            if call.trial:
+                breaker.release()
+        elif ok:
+            breaker.record_success()
+        else:
+            breaker.record_failure()
+            if self._breaker_state() == "open":
+                self._arm_breaker_timer(breaker.retry_after or 0.0)
+
+    def _throttled(self, call: _Call, status: int, headers: Mapping[str, str]) -> bool:
+        self.throttled += 1
+        self._streak += 1
+        call.throttles += 1
+        retry_after = parse_retry_after(headers)
+        cap = self.retry_after_cap_s
+        if retry_after is None:
+            retry_after = min(cap, _BACKOFF_BASE_S * 2.0 ** min(self._streak - 1, 62))
+        delay = min(cap, retry_after + self._rng.uniform(0.0, self.retry_after_jitter * retry_after))
+        self._pause_for(delay, status)
+        if call.throttles > self.throttle_retries:
+            error = EngineUnavailableError(f"{self.base_url} answered {status} to {call.request.id} "
+                                           f"{call.throttles} times (throttle_retries={self.throttle_retries})")
+            error.retry_after = delay  # type: ignore[attr-defined]
+            call.completion.fail(error)
+            return False
+        return True
+
+    def _pause_for(self, delay: float, status: int) -> None:
+        loop = self._loop
+        assert loop is not None
+        until = loop.time() + delay
+        if self._pause is not None:
+            if status == 503:
+                self._pause_status = 503
+            if until <= self._pause_until:
+                return
+            self._pause.cancel()
+        else:
+            self._pause_status = status
+            self.pauses += 1
+        self._pause_until = until
+        self._pause = loop.call_at(until, self._end_pause)
+
+    def _end_pause(self) -> None:
+        self._pause = None
+        self._freed = True
+        self._start_waiting()
+
+    def _arm_breaker_timer(self, delay: float) -> None:
+        if self._closed or self._loop is None:
+            return
+        if self._breaker_timer is not None:
+            self._breaker_timer.cancel()
+        self._breaker_timer = self._loop.call_later(delay, self._breaker_wake)
+
+    def _breaker_wake(self) -> None:
+        self._breaker_timer = None
+        state = self._breaker_state()
+        if state == "open":  # reopened meanwhile (shared breaker): wait again
+            self._arm_breaker_timer(self.breaker.retry_after or 0.0)
+            return
+        self._freed = True  # available again: the half-open trial slot
+        self._start_waiting()
+
+    def _release(self, call: _Call, requeue: bool) -> None:
+        """The call's task ends: free its slot, or put it back at the head of the queue."""
+        self._calls.discard(call)
+        call.task = None
+        was_trial = self._trial is call
+        if was_trial:
+            self._trial = None
+        completion = call.completion
+        if requeue and not completion.done:
+            if completion.cancel_requested or self._closed:
+                call.state = _DONE
+                self._end(call, "cancelled")
+            else:
+                call.state = _WAITING
+                call.parts.clear()
+                call.tokens = 0
+                self._waiting.appendleft(call)
+                self._n_waiting += 1
+                self._freed = was_trial  # the breaker closed: more than one slot now
+                self._start_waiting()
+                return
+        call.state = _DONE
+        if self._closed:
+            return
+        self._freed = True
+        self._start_waiting()
+
+    def _end(self, call: _Call, reason: str) -> None:
+        """Finish the completion with ``reason`` (the slot is accounted for by the caller)."""
+        completion = call.completion
+        if completion.done:
+            return
+        loop = self._loop
+        assert loop is not None
+        request = call.request
+        now = loop.time()
+        arrival = request.arrival_s if request.arrival_s is not None else now
+        usage = call.usage or {}
+        prompt_tokens = usage.get("prompt_tokens")
+        completion_tokens = usage.get("completion_tokens")
+        started = call.started_s
+        first = call.first_token_s
+        completion.finish(CompletionResult(
+            "".join(call.parts), reason,
+            prompt_tokens if isinstance(prompt_tokens, int) else request.prompt_tokens,
+            completion_tokens if isinstance(completion_tokens, int) else call.tokens,
+            (now if started is None else started) - arrival, None if first is None else first - arrival,
+            now - arrival))
+
+    def _why_unavailable(self) -> str:
+        if self._closed:
+            return "closed"
+        if self._pause is not None and self._pause_status == 503:
+            return f"answering 503 (paused for {self.retry_after_s:.3f} s)"
+        return f"down: circuit open after connection failures to {self.base_url}"
+
+    def __repr__(self) -> str:
+        return (f"<OpenAIEngine {self.model} at {self.base_url} running={len(self._calls)} "
+                f"waiting={self._n_waiting} max_in_flight={self.max_num_seqs}>")

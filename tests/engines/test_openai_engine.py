@@ -1,0 +1,464 @@
+"""``OpenAIEngine`` against a real OpenAI-compatible HTTP server in a subprocess (real time)."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from pathlib import Path
+from typing import Any, Iterator
+
+import pytest
+
+import rxpipe as rx
+from rxpipe import UNBOUNDED, CircuitBreaker
+from rxpipe import operators as ops
+from rxpipe.engines import (
+    Completion,
+    CompletionRequest,
+    EngineError,
+    EngineUnavailableError,
+    OpenAIEngine,
+    TokenChunk,
+    parse_retry_after,
+)
+from rxpipe.testing import TestSubscriber
+
+from .openai_stub_server import DEFAULTS, StubServer
+
+
+@pytest.fixture(scope="module")
+def stub_process(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StubServer]:
+    server = StubServer(tmp_path_factory.mktemp("stub"))
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def server(stub_process: StubServer) -> StubServer:
+    """The shared stub, counters cleared and options back to their defaults."""
+    stub_process.control(reset=True, **DEFAULTS)
+    return stub_process
+
+
+def make(server: StubServer, max_in_flight: int = 4, **kwargs: Any) -> OpenAIEngine:
+    kwargs.setdefault("retry_after_jitter", 0.0)
+    return OpenAIEngine(server.url, "stub-model", max_in_flight, **kwargs)
+
+
+async def wait_for(predicate: Any, timeout_s: float = 3.0, what: str = "condition") -> None:
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        await asyncio.sleep(0.005)
+
+
+async def disconnect_of(server: StubServer, request_id: str, timeout_s: float = 2.0) -> dict[str, Any]:
+    """The server's record of ``request_id``'s disconnect (its ``t`` is the server's time.monotonic())."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        for record in server.state()["disconnects"]:
+            if record["id"] == request_id:
+                return record
+        if time.monotonic() > deadline:
+            raise AssertionError(f"the server never saw {request_id} disconnect")
+        await asyncio.sleep(0.01)
+
+
+# -- construction and parsing ----------------------------------------------------------------------
+def test_constructor_validates_its_bounds() -> None:
+    with pytest.raises(ValueError, match="max_num_seqs"):
+        OpenAIEngine("http://127.0.0.1:1", "m", 0)
+    with pytest.raises(ValueError, match="base_url"):
+        OpenAIEngine("127.0.0.1:8000", "m", 1)
+    with pytest.raises(ValueError, match="read_timeout_s"):
+        OpenAIEngine("http://127.0.0.1:1", "m", 1, read_timeout_s=0)
+    with pytest.raises(ValueError, match="throttle_retries"):
+        OpenAIEngine("http://127.0.0.1:1", "m", 1, throttle_retries=-1)
+    e = OpenAIEngine("http://127.0.0.1:8000/", "m", 3, total_timeout_s=None)
+    assert e.base_url == "http://127.0.0.1:8000/v1" and e.max_num_seqs == 3 and e.free_slots == 3
+    assert OpenAIEngine("http://h:1/v1", "m", 1).base_url == "http://h:1/v1"
+    assert e.timeout.total is None and e.timeout.sock_connect == 5.0 and e.timeout.sock_read == 60.0
+    assert e.available and e.retry_after_s == 0.0 and not e.paused
+
+
+def test_parse_retry_after_reads_ms_seconds_and_http_dates() -> None:
+    assert parse_retry_after({"Retry-After": "1"}) == 1.0
+    assert parse_retry_after({"Retry-After": " 2 "}) == 2.0
+    assert parse_retry_after({"retry-after-ms": "350", "Retry-After": "1"}) == 0.35
+    assert parse_retry_after({"Retry-After": "Wed, 21 Oct 2015 07:28:00 GMT"},
+                             now_wall_s=1445412470.0) == 10.0
+    assert parse_retry_after({"Retry-After": "Wed, 21 Oct 2015 07:28:00 GMT"}, now_wall_s=1445412490.0) == 0.0
+    assert parse_retry_after({}) is None
+    assert parse_retry_after({"Retry-After": "soon"}) is None
+    assert parse_retry_after({"Retry-After": "-3"}) is None
+    assert parse_retry_after({"retry-after-ms": "x", "Retry-After": "4"}) == 4.0
+
+
+# -- the happy path ---------------------------------------------------------------------------------
+async def test_a_prompt_streams_from_v1_completions_with_the_request_mapped(server: StubServer) -> None:
+    e = make(server, api_key="sk-test")
+    try:
+        request = CompletionRequest(prompt="hello", max_tokens=3,
+                                    sampling={"temperature": 0.5, "stop": ["\n"], "include_usage": True})
+        completion = e.submit(request)
+        assert completion is request.completion and e.running == 1 and e.free_slots == 3
+        result = await completion.result
+        assert result.text == " t0 t1 t2" and result.finish_reason == "length"
+        assert result.completion_tokens == 3 and result.prompt_tokens == 3  # the server's usage chunk
+        assert 0 <= result.queue_time_s <= result.ttft_s <= result.e2e_s  # type: ignore[operator]
+        await wait_for(lambda: e.running == 0, what="the slot")
+        assert e.free_slots == 4 and e.succeeded == 1
+        [seen] = server.state()["bodies"]
+        assert seen["path"] == "/v1/completions" and seen["id"] == request.id
+        assert seen["authorization"] == "Bearer sk-test"
+        assert seen["body"] == {"model": "stub-model", "prompt": "hello", "max_tokens": 3, "temperature": 0.5,
+                                "stop": ["\n"], "stream": True, "stream_options": {"include_usage": True}}
+    finally:
+        await e.aclose()
+    assert not e.available and e.free_slots == 0
+    with pytest.raises(EngineUnavailableError, match="closed"):
+        e.submit(CompletionRequest(prompt="late"))
+
+
+async def test_chat_messages_stream_from_v1_chat_completions(server: StubServer) -> None:
+    e = make(server, include_usage=False)
+    forced = make(server, chat=True)
+    plain = make(server, chat=False)
+    try:
+        messages = [{"role": "user", "content": "hi"}]
+        result = await e.submit(CompletionRequest(messages=messages)).result
+        assert result.text == " t0 t1 t2 t3" and result.finish_reason == "stop"
+        assert result.completion_tokens == 4  # one per streamed delta without usage
+        assert result.prompt_tokens == CompletionRequest(messages=messages).prompt_tokens
+        await forced.submit(CompletionRequest(prompt="as chat", max_tokens=1)).result
+        with pytest.raises(ValueError, match="chat=False"):
+            plain.submit(CompletionRequest(messages=messages))
+        first, second = server.state()["bodies"]
+        assert first["path"] == "/v1/chat/completions"
+        assert first["body"] == {"model": "stub-model", "messages": messages, "stream": True}
+        assert second["path"] == "/v1/chat/completions"
+        assert second["body"]["messages"] == [{"role": "user", "content": "as chat"}]
+    finally:
+        await e.aclose()
+        await forced.aclose()
+        await plain.aclose()
+
+
+# -- 429 / 503: backpressure from the server ----------------------------------------------------------
+async def test_429_with_retry_after_pauses_all_demand_for_it_then_succeeds(
+        server: StubServer, loop: asyncio.AbstractEventLoop) -> None:
+    server.control(throttle=2, retry_after="1")
+    e = make(server, max_in_flight=2)
+    notified: list[tuple[float, int]] = []
+    e.add_capacity_listener(lambda: notified.append((loop.time(), e.free_slots)))
+    try:
+        t0 = loop.time()
+        completions = [e.submit(CompletionRequest(prompt=f"p{i}", max_tokens=2)) for i in range(2)]
+        await wait_for(lambda: e.throttled == 2, what="two 429 answers")
+        # paused: no demand at all, but the server is up (429 is not "down")
+        assert e.paused and e.free_slots == 0 and e.available
+        assert e.running == 0 and e.waiting == 2
+        assert 0.5 < e.retry_after_s <= 1.0
+        results = [await c.result for c in completions]
+        assert [r.text for r in results] == [" t0 t1"] * 2
+        assert loop.time() - t0 >= 1.0
+        assert not e.paused and e.pauses == 1 and e.throttled == 2
+        state = server.state()
+        assert state["statuses"] == {"429": 2, "200": 2} and state["requests"] == 4
+        first_429 = state["arrivals"][1]["t"]
+        assert min(a["t"] for a in state["arrivals"][2:]) - first_429 >= 1.0  # the server saw the pause
+        resumed = [t for t, free in notified if free > 0]
+        assert resumed and resumed[0] - t0 >= 1.0  # capacity came back after the pause, not before
+        assert all(free == 0 for t, free in notified if t - t0 < 1.0)
+    finally:
+        await e.aclose()
+
+
+async def test_the_pause_is_jittered_above_retry_after_and_capped(server: StubServer,
+                                                                 loop: asyncio.AbstractEventLoop) -> None:
+    server.control(throttle=1, retry_after="0.3")
+    e = make(server, retry_after_jitter=1.0, rng=random.Random(7))
+    expected = 0.3 + random.Random(7).uniform(0.0, 0.3)
+    try:
+        t0 = loop.time()
+        c = e.submit(CompletionRequest(prompt="x", max_tokens=1))
+        await wait_for(lambda: e.paused, what="the pause")
+        assert expected - (loop.time() - t0) <= e.retry_after_s <= expected
+        await c.result
+        assert loop.time() - t0 >= expected
+    finally:
+        await e.aclose()
+    server.control(throttle=1, retry_after="100")
+    capped = make(server, retry_after_cap_s=0.3)
+    try:
+        t0 = loop.time()
+        await capped.submit(CompletionRequest(prompt="x", max_tokens=1)).result
+        assert 0.3 <= loop.time() - t0 < 1.0
+    finally:
+        await capped.aclose()
+
+
+async def test_a_request_is_retried_at_most_throttle_retries_times(server: StubServer) -> None:
+    server.control(throttle=3, retry_after="0.05")
+    e = make(server, throttle_retries=1)
+    try:
+        c = e.submit(CompletionRequest(prompt="x", max_tokens=1))
+        with pytest.raises(EngineUnavailableError, match="429 .* 2 times") as info:
+            await c.result
+        assert info.value.retry_after == pytest.approx(0.05)  # type: ignore[attr-defined]
+        assert server.state()["statuses"] == {"429": 2}
+        await asyncio.sleep(0.1)
+        # the next one gets the third 429, then goes through
+        assert (await e.submit(CompletionRequest(prompt="y", max_tokens=1)).result).text == " t0"
+        assert e.breaker.state == "closed"  # throttling is not a failure
+    finally:
+        await e.aclose()
+
+
+async def test_503_pauses_and_reports_the_engine_unavailable_meanwhile(server: StubServer) -> None:
+    server.control(throttle=1, throttle_status=503, retry_after="0.5")
+    e = make(server)
+    try:
+        c = e.submit(CompletionRequest(prompt="x", max_tokens=1))
+        await wait_for(lambda: e.paused, what="the pause")
+        assert not e.available and e.free_slots == 0 and 0 < e.retry_after_s <= 0.5
+        with pytest.raises(EngineUnavailableError, match="503"):
+            e.submit(CompletionRequest(prompt="refused"))
+        assert (await c.result).text == " t0"
+        assert e.available and e.free_slots == 4 and e.breaker.state == "closed"
+    finally:
+        await e.aclose()
+
+
+async def test_a_request_past_its_deadline_when_the_pause_ends_finishes_deadline(
+        server: StubServer, loop: asyncio.AbstractEventLoop) -> None:
+    server.control(throttle=1, retry_after="0.2")
+    e = make(server)
+    try:
+        c = e.submit(CompletionRequest(prompt="x", max_tokens=1, deadline_s=loop.time() + 0.1))
+        result = await c.result
+        assert result.finish_reason == "deadline" and result.text == "" and result.ttft_s is None
+        assert server.state()["requests"] == 1 and e.waiting == 0 and e.running == 0
+    finally:
+        await e.aclose()
+
+
+# -- capacity ---------------------------------------------------------------------------------------
+async def test_never_more_than_max_in_flight_calls_as_counted_by_the_server(server: StubServer) -> None:
+    server.control(tokens=4, token_delay_s=0.02, throttle=3, retry_after="0.1")
+    e = make(server, max_in_flight=3)
+    try:
+        requests = [CompletionRequest(prompt=f"p{i}") for i in range(24)]
+        completions = await rx.from_iterable(requests).pipe(ops.execute(e)).to_list()
+        results = [await c.result for c in completions]
+        assert [r.text for r in results] == [" t0 t1 t2 t3"] * 24
+        state = server.state()
+        assert state["max_in_flight"] == 3  # reached, never exceeded
+        assert state["statuses"] == {"429": 3, "200": 24} and state["completed"] == 24
+        assert e.throttled == 3 and e.running == 0 and e.free_slots == 3
+    finally:
+        await e.aclose()
+
+
+# -- cancellation and credit ------------------------------------------------------------------------
+async def test_cancelling_a_stream_closes_its_connection_within_100_ms(server: StubServer) -> None:
+    server.control(tokens=200, token_delay_s=0.02)
+    e = make(server)
+    try:
+        request = CompletionRequest(prompt="long", stream=True)
+        completion = e.submit(request)
+        ts = TestSubscriber[TokenChunk](initial_request=UNBOUNDED)
+        completion.tokens.subscribe(ts)
+        await ts.await_count(2)
+        t0 = time.monotonic()
+        completion.cancel()
+        result = await completion.result
+        assert result.finish_reason == "cancelled" and result.text.startswith(" t0 t1")
+        assert ts.completed
+        seen = await disconnect_of(server, request.id)
+        assert seen["t"] - t0 < 0.1
+        await wait_for(lambda: e.running == 0, what="the slot")
+        assert e.free_slots == 4 and e.breaker.consecutive_failures == 0
+    finally:
+        await e.aclose()
+
+
+async def test_cancelling_the_token_subscription_of_a_parked_stream_disconnects_too(server: StubServer) -> None:
+    # the server is blocked writing to us (no credit): the disconnect still reaches it at once
+    total = 2000
+    server.control(tokens=total, token_bytes=16384)  # 32 MiB: more than every buffer on the way
+    e = make(server)
+    try:
+        request = CompletionRequest(prompt="parked", stream=True)
+        completion = e.submit(request)
+        ts = TestSubscriber[TokenChunk](initial_request=1)
+        completion.tokens.subscribe(ts)
+        await ts.await_count(1)
+        await asyncio.sleep(0.2)
+        assert completion.generated_tokens == 1 and server.state()["written"][request.id] < total
+        t0 = time.monotonic()
+        ts.cancel()
+        assert (await completion.result).finish_reason == "cancelled"
+        assert (await disconnect_of(server, request.id))["t"] - t0 < 0.1
+    finally:
+        await e.aclose()
+
+
+async def test_without_credit_the_engine_stops_reading_and_tcp_stops_the_server(server: StubServer) -> None:
+    total = 2000
+    server.control(tokens=total, token_bytes=16384)  # 32 MiB of SSE: far beyond socket buffers
+    e = make(server)
+    try:
+        request = CompletionRequest(prompt="big", stream=True)
+        completion = e.submit(request)
+        ts = TestSubscriber[TokenChunk](initial_request=1)
+        completion.tokens.subscribe(ts)
+        await ts.await_count(1)
+        await asyncio.sleep(0.5)
+        written = server.state()["written"][request.id]
+        assert len(ts.values) == 1 and completion.generated_tokens == 1 and completion.pending_tokens == 0
+        assert written < total // 2  # the server is blocked in write(): backpressure reached it
+        await asyncio.sleep(0.2)
+        assert server.state()["written"][request.id] == written  # and stays blocked
+        ts.request(UNBOUNDED)
+        result = await completion.result
+        assert result.completion_tokens == total and len(ts.values) == total and ts.completed
+    finally:
+        await e.aclose()
+
+
+async def test_a_consumer_without_credit_past_stall_timeout_is_stalled_and_disconnected(server: StubServer) -> None:
+    server.control(tokens=50, token_delay_s=0.01)
+    e = make(server, stall_timeout_s=0.2)
+    try:
+        request = CompletionRequest(prompt="stall", stream=True)
+        completion = e.submit(request)
+        ts = TestSubscriber[TokenChunk](initial_request=1)
+        completion.tokens.subscribe(ts)
+        t0 = time.monotonic()
+        result = await completion.result
+        assert result.finish_reason == "stalled" and 0.2 <= time.monotonic() - t0 < 0.5
+        assert result.text == " t0" and ts.values == [TokenChunk(0, " t0", 1)] and ts.completed
+        await disconnect_of(server, request.id)
+        await wait_for(lambda: e.running == 0, what="the slot")
+    finally:
+        await e.aclose()
+
+
+async def test_aclose_cancels_running_and_waiting_calls(server: StubServer) -> None:
+    server.control(tokens=100, token_delay_s=0.02)
+    e = make(server, max_in_flight=1)
+    requests = [CompletionRequest(prompt=f"p{i}") for i in range(3)]
+    completions = [e.submit(r) for r in requests]
+    await wait_for(lambda: server.state()["in_flight"] == 1, what="the first call")
+    assert e.running == 1 and e.waiting == 2
+    await e.aclose()
+    assert [c.finish_reason for c in completions] == ["cancelled"] * 3
+    assert e.running == 0 and e.waiting == 0
+    await disconnect_of(server, requests[0].id)
+    assert server.state()["requests"] == 1
+
+
+# -- failures and the circuit breaker ----------------------------------------------------------------
+async def test_5xx_counts_against_the_breaker_and_4xx_does_not(server: StubServer) -> None:
+    server.control(fail=2, fail_status=500)
+    e = make(server, breaker=CircuitBreaker(3, 10.0))
+    try:
+        for _ in range(2):
+            with pytest.raises(EngineError, match="answered 500 .*stub failure"):
+                await e.submit(CompletionRequest(prompt="x")).result
+        assert e.breaker.consecutive_failures == 2 and e.available
+        server.control(fail=1, fail_status=400)
+        with pytest.raises(EngineError, match="answered 400"):
+            await e.submit(CompletionRequest(prompt="x")).result
+        assert e.breaker.consecutive_failures == 0  # the server answered: it is up
+    finally:
+        await e.aclose()
+
+
+async def test_a_stream_cut_mid_way_fails_the_request_and_counts_against_the_breaker(server: StubServer) -> None:
+    server.control(cut_after=2)
+    e = make(server)
+    try:
+        c = e.submit(CompletionRequest(prompt="x", max_tokens=5))
+        with pytest.raises(EngineError, match="broke after 2 tokens"):
+            await c.result
+        assert e.breaker.consecutive_failures == 1 and c.generated_tokens == 2
+    finally:
+        await e.aclose()
+
+
+async def test_a_server_that_ignores_stream_true_still_answers(server: StubServer) -> None:
+    server.control(plain=1)
+    e = make(server)
+    try:
+        plain = await e.submit(CompletionRequest(prompt="x", max_tokens=3)).result
+        chat = await e.submit(CompletionRequest(messages=[{"role": "user", "content": "x"}], max_tokens=2)).result
+        assert (plain.text, plain.completion_tokens, plain.finish_reason) == (" t0 t1 t2", 3, "stop")
+        assert (chat.text, chat.completion_tokens) == (" t0 t1", 2)
+    finally:
+        await e.aclose()
+
+
+async def test_a_read_timeout_fails_the_request(server: StubServer) -> None:
+    server.control(first_delay_s=0.5)
+    e = make(server, read_timeout_s=0.1)
+    try:
+        with pytest.raises(EngineError, match="Timeout"):
+            await e.submit(CompletionRequest(prompt="x")).result
+        assert e.breaker.consecutive_failures == 1
+    finally:
+        await e.aclose()
+
+
+async def test_a_dead_server_trips_the_breaker_and_the_engine_recovers_when_it_returns(
+        tmp_path: Path, loop: asyncio.AbstractEventLoop) -> None:
+    server = StubServer(tmp_path)
+    e = OpenAIEngine(server.url, "stub-model", 4, breaker=CircuitBreaker(2, 0.5), connect_timeout_s=1.0)
+    notified: list[float] = []
+    e.add_capacity_listener(lambda: notified.append(loop.time()))
+    try:
+        assert (await e.submit(CompletionRequest(prompt="up", max_tokens=1)).result).text == " t0"
+        server.stop()
+        failing = [e.submit(CompletionRequest(prompt=f"down{i}")) for i in range(2)]
+        for c in failing:
+            with pytest.raises(EngineUnavailableError, match="unreachable"):
+                await c.result
+        # down: the gateway answers 503 (available False) with Retry-After = time to the trial
+        assert not e.available and e.breaker.state == "open"
+        assert 0 < e.retry_after_s <= 0.5
+        with pytest.raises(EngineUnavailableError, match="circuit open"):
+            e.submit(CompletionRequest(prompt="refused"))
+        before = len(notified)
+        server.start()  # blocks this loop; under load for longer than the reset timeout
+        await wait_for(lambda: e.available, what="half-open")
+        await wait_for(lambda: len(notified) > before, what="the capacity signal at half-open")
+        assert e.breaker.state == "half_open" and e.free_slots == 1  # one trial call
+        trial = e.submit(CompletionRequest(prompt="trial", max_tokens=2))
+        assert e.free_slots == 0
+        assert (await trial.result).text == " t0 t1"
+        assert e.breaker.state == "closed" and e.available
+        await wait_for(lambda: e.free_slots == 4, what="all slots")
+    finally:
+        await e.aclose()
+        server.stop()
+
+
+async def test_while_down_the_executor_answers_queued_requests_with_a_reply_slot_at_once(tmp_path: Path,
+                                                                            loop: asyncio.AbstractEventLoop) -> None:
+    server = StubServer(tmp_path)
+    server.stop()
+    e = OpenAIEngine(server.url, "stub-model", 2, breaker=CircuitBreaker(1, 30.0))
+    try:
+        with pytest.raises(EngineUnavailableError):
+            await e.submit(CompletionRequest(prompt="x")).result
+        assert not e.available
+        reply: asyncio.Future[Completion] = loop.create_future()
+        out = await rx.just(CompletionRequest(prompt="y", reply=reply)).pipe(ops.execute(e)).to_list()
+        assert out == [] and reply.done()
+        with pytest.raises(EngineUnavailableError):
+            reply.result()
+    finally:
+        await e.aclose()
