@@ -48,6 +48,10 @@ class Stage:
     on_complete: Callable[[], Any] | None = None
 
 
+def _source_none_error() -> TypeError:
+    return TypeError("the source iterable yielded None; items are never None (Reactive Streams §2.13)")
+
+
 def _none_error(stage: Stage) -> TypeError:
     return TypeError(f"{stage.kind} stage {stage.name!r} produced None; items are never None "
                      f"(Reactive Streams §2.13)")
@@ -115,7 +119,8 @@ class Program:
         declare = [f"nonlocal {', '.join(state)}"] if state else []
         on_next = body("return 0", lambda k, err: [f"return fail({err}, {k})"],
                        ["down(x)", "return 1"], ["down(x)", "finish()", "return 1"])
-        run = body("continue", lambda k, err: [f"fail({err}, {k})", "return e, False"],
+        run = ["if x is None:", "    fail(none_error(-1), -1)", "    return e, False"] + body(
+                   "continue", lambda k, err: [f"fail({err}, {k})", "return e, False"],
                    ["down(x)", "e += 1", "if e == r or sub.cancelled:", "    return e, False"],
                    ["down(x)", "finish()", "return e + 1, False"])
         lines = [f"def factory({', '.join(params)}):", *inits,
@@ -138,7 +143,8 @@ class Program:
             args.append(stage.fn)
             if stage.kind in ("scan", "skip", "take"):
                 args.append(stage.arg)
-        return self._factory(down, fail, finish, lambda k: _none_error(stages[k]), *args)
+        return self._factory(down, fail, finish,
+                             lambda k: _none_error(stages[k]) if k >= 0 else _source_none_error(), *args)
 
     # -- terminal hooks of tap ------------------------------------------------------------------
     def complete_hooks(self, after: int = -1) -> BaseException | None:
@@ -232,6 +238,10 @@ class IterSubscription(DrainSubscription):
             if run is None:
                 on_next = self.downstream.on_next
                 for x in self.iterator:
+                    if x is None:
+                        self.emitted += e
+                        self._error(_source_none_error())
+                        return
                     on_next(x)
                     e += 1
                     if e == r or self.cancelled:
@@ -376,7 +386,7 @@ class FusedSubscriber(InternalSubscriber, Subscription):
         if self.done:
             return
         take = self.program.take_count
-        if n > 0:
+        if type(n) is int and n > 0:
             if take is not None:
                 n = min(n, take - self.forwarded)
                 if n <= 0:

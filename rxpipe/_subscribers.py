@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from ._demand import InternalSubscriber, add_demand, log
+from ._demand import InternalSubscriber, add_demand, log, valid_demand
 from ._protocol import UNBOUNDED, Subscriber, Subscription
 from .errors import MissingBackpressureError
 
@@ -48,9 +48,9 @@ class StrictSubscriber(InternalSubscriber, Subscription):
     def request(self, n: int) -> None:
         if self.done or self.upstream is None:
             return
-        if n > 0:
+        if valid_demand(n):
             self.outstanding = add_demand(self.outstanding, n)
-        self.upstream.request(n)
+        self.upstream.request(n)  # an invalid n makes upstream signal §3.9's ValueError
 
     def cancel(self) -> None:
         if self.done:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import builtins
 from typing import Any, Callable, Iterable, TypeVar
 
-from ._demand import EMPTY_SUBSCRIPTION, InternalSubscriber, add_demand, bad_request
+from ._demand import EMPTY_SUBSCRIPTION, InternalSubscriber, add_demand, bad_request, valid_demand
 from ._fusion import SyncSource
 from ._protocol import UNBOUNDED, Publisher, Subscriber, Subscription
 from .errors import MissingBackpressureError, ProtocolViolationError
@@ -184,7 +184,7 @@ class _PublisherGuard(InternalSubscriber, Subscription):
     def request(self, n: int) -> None:
         if self.done or self.upstream is None:
             return
-        if n <= 0:
+        if not valid_demand(n):
             self.upstream.cancel()
             if self.in_next:
                 self.deferred = bad_request(n)  # delivered once on_next returns (§1.3)

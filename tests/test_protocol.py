@@ -456,3 +456,42 @@ def test_subscriber_abc_accepts_duck_typed_objects() -> None:
     assert isinstance(duck, Subscriber)
     rx.range(0, 3).subscribe(duck)  # type: ignore[arg-type]
     assert duck.last == 2 and duck.done
+
+
+@pytest.mark.parametrize("n", [0.5, 2.5, "3", None, True])
+def test_request_with_a_non_int_signals_value_error_and_never_raises(n: Any) -> None:
+    for source in (rx.range(0, 1000), rx.range(0, 1000).pipe(ops_map_identity()),
+                   rx.range(0, 1000).pipe(ops_buffer(16))):
+        ts = TestSubscriber[int]()
+        source.subscribe(ts)
+        ts.request(n)  # must not raise
+        assert ts.values == []
+        assert isinstance(ts.error, ValueError) and "§3.9" in str(ts.error)
+
+
+def ops_map_identity() -> Any:
+    from rxpipe import operators as ops
+
+    return ops.map(lambda x: x)
+
+
+def ops_buffer(n: int) -> Any:
+    from rxpipe import operators as ops
+
+    return ops.buffer(n)
+
+
+@pytest.mark.parametrize("chain", ["plain", "fused", "boundary"])
+def test_iterable_sources_never_emit_none(chain: str) -> None:
+    from rxpipe import operators as ops
+
+    source = rx.from_iterable([1, None, 3])
+    if chain == "fused":
+        source = source.pipe(ops.map(lambda x: x))
+    elif chain == "boundary":
+        source = source.pipe(ops.buffer(4))
+    ts = TestSubscriber[int](initial_request=5)
+    source.subscribe(ts)
+    assert ts.values == [1]
+    assert isinstance(ts.error, TypeError)
+    assert str(ts.error) == "the source iterable yielded None; items are never None (Reactive Streams §2.13)"

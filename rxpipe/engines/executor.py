@@ -235,6 +235,10 @@ class ExecuteFlowable(Flowable[Completion]):
         size = getattr(source, "max_size", None) if source.kind == "batch" else None
         #: slots one upstream item may fill (the batch size for a batched upstream)
         self.unit = size if isinstance(size, int) and size >= 1 else 1
+        if self.unit > engine.max_num_seqs:
+            raise ValueError(f"execute(): the upstream batch max_size ({self.unit}) exceeds the engine's "
+                             f"max_num_seqs ({engine.max_num_seqs}); the executor requests a batch only when a "
+                             f"whole one fits, so it would never request any")
 
     @property
     def batched(self) -> bool:

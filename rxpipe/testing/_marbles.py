@@ -306,6 +306,9 @@ class _ColdSubscription(QueueDrainSubscription):
     """One playing of a cold diagram: items arrive by timer and go out on demand (drain loop)."""
 
     __slots__ = ("source",)
+    # A marble source stands for any upstream: it shows the literal protocol (a filter after
+    # it asks for one more per dropped item), not rxpipe's internal conditional delivery.
+    conditional_delivery = False
 
     def __init__(self, source: MarbleSource, downstream: Subscriber[Any]) -> None:
         super().__init__(downstream)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Generic, TypeVar
 
-from .._demand import add_demand
+from .._demand import add_demand, bad_request, valid_demand
 from .._protocol import Subscriber, Subscription
 from ..flowable import Flowable
 
@@ -25,8 +25,15 @@ class _Recorder(Subscription):
 
     def request(self, n: int) -> None:
         self.publisher._record_request(n)
-        if n > 0 and not self.cancelled:
-            self.outstanding = add_demand(self.outstanding, n)
+        if self.cancelled or self.terminated:
+            return
+        if not valid_demand(n):
+            # Reactive Streams §3.9: signal the error (never raise) and stop this subscription.
+            self.cancelled = True
+            self.terminated = True
+            self.subscriber.on_error(bad_request(n))
+            return
+        self.outstanding = add_demand(self.outstanding, n)
 
     def cancel(self) -> None:
         self.publisher._record_cancel(effective=not (self.cancelled or self.terminated))

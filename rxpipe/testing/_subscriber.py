@@ -61,7 +61,7 @@ class TestSubscriber(Subscriber[T], Generic[T]):
         """``request(n)`` on the subscription (no-op before ``on_subscribe``)."""
         if self.subscription is None:
             raise AssertionError("request() before on_subscribe")
-        if n > 0:
+        if type(n) is int and n > 0:
             self.requested += n
         self.subscription.request(n)
 

@@ -322,3 +322,14 @@ async def test_per_request_engine_on_real_loops() -> None:
     assert all(1 <= r.completion_tokens <= 4 and r.finish_reason == "stop" for r in results)
     assert all("".join(texts[c.request.id]) == r.text for c, r in zip(completions, results, strict=True)
                if c.request.stream)
+
+
+def test_a_batch_larger_than_the_engine_is_refused_at_once() -> None:
+    import pytest as _pytest
+
+    import rxpipe as _rx
+    from rxpipe import operators as _ops
+    from rxpipe.engines import SimulatedEngine as _Sim
+
+    with _pytest.raises(ValueError, match=r"batch max_size \(8\) exceeds the engine's max_num_seqs \(4\)"):
+        _rx.just(1).pipe(_ops.batch(8), _ops.execute(_Sim(max_num_seqs=4)))

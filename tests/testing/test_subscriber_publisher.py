@@ -178,3 +178,20 @@ async def test_await_done_times_out_with_what_arrived(loop: asyncio.AbstractEven
     with pytest.raises(AssertionError, match=r"timed out after 2 s waiting for a terminal signal; got values=\[9\]"):
         await ts.await_done(timeout=2)
     assert loop.time() == 2.0
+
+
+def test_test_publisher_signals_value_error_for_an_invalid_request() -> None:
+    import rxpipe as rx
+    from rxpipe import operators as ops
+    from rxpipe.testing import TestPublisher, TestSubscriber
+
+    pub = TestPublisher[int]()
+    ts = TestSubscriber[str]()
+    pub.pipe(ops.map(str)).subscribe(ts)
+    ts.request(0)
+    assert pub.requests == [0]
+    assert isinstance(ts.error, ValueError) and "§3.9" in str(ts.error)
+    assert not pub.has_subscribers
+    pub.emit(1)  # the subscription is over: nothing more arrives
+    assert ts.values == []
+    assert rx.UNBOUNDED > 0

@@ -1,0 +1,46 @@
+"""README.md's examples work as written (they are the newcomer's first contact)."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+README = (ROOT / "README.md").read_text()
+
+
+def python_blocks(section: str) -> list[str]:
+    start = README.index(section)
+    end = README.find("\n## ", start + len(section))
+    return re.findall(r"```python\n(.*?)```", README[start:end if end != -1 else None], re.S)
+
+
+def run(args: list[str], cwd: Path, tmp_path: Path) -> tuple[int, str]:
+    out = tmp_path / "out.txt"
+    with out.open("wb") as stdout:
+        code = subprocess.run(args, cwd=cwd, stdout=stdout, stderr=subprocess.STDOUT, timeout=120).returncode
+    return code, out.read_text()
+
+
+def test_testing_section_example_passes(tmp_path: Path) -> None:
+    conftest, test_file = python_blocks("## Testing your operators")[:2]
+    (tmp_path / "conftest.py").write_text(conftest)
+    (tmp_path / "test_double_evens.py").write_text(test_file)
+    code, output = run([sys.executable, "-m", "pytest", "-q", "-W", "error", "-p", "no:cacheprovider",
+                        "test_double_evens.py"], tmp_path, tmp_path)
+    assert code == 0, output
+    assert "3 passed" in output
+
+
+def test_tour_examples_run(tmp_path: Path) -> None:
+    blocks = [b for b in python_blocks("## A short tour") if "def pipeline(config" not in b]
+    assert len(blocks) == 3
+    outputs = []
+    for block in blocks:
+        code, output = run([sys.executable, "-c", block], ROOT, tmp_path)
+        assert code == 0, output
+        outputs.append(output)
+    assert outputs[1].splitlines() == ["[0, 1, 4, 9, 16]", "5 items"]
+    assert re.fullmatch(r"http://127\.0\.0\.1:\d+\nhttp://127\.0\.0\.1:\d+\n", outputs[2])
