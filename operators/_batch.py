@@ -27,7 +27,7 @@ import asyncio
 from collections import deque
 from typing import Any, Callable
 
-from rxpipe._demand import EMPTY_SUBSCRIPTION, DrainSubscription, StageLink
+from rxpipe._demand import EMPTY_SUBSCRIPTION, DrainSubscription, StageLink, discard
 from rxpipe._protocol import UNBOUNDED, Subscriber
 from rxpipe.errors import MissingBackpressureError
 from rxpipe.flowable import Flowable
@@ -171,6 +171,9 @@ class BatchSubscription(DrainSubscription, StageLink):
         count = self._held() + extra
         if count:
             self.counters.drop("error", count)
+            for batch in (self.current, *self.ready):
+                for item in batch:
+                    discard(item, "error")
 
     # -- drain pass ----------------------------------------------------------------------------
     def _drain(self) -> None:

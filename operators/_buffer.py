@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from rxpipe._demand import QueueDrainSubscription, Replenisher, StageLink
+from rxpipe._demand import QueueDrainSubscription, Replenisher, StageLink, discard
 from rxpipe._protocol import UNBOUNDED, Subscriber
 from rxpipe.errors import BufferOverflowError, MissingBackpressureError
 from rxpipe.flowable import Flowable
@@ -143,6 +143,8 @@ class BackpressureBufferSubscription(BufferSubscription):
         if self.upstream_done or self.cancelled:
             return  # in flight after cancel or after termination: ignored
         self.counters.drop("error", len(self.queue) + 1)
+        for held in (*self.queue, item):
+            discard(held, "error")
         self.fail(MissingBackpressureError(
             f"Reactive Streams §1.1: upstream of stage {self.counters.stage!r} emitted {item!r} beyond "
             f"the {self.upstream_requested} items requested"))
@@ -202,9 +204,11 @@ class SheddingBufferSubscription(BufferSubscription):
         overflow = self.overflow
         self.counters.drop(overflow)
         if overflow == "drop_oldest":
-            queue.popleft()
+            discard(queue.popleft(), overflow)
             queue.append(item)
-        elif overflow == "error":
+            return
+        discard(item, overflow)
+        if overflow == "error":
             self._cancel_upstream()
             self.error = BufferOverflowError(
                 f"stage {self.counters.stage!r} received an item while holding its capacity of "

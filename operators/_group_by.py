@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, Hashable
 
-from rxpipe._demand import EMPTY_SUBSCRIPTION, QueueDrainSubscription, Replenisher, StageLink
+from rxpipe._demand import EMPTY_SUBSCRIPTION, QueueDrainSubscription, Replenisher, StageLink, discard
 from rxpipe._protocol import Subscriber, Subscription
 from rxpipe.errors import MissingBackpressureError, ProtocolViolationError, TooManyGroupsError
 from rxpipe.flowable import Flowable
@@ -176,10 +176,12 @@ class GroupByMain(QueueDrainSubscription, StageLink):
         if group is None:
             if self.cancelled:
                 self.counters.drop("no_group")
+                discard(item, "no_group")
                 self.credit(1)
                 return
             if len(self.groups) >= self.max_groups:
                 self.counters.drop("too_many_groups")
+                discard(item, "too_many_groups")
                 self._stop(TooManyGroupsError(
                     f"stage {self.counters.stage!r}: key {key!r} would open group {self.max_groups + 1} "
                     f"of max_groups={self.max_groups}", key, self.max_groups))

@@ -13,7 +13,12 @@ from rxpipe import operators as ops
 
 
 def pipeline(config: dict) -> rx.Flowable:
-    count = int(config.get("count", 10))
+    unknown = sorted(set(config) - {"count"})
+    if unknown:
+        raise ValueError(f"unknown setting(s) {', '.join(unknown)}; hello takes only count")
+    count = config.get("count", 10)
+    if isinstance(count, bool) or not isinstance(count, int) or count < 0:
+        raise ValueError(f"count must be an int >= 0, got {count!r}")
     return rx.range(0, 20).pipe(
         ops.map(lambda x: x * x, name="square"),
         ops.filter(lambda x: x % 2 == 1, name="odd"),

@@ -73,6 +73,10 @@ def settings(config: dict[str, Any]) -> dict[str, Any]:
     if unknown:
         raise ValueError(f"unknown setting(s) {', '.join(unknown)}; known: {', '.join(sorted(DEFAULTS))}")
     merged = {**DEFAULTS, **config}
+    for key in ("queue_capacity", "max_num_seqs", "max_num_batched_tokens", "burst", "key_burst"):
+        value = merged[key]
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"{key} must be an int >= 1, got {value!r}")
     if merged["batch_max_size"] is None:
         merged["batch_max_size"] = max(1, merged["max_num_seqs"] // 8)
     if merged["batch_max_size"] > merged["max_num_seqs"]:

@@ -15,6 +15,7 @@ from ._protocol import UNBOUNDED, Processor, Publisher, Subscriber, Subscription
 from .errors import (
     BufferOverflowError,
     CircuitOpenError,
+    DroppedError,
     EngineError,
     EngineUnavailableError,
     MissingBackpressureError,
@@ -53,6 +54,7 @@ __all__ = [
     "MissingBackpressureError",
     "BufferOverflowError",
     "CircuitOpenError",
+    "DroppedError",
     "EngineError",
     "EngineUnavailableError",
     "ProtocolViolationError",

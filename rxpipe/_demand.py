@@ -31,6 +31,7 @@ from .metrics import StageCounters, track
 __all__ = [
     "add_demand",
     "bad_request",
+    "discard",
     "valid_demand",
     "DrainSubscription",
     "QueueDrainSubscription",
@@ -54,6 +55,22 @@ def add_demand(current: int, n: int) -> int:
 def bad_request(n: object) -> ValueError:
     """The error §3.9 prescribes for ``request(n)`` with ``n <= 0`` (or ``n`` not an int)."""
     return ValueError(f"Reactive Streams §3.9: request(n) needs an int n > 0, got {n!r}")
+
+
+def discard(item: Any, reason: str) -> None:
+    """Tell ``item`` that a stage dropped it, if it has an ``on_discard(reason)`` method.
+
+    Shedding strategies (``reason`` = the strategy name) and stages discarding what they hold on
+    an error (``"error"``) call this, so accepted work is never dropped silently: a
+    :class:`~rxpipe.engines.CompletionRequest` fails its reply and its client gets an answer.
+    One ``getattr`` per dropped item; nothing on the delivery path. A raising hook is logged.
+    """
+    hook = getattr(item, "on_discard", None)
+    if hook is not None:
+        try:
+            hook(reason)
+        except Exception:
+            log.exception("on_discard(%r) of a dropped item raised", reason)
 
 
 def valid_demand(n: object) -> bool:

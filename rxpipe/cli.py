@@ -53,8 +53,16 @@ def _print_item(item: Any) -> None:
 async def _serve(pipeline: Pipeline, host: str, port: int) -> None:
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
+
+    def on_signal() -> None:
+        if stop.is_set():  # a second signal: stop waiting for in-flight work
+            click.echo("rxpipe: stopping now (in-flight work is cancelled)", err=True)
+            for service in pipeline.services:
+                service.abort()
+        stop.set()
+
     for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
+        loop.add_signal_handler(sig, on_signal)
     try:
         on_item = None if pipeline.serves_http else _print_item
         async with pipeline.start(host=host, port=port, on_item=on_item) as running:
@@ -113,11 +121,11 @@ def run(spec: str, settings: tuple[str, ...], host: str, port: int, loop_name: s
       rxpipe run pipelines/llm_gateway.py --port 8000 --set queue_capacity=20
     """
     pipeline = _load(spec, settings, show_traceback)
-    if metrics_port is not None:
-        from prometheus_client import start_http_server
-
-        start_http_server(metrics_port, addr=host)
     try:
+        if metrics_port is not None:
+            from prometheus_client import start_http_server
+
+            start_http_server(metrics_port, addr=host)
         with asyncio.Runner(loop_factory=_loop_factory(loop_name)) as runner:
             runner.run(_serve(pipeline, host, port))
     except Exception as error:

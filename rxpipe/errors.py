@@ -7,6 +7,7 @@ __all__ = [
     "MissingBackpressureError",
     "BufferOverflowError",
     "CircuitOpenError",
+    "DroppedError",
     "ProtocolViolationError",
     "TooManyGroupsError",
     "EngineError",
@@ -71,3 +72,17 @@ class EngineUnavailableError(EngineError):
 
     ``Engine.submit`` raises it; the gateway answers 503 (DESIGN §5).
     """
+
+
+class DroppedError(RxPipeError):
+    """A stage dropped an accepted item: shed by an overflow strategy (``reason`` is the strategy,
+    e.g. ``"drop_oldest"``) or left behind when the stage failed (``"error"``).
+
+    Items learn of it through their ``on_discard(reason)`` method (:func:`rxpipe._demand.discard`);
+    a :class:`~rxpipe.engines.CompletionRequest` fails its reply with this error, so the edge can
+    answer its client instead of leaving it waiting.
+    """
+
+    def __init__(self, message: str, reason: str) -> None:
+        super().__init__(message)
+        self.reason = reason

@@ -29,6 +29,9 @@ class Service:
     async def drain(self, timeout_s: float) -> None:
         """Stop admitting work; return once in-flight work finished or ``timeout_s`` passed."""
 
+    def abort(self) -> None:
+        """Stop waiting in :meth:`drain` now (a second SIGINT/SIGTERM)."""
+
     async def stop(self) -> None:
         """Release everything; called once after ``drain``."""
 

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from .._demand import EMPTY_SUBSCRIPTION, DrainSubscription
 from .._protocol import UNBOUNDED, Subscriber
-from ..errors import ProtocolViolationError
+from ..errors import DroppedError, ProtocolViolationError
 from ..flowable import Flowable
 
 if TYPE_CHECKING:
@@ -112,6 +112,14 @@ class CompletionRequest:
         if n is None:
             n = self._prompt_tokens = estimate_tokens(self.prompt, self.messages)
         return n
+
+    def on_discard(self, reason: str) -> None:
+        """A stage dropped this request before the engine admitted it (an overflow strategy shed
+        it, or the stage holding it failed): its ``reply`` fails with
+        :class:`~rxpipe.DroppedError` carrying ``reason``, so the edge answers its client."""
+        reply = self.reply
+        if reply is not None and not reply.done():
+            reply.set_exception(DroppedError(f"the pipeline dropped the request ({reason})", reason))
 
     def cancel(self) -> None:
         """The client is gone. Idempotent.

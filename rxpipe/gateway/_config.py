@@ -8,10 +8,12 @@ from dataclasses import dataclass, field, fields
 __all__ = ["GatewayConfig", "parse_api_keys"]
 
 
-def parse_api_keys(value: str | list[str] | tuple[str, ...] | None) -> tuple[str, ...]:
+def parse_api_keys(value: str | int | float | list[str] | tuple[str, ...] | None) -> tuple[str, ...]:
     """``"k1,k2"`` or a list → a tuple of non-empty, stripped keys (empty: no auth)."""
     if value is None:
         return ()
+    if isinstance(value, (int, float)):  # --set api_keys=12345 parses as JSON: a number
+        value = str(value)
     items = value.split(",") if isinstance(value, str) else list(value)
     keys = tuple(str(k).strip() for k in items if str(k).strip())
     return keys
@@ -30,6 +32,7 @@ class GatewayConfig:
         (seconds); None disables the check. Admitted requests carry ``deadline_s`` =
         arrival + budget.
     max_body_bytes: request bodies above it get 413 (bytes).
+    body_timeout_s: a request body not fully received within it gets 408 (seconds).
     max_tokens_limit: largest ``max_tokens`` accepted (tokens); above it → 400.
     stream_window: credit window of an SSE stream (chunks requested ahead of the socket).
     stream_buffer_bytes: write-buffer high-water mark of an SSE connection (bytes): a slow
@@ -43,6 +46,7 @@ class GatewayConfig:
     key_burst: int = 10
     latency_budget_s: float | None = None
     max_body_bytes: int = 1 << 20
+    body_timeout_s: float = 30.0
     max_tokens_limit: int = 32768
     stream_window: int = 2
     stream_buffer_bytes: int = 16384
@@ -62,6 +66,8 @@ class GatewayConfig:
             value = getattr(self, name)
             if not (isinstance(value, int) and value >= 1):
                 raise ValueError(f"{name} must be an int >= 1, got {value!r}")
+        if not self.body_timeout_s > 0:
+            raise ValueError(f"body_timeout_s must be > 0 seconds, got {self.body_timeout_s!r}")
         if not 1 <= self.retry_after_min_s <= self.retry_after_max_s:
             raise ValueError("need 1 <= retry_after_min_s <= retry_after_max_s")
 

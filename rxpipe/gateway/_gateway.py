@@ -12,7 +12,7 @@ from aiohttp import web
 from .._demand import EMPTY_SUBSCRIPTION, DrainSubscription
 from .._protocol import UNBOUNDED, Subscriber
 from ..engines import CompletionRequest
-from ..errors import RxPipeError
+from ..errors import EngineUnavailableError, RxPipeError
 from ..flowable import Flowable
 from ..metrics import StageCounters, StageStatistics, track
 from ..runtime import Service
@@ -32,12 +32,13 @@ class _Admission(DrainSubscription):
     """The gateway's subscription: only a demand counter. The edge holds no queue: an HTTP
     request is either emitted downstream at once (consuming one unit of demand) or refused."""
 
-    __slots__ = ("gateway", "counters")
+    __slots__ = ("gateway", "counters", "finishing")
 
     def __init__(self, downstream: Subscriber[Any], gateway: Gateway) -> None:
         super().__init__(downstream)
         self.gateway = gateway
         self.counters = StageCounters(gateway.name)
+        self.finishing = False
         track(self)
 
     def _drain(self) -> None:
@@ -57,7 +58,14 @@ class _Admission(DrainSubscription):
 
     def finish(self) -> None:
         """Complete downstream: the edge admits nothing more (drain finished)."""
+        self.finishing = True
         self._complete()
+
+    def _release(self) -> None:
+        if not self.finishing:
+            # Cancelled from downstream: a stage failed or the pipeline was stopped. Nothing
+            # admitted and not yet started will ever get a reply from the graph.
+            self.gateway.pipeline_stopped()
 
     def statistics(self) -> StageStatistics:
         return StageStatistics(self.counters.stage, self.requested, 0, None, 0, self.counters.items_out,
@@ -90,10 +98,14 @@ class Gateway(Flowable[CompletionRequest], Service):
                             if self.config.key_rate is not None else None)
         self.engines: list[Any] = []
         self.draining = False
-        self.in_flight = 0
+        #: True once the graph behind the edge stopped (a stage failed): 503 from then on
+        self.stopped = False
+        #: admitted requests whose handler is still answering
+        self.pending: set[CompletionRequest] = set()
         self.url: str | None = None
         self._admission: _Admission | None = None
         self._idle: asyncio.Event | None = None
+        self._force: asyncio.Event | None = None
         self._runner: web.AppRunner | None = None
 
     # -- Flowable ------------------------------------------------------------------------------
@@ -112,21 +124,38 @@ class Gateway(Flowable[CompletionRequest], Service):
         return 0 if admission is None or admission.cancelled else admission.requested
 
     @property
+    def in_flight(self) -> int:
+        """Admitted requests whose answer is not finished yet."""
+        return len(self.pending)
+
+    @property
     def available(self) -> bool:
-        """False when an engine behind the edge is down (the edge answers 503)."""
-        return all(engine.available for engine in self.engines)
+        """False when the graph behind the edge stopped or an engine is down (503)."""
+        return not self.stopped and all(engine.available for engine in self.engines)
+
+    def pipeline_stopped(self) -> None:
+        """The graph cancelled the edge's subscription: fail every admitted request that has not
+        started (their handlers answer 503 ``unavailable``) and refuse new ones."""
+        self.stopped = True
+        error = EngineUnavailableError("the pipeline behind the gateway stopped")
+        for request in list(self.pending):
+            reply = request.reply
+            if reply is not None and not reply.done():
+                reply.set_exception(error)
 
     # -- admission -----------------------------------------------------------------------------
     def authenticate(self, header: str | None) -> str | None:
         """Return the key id (``key_<i>``) for ``Authorization: Bearer <key>``, ``"anonymous"``
-        when no keys are configured, or None when the key is missing or wrong. Every configured
-        key is compared in constant time (``hmac.compare_digest``)."""
+        when no keys are configured, or None when the key is missing or wrong. The scheme is
+        case-insensitive (RFC 9110 §11.1); every configured key is compared in constant time
+        (``hmac.compare_digest``)."""
         keys = self.config.api_keys
         if not keys:
             return "anonymous"
-        if not header or not header.startswith("Bearer "):
+        scheme, _, token = (header or "").strip().partition(" ")
+        if scheme.lower() != "bearer" or not token.strip():
             return None
-        given = header[len("Bearer "):].strip().encode()
+        given = token.strip().encode()
         found = None
         for index, key in enumerate(keys):
             if hmac.compare_digest(given, key.encode()):
@@ -136,6 +165,10 @@ class Gateway(Flowable[CompletionRequest], Service):
     def _retry_after_queue(self, now: float) -> float:
         return clamp_retry_after(self.meter.estimated_wait(now), self.config.retry_after_min_s,
                                  self.config.retry_after_max_s)
+
+    def retry_after_queue(self) -> float:
+        """Retry-After (seconds) for a request refused for lack of room, from the drain rate."""
+        return self._retry_after_queue(asyncio.get_running_loop().time())
 
     def early_refusal(self, now: float) -> Refusal | None:
         """Refusals that need no request body: draining, engine down, no demand."""
@@ -178,7 +211,9 @@ class Gateway(Flowable[CompletionRequest], Service):
             request.reply = asyncio.get_running_loop().create_future()
         if self.config.latency_budget_s is not None:
             request.deadline_s = now + self.config.latency_budget_s
+        self.pending.add(request)  # before emitting: a synchronous failure downstream must find it
         if admission is None or not admission.admit(request):
+            self.pending.discard(request)
             return Refusal(429, "queue_full", self._retry_after_queue(now),
                            "the server is at capacity (queue full); retry after the indicated delay")
         self.meter.record_admit()
@@ -190,12 +225,10 @@ class Gateway(Flowable[CompletionRequest], Service):
             self._admission.counters.drop(refusal.reason)
 
     # -- in-flight accounting (for draining) ---------------------------------------------------
-    def enter(self) -> None:
-        self.in_flight += 1
-
-    def leave(self) -> None:
-        self.in_flight -= 1
-        if self.in_flight == 0 and self._idle is not None:
+    def leave(self, request: CompletionRequest) -> None:
+        """The answer to ``request`` is finished (or abandoned)."""
+        self.pending.discard(request)
+        if not self.pending and self._idle is not None:
             self._idle.set()
 
     # -- Service -------------------------------------------------------------------------------
@@ -204,13 +237,18 @@ class Gateway(Flowable[CompletionRequest], Service):
         self.engines = [engine for engine in engines if engine is not None]
 
     async def start(self, host: str, port: int | None) -> str | None:
-        from ._http import make_app
+        from ._http import HTTP_LOG, make_app
 
+        if self._runner is not None:
+            raise RuntimeError(f"gateway {self.name!r} is already serving on {self.url}")
         self.draining = False
+        self.stopped = False
         app = make_app(self)
         # handler_cancellation: a client that disconnects cancels its handler, so queued work is
-        # withdrawn and running work cancelled (DESIGN §5); access logs off (per-request cost).
-        self._runner = web.AppRunner(app, handler_cancellation=True, access_log=None)
+        # withdrawn and running work cancelled (DESIGN §5); access logs off (per-request cost);
+        # our own drain comes first, so aiohttp's shutdown waits only briefly for stragglers.
+        self._runner = web.AppRunner(app, handler_cancellation=True, access_log=None, shutdown_timeout=2.0,
+                                     logger=HTTP_LOG)
         await self._runner.setup()
         site = web.TCPSite(self._runner, host, port if port is not None else 8000)
         await site.start()
@@ -221,18 +259,37 @@ class Gateway(Flowable[CompletionRequest], Service):
         return self.url
 
     async def drain(self, timeout_s: float) -> None:
-        """Refuse new requests (503 ``draining``), let in-flight ones finish within ``timeout_s``,
-        then complete the stream so the graph finishes what it holds."""
+        """Refuse new requests (503 ``draining``) and let in-flight ones finish within
+        ``timeout_s`` seconds (or until :meth:`abort`); then cancel what is left (those clients
+        get 503 ``draining``) and complete the stream so the graph finishes."""
         self.draining = True
-        if self.in_flight:
+        if self.pending:
             self._idle = asyncio.Event()
-            try:
-                await asyncio.wait_for(self._idle.wait(), timeout_s)
-            except TimeoutError:
-                log.warning("drain timeout (%.1f s): %d requests still in flight are cancelled",
-                            timeout_s, self.in_flight)
+            if self._force is None:
+                self._force = asyncio.Event()
+            waiters = {asyncio.ensure_future(self._idle.wait()), asyncio.ensure_future(self._force.wait())}
+            await asyncio.wait(waiters, timeout=timeout_s, return_when=asyncio.FIRST_COMPLETED)
+            for waiter in waiters:
+                waiter.cancel()
+            await asyncio.gather(*waiters, return_exceptions=True)
+            if self.pending:
+                log.warning("drain: %d requests still in flight after %.1f s are cancelled",
+                            len(self.pending), timeout_s)
+                for request in list(self.pending):
+                    request.cancel()
+                # their handlers answer 503 at once; give them a moment to write it
+                try:
+                    await asyncio.wait_for(self._idle.wait(), 2.0)
+                except TimeoutError:
+                    pass
         if self._admission is not None:
             self._admission.finish()
+
+    def abort(self) -> None:
+        """Stop waiting for in-flight work (a second SIGINT/SIGTERM): :meth:`drain` cancels it now."""
+        if self._force is None:
+            self._force = asyncio.Event()
+        self._force.set()
 
     async def stop(self) -> None:
         if self._runner is not None:

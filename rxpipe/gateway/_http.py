@@ -8,11 +8,13 @@ import socket
 import time
 from typing import TYPE_CHECKING, Awaitable, Callable
 
+import orjson
 from aiohttp import web
+from aiohttp.http_exceptions import HttpProcessingError
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
 
 from ..engines import Completion, CompletionRequest, CompletionResult
-from ..errors import EngineUnavailableError
+from ..errors import DroppedError, EngineError, EngineUnavailableError
 from ._metrics import REQUEST_DURATION, TIME_TO_FIRST_TOKEN, count_request
 from ._openai import (
     SSE_DONE,
@@ -29,9 +31,27 @@ from ._policy import Refusal
 if TYPE_CHECKING:
     from ._gateway import Gateway
 
-__all__ = ["make_app"]
+__all__ = ["make_app", "HTTP_LOG"]
 
 log = logging.getLogger("rxpipe.gateway")
+
+
+class _ClientErrorFilter(logging.Filter):
+    """aiohttp logs a malformed request (bad Content-Length, oversized header line, ...) with a
+    traceback at ERROR. That is the client's fault, and any client can trigger it: keep it at
+    DEBUG so it cannot flood the log."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        error = record.exc_info[1] if record.exc_info else None
+        if isinstance(error, HttpProcessingError) and 400 <= (error.code or 500) < 500:
+            record.levelno, record.levelname = logging.DEBUG, "DEBUG"
+            return HTTP_LOG.isEnabledFor(logging.DEBUG)
+        return True
+
+
+#: The logger aiohttp's server protocol uses for the edge (client errors demoted to DEBUG).
+HTTP_LOG = logging.getLogger("rxpipe.gateway.http")
+HTTP_LOG.addFilter(_ClientErrorFilter())
 
 _JSON = "application/json"
 _ROUTES = {"/v1/completions", "/v1/chat/completions", "/v1/models", "/metrics", "/healthz", "/readyz"}
@@ -69,11 +89,16 @@ class _Edge:
     async def chat_completions(self, request: web.Request) -> web.StreamResponse:
         return await self._complete(request, chat=True)
 
-    async def models(self, request: web.Request) -> web.Response:
-        import orjson
+    def _model(self) -> dict[str, object]:
+        return {"id": self.config.model, "object": "model", "created": 0, "owned_by": "rxpipe"}
 
-        return _json(200, orjson.dumps({"object": "list", "data": [
-            {"id": self.config.model, "object": "model", "created": 0, "owned_by": "rxpipe"}]}))
+    async def models(self, request: web.Request) -> web.Response:
+        return _json(200, orjson.dumps({"object": "list", "data": [self._model()]}))
+
+    async def model(self, request: web.Request) -> web.Response:
+        if request.match_info["model"] != self.config.model:
+            return _model_not_found(request.match_info["model"])
+        return _json(200, orjson.dumps(self._model()))
 
     async def _complete(self, request: web.Request, *, chat: bool) -> web.StreamResponse:
         gateway = self.gateway
@@ -82,39 +107,49 @@ class _Edge:
         key_id = gateway.authenticate(request.headers.get("Authorization"))
         if key_id is None:
             return _error(401, "missing or invalid API key (Authorization: Bearer <key>)",
-                          "authentication_error", "invalid_api_key")
+                          "authentication_error", "invalid_api_key", headers={"WWW-Authenticate": "Bearer"})
         refusal = gateway.early_refusal(now)
         if refusal is not None:
-            gateway.reject(refusal)
-            return _refusal_response(refusal)
+            return self._refuse(refusal)
         limit = self.config.max_body_bytes
         if request.content_length is not None and request.content_length > limit:
-            return _error(413, f"request body over the {limit}-byte limit", "invalid_request_error",
-                          "request_too_large")
+            return _too_large(limit)
         try:
-            body = await request.read()
+            async with asyncio.timeout(self.config.body_timeout_s):
+                body = await request.read()
         except web.HTTPRequestEntityTooLarge:
-            return _error(413, f"request body over the {limit}-byte limit", "invalid_request_error",
-                          "request_too_large")
+            return _too_large(limit)
+        except TimeoutError:
+            return _error(408, f"the request body did not arrive within {self.config.body_timeout_s:g} s",
+                          "invalid_request_error", "request_timeout")
         try:
             item = parse_request(body, chat=chat, default_model=self.config.model,
                                  max_tokens_limit=self.config.max_tokens_limit)
         except InvalidRequest as error:
             return _error(error.status, str(error), error.type, error.code, error.param)
         if item.model != self.config.model:
-            return _error(404, f"model {item.model!r} does not exist; GET /v1/models lists the served models",
-                          "not_found_error", "model_not_found", "model")
+            return _model_not_found(item.model)
         item.api_key_id = key_id
         now = loop.time()
         refusal = gateway.policy_refusal(key_id, now) or gateway.early_refusal(now) or gateway.admit(item, now)
         if refusal is not None:
-            gateway.reject(refusal)
-            return _refusal_response(refusal)
-        gateway.enter()
+            return self._refuse(refusal)
         try:
             return await self._answer(request, item, chat=chat)
         finally:
-            gateway.leave()
+            gateway.leave(item)
+
+    def _refuse(self, refusal: Refusal) -> web.Response:
+        self.gateway.reject(refusal)
+        return _refusal_response(refusal)
+
+    def _stopped_response(self, reason: str) -> web.Response:
+        """The request was admitted, then cut off by the edge itself: draining past its timeout,
+        or the graph behind it stopped."""
+        if self.gateway.draining:
+            return self._refuse(Refusal(503, "draining", self.config.retry_after_min_s,
+                                        "the server shut down before the request finished; retry elsewhere"))
+        return self._refuse(Refusal(503, "unavailable", self.config.retry_after_min_s, reason))
 
     async def _answer(self, request: web.Request, item: CompletionRequest, *, chat: bool) -> web.StreamResponse:
         gateway = self.gateway
@@ -124,31 +159,40 @@ class _Edge:
         try:
             try:
                 completion: Completion = await reply
+            except asyncio.CancelledError:
+                if _task_cancelled():
+                    raise  # the client left
+                return self._stopped_response("the request was cancelled before it started")
+            except DroppedError as error:  # shed by an overflow strategy, or its stage failed
+                return self._refuse(Refusal(429, "queue_full", gateway.retry_after_queue(),
+                                            f"the server shed the request ({error.reason}); retry later"))
             except EngineUnavailableError as error:
-                return _refusal_response(Refusal(503, "unavailable", self.config.retry_after_min_s, str(error)))
+                return self._refuse(Refusal(503, "unavailable", self.config.retry_after_min_s, str(error)))
             started = True
             gateway.meter.record_start(asyncio.get_running_loop().time())
             if completion.finish_reason == "deadline":
                 # Queued past its latency budget: it never ran. Refuse it like an early deadline.
-                refusal = Refusal(429, "deadline", self.config.retry_after_min_s,
-                                  "the request waited longer than the latency budget and was not started")
-                gateway.reject(refusal)
-                return _refusal_response(refusal)
+                return self._refuse(Refusal(429, "deadline", self.config.retry_after_min_s,
+                                            "the request waited longer than the latency budget and was not started"))
             if item.stream:
                 return await self._stream(request, item, completion, chat=chat)
-            # shield: a cancelled handler must not cancel the Completion's shared result future
-            # (the except clause below cancels the completion itself)
-            result: CompletionResult = await asyncio.shield(completion.result)
+            try:
+                # shield: a cancelled handler must not cancel the Completion's shared result
+                # future (the CancelledError clause below cancels the completion itself)
+                result: CompletionResult = await asyncio.shield(completion.result)
+            except EngineUnavailableError as error:
+                return self._refuse(Refusal(503, "unavailable", self.config.retry_after_min_s, str(error)))
+            if result.finish_reason == "cancelled":
+                return self._stopped_response("the request was cancelled while running")
             _observe(result)
             return _json(200, completion_body(item, result, chat=chat, created=now_created()))
         except asyncio.CancelledError:
             item.cancel()  # the client left: a queued request never starts, a running one stops
             reply.add_done_callback(_retrieve)
             raise
-        except Exception as error:
-            item.cancel()
-            log.error("request %s failed: %r", item.id, error)
-            return _error(500, f"the request failed: {error}", "server_error", "engine_error")
+        except EngineError as error:
+            log.warning("request %s failed in the engine: %r", item.id, error)
+            return _error(500, f"the model backend failed the request: {error}", "server_error", "engine_error")
         finally:
             if not started:
                 gateway.meter.record_abandon()
@@ -157,9 +201,8 @@ class _Edge:
                       chat: bool) -> web.StreamResponse:
         response = web.StreamResponse(status=200, headers={
             "Content-Type": "text/event-stream", "Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
-        _bound_socket_buffers(request, self.config.stream_buffer_bytes)
-        await response.prepare(request)
-        created = now_created()
+        # Subscribe before the first await, so the sequence has its credit for the first step.
+        tokens = completion.tokens.iterate(self.config.stream_window, credit=True)
         result_future = completion.result
         transport = request.transport
 
@@ -171,14 +214,26 @@ class _Edge:
                     transport.abort()
 
         result_future.add_done_callback(abort_if_stalled)
-        tokens = completion.tokens.iterate(self.config.stream_window, credit=True)
         try:
-            if chat:
-                await response.write(sse(chunk_body(item, chat=True, created=created, text="", role=True)))
-            async for chunk in tokens:
-                await response.write(sse(chunk_body(item, chat=chat, created=created, text=chunk.text)))
-                tokens.grant(1)  # credit follows what the socket actually took
-            result = await asyncio.shield(result_future)
+            _bound_socket_buffers(request, self.config.stream_buffer_bytes)
+            await response.prepare(request)
+            created = now_created()
+            try:
+                if chat:
+                    await response.write(sse(chunk_body(item, chat=True, created=created, text="", role=True)))
+                async for chunk in tokens:
+                    await response.write(sse(chunk_body(item, chat=chat, created=created, text=chunk.text)))
+                    tokens.grant(1)  # credit follows what the socket actually took
+                result = await asyncio.shield(result_future)
+            except EngineError as error:
+                # The status line is sent: the failure goes in the stream, as an error event.
+                await _stream_error(response, str(error), "server_error",
+                                    "unavailable" if isinstance(error, EngineUnavailableError) else "engine_error")
+                return response
+            if result.finish_reason == "cancelled":
+                reason = "draining" if self.gateway.draining else "unavailable"
+                await _stream_error(response, "the request was cancelled by the server", "overloaded_error", reason)
+                return response
             _observe(result)
             await response.write(sse(chunk_body(item, chat=chat, created=created, result=result)))
             if item.sampling.get("include_usage"):
@@ -207,6 +262,32 @@ class _Edge:
 
     async def metrics(self, request: web.Request) -> web.Response:
         return web.Response(body=generate_latest(REGISTRY), headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+
+def _task_cancelled() -> bool:
+    """True when the current task itself is being cancelled (the client disconnected), as
+    opposed to an awaited future having been cancelled by someone else."""
+    task = asyncio.current_task()
+    return task is not None and task.cancelling() > 0
+
+
+def _model_not_found(model: str) -> web.Response:
+    return _error(404, f"model {model!r} does not exist; GET /v1/models lists the served models",
+                  "not_found_error", "model_not_found", "model")
+
+
+def _too_large(limit: int) -> web.Response:
+    return _error(413, f"request body over the {limit}-byte limit", "invalid_request_error", "request_too_large")
+
+
+async def _stream_error(response: web.StreamResponse, message: str, type: str, code: str) -> None:
+    """End an SSE stream with an error event and ``[DONE]`` (as vLLM does), if the client is there."""
+    try:
+        await response.write(sse(error_body(message, type, code)))
+        await response.write(SSE_DONE)
+        await response.write_eof()
+    except ConnectionError:
+        pass
 
 
 def _retrieve(future: asyncio.Future[Completion]) -> None:
@@ -270,6 +351,7 @@ def make_app(gateway: Gateway) -> web.Application:
     app.router.add_post("/v1/completions", edge.completions)
     app.router.add_post("/v1/chat/completions", edge.chat_completions)
     app.router.add_get("/v1/models", edge.models)
+    app.router.add_get("/v1/models/{model}", edge.model)
     app.router.add_get("/metrics", edge.metrics)
     app.router.add_get("/healthz", edge.healthz)
     app.router.add_get("/readyz", edge.readyz)

@@ -1,0 +1,178 @@
+"""The edge when things go wrong: every admitted request gets an answer, and shutdown is bounded."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import socket
+import time
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import orjson
+import pytest
+
+from rxpipe import operators as ops
+from rxpipe.engines import SimulatedEngine
+from rxpipe.gateway import Gateway, GatewayConfig
+from rxpipe.runtime import Pipeline
+
+from .server import GatewayProcess
+from .test_gateway import post
+
+
+def fast_engine(**kwargs: Any) -> SimulatedEngine:
+    settings = {"max_num_seqs": 2, "step_overhead_s": 0.001, "decode_s_per_seq": 0.0, "prefill_s_per_token": 0.0}
+    return SimulatedEngine(**{**settings, **kwargs})
+
+
+async def test_engine_failure_mid_stream_ends_with_an_error_event() -> None:
+    pipeline = Pipeline(Gateway(), ops.buffer(4), ops.execute(fast_engine(error_rate=1.0)))
+    async with pipeline.start(port=0) as running:
+        async with aiohttp.ClientSession() as http:
+            async with http.post(f"{running.url}/v1/completions",
+                                 json={"prompt": "x", "max_tokens": 50, "stream": True}) as r:
+                assert r.status == 200
+                raw = await asyncio.wait_for(r.read(), 5)
+            events = raw.split(b"\n\n")[:-1]
+            assert events[-1] == b"data: [DONE]"
+            error = orjson.loads(events[-2][len(b"data: "):])["error"]
+            assert error["type"] == "server_error" and error["code"] == "engine_error"
+            # non-streaming: a JSON 500 with the same code
+            status, _, body = await post(running.url, {"prompt": "x", "max_tokens": 50})
+            assert status == 500 and body["error"]["code"] == "engine_error"
+
+
+async def test_engine_going_down_while_running_answers_503() -> None:
+    engine = fast_engine(step_overhead_s=0.02)
+    pipeline = Pipeline(Gateway(), ops.buffer(4), ops.execute(engine))
+    async with pipeline.start(port=0) as running:
+        assert running.url
+        request = asyncio.ensure_future(post(running.url, {"prompt": "x", "max_tokens": 100}))
+        await asyncio.sleep(0.1)
+        engine.down = True
+        status, headers, body = await request
+        assert status == 503 and body["error"]["code"] == "unavailable" and headers["Retry-After"] == "1"
+        engine.down = False
+
+
+async def test_a_failing_stage_answers_admitted_and_new_requests_with_503(rx_errors: Any) -> None:
+    def boom(item: Any) -> Any:
+        raise RuntimeError("stage bug")
+
+    pipeline = Pipeline(Gateway(), ops.buffer(4), ops.map(boom), ops.execute(fast_engine()))
+    async with pipeline.start(port=0) as running:
+        assert running.url
+        status, _, body = await asyncio.wait_for(post(running.url, {"prompt": "x", "max_tokens": 1}), 5)
+        assert status == 503 and body["error"]["code"] == "unavailable"
+        status, _, body = await post(running.url, {"prompt": "y", "max_tokens": 1})
+        assert status == 503 and body["error"]["code"] == "unavailable"
+        with pytest.raises(RuntimeError, match="stage bug"):
+            await running.wait()
+
+
+@pytest.mark.parametrize("overflow", ["drop_oldest", "drop_incoming"])
+async def test_requests_shed_by_a_buffer_are_answered_with_429(overflow: str) -> None:
+    pipeline = Pipeline(Gateway(), ops.buffer(2, overflow=overflow),
+                        ops.execute(fast_engine(max_num_seqs=1, step_overhead_s=0.01)))
+    async with pipeline.start(port=0) as running:
+        assert running.url
+        url = running.url
+        results = await asyncio.wait_for(
+            asyncio.gather(*(post(url, {"prompt": "x", "max_tokens": 5}) for _ in range(10))), 10)
+    statuses = [status for status, _, _ in results]
+    assert set(statuses) <= {200, 429} and statuses.count(200) >= 3 and statuses.count(429) >= 1
+    for status, headers, body in results:
+        if status == 429:
+            assert body["error"]["code"] == "queue_full" and "shed" in body["error"]["message"]
+            assert int(headers["Retry-After"]) >= 1
+
+
+async def test_the_same_gateway_cannot_serve_twice() -> None:
+    pipeline = Pipeline(Gateway(), ops.buffer(2), ops.execute(fast_engine()))
+    async with pipeline.start(port=0):
+        with pytest.raises(RuntimeError, match="already"):
+            async with pipeline.start(port=0):
+                pass
+
+
+async def test_auth_scheme_is_case_insensitive_and_401_names_the_scheme() -> None:
+    pipeline = Pipeline(Gateway(api_keys=("k1",)), ops.buffer(2), ops.execute(fast_engine()))
+    async with pipeline.start(port=0) as running:
+        assert running.url
+        assert (await post(running.url, {"prompt": "x", "max_tokens": 1}, {"Authorization": "bearer k1"}))[0] == 200
+        status, headers, _ = await post(running.url, {"prompt": "x", "max_tokens": 1})
+        assert status == 401 and headers["WWW-Authenticate"] == "Bearer"
+
+
+async def test_model_retrieval() -> None:
+    pipeline = Pipeline(Gateway(model="m1"), ops.buffer(2), ops.execute(fast_engine()))
+    async with pipeline.start(port=0) as running:
+        async with aiohttp.ClientSession() as http:
+            async with http.get(f"{running.url}/v1/models/m1") as r:
+                assert r.status == 200
+                assert await r.json() == {"id": "m1", "object": "model", "created": 0, "owned_by": "rxpipe"}
+            async with http.get(f"{running.url}/v1/models/other") as r:
+                assert r.status == 404 and (await r.json())["error"]["code"] == "model_not_found"
+
+
+async def test_a_body_that_never_arrives_gets_408() -> None:
+    pipeline = Pipeline(Gateway(GatewayConfig(body_timeout_s=0.2)), ops.buffer(2), ops.execute(fast_engine()))
+    async with pipeline.start(port=0) as running:
+        assert running.url
+        host, port = running.url.removeprefix("http://").split(":")
+        reader, writer = await asyncio.open_connection(host, int(port))
+        writer.write(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{\"prompt\"")
+        await writer.drain()
+        head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 5)
+        assert head.startswith(b"HTTP/1.1 408")
+        writer.close()
+        await writer.wait_closed()
+
+
+@pytest.mark.loops("asyncio")
+async def test_drain_timeout_bounds_shutdown(tmp_path: Path) -> None:
+    gateway = GatewayProcess(tmp_path, "max_num_seqs=4", "step_overhead_s=0.02", "decode_s_per_seq=0",
+                             "drain_timeout_s=1")
+    try:
+        async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as http:
+            async def one() -> tuple[int, Any]:
+                async with http.post(f"{gateway.url}/v1/completions", json={"prompt": "x", "max_tokens": 400}) as r:
+                    return r.status, await r.json()
+
+            work = [asyncio.ensure_future(one()) for _ in range(6)]  # ~8 s each, 4 run, 2 wait
+            await asyncio.sleep(0.3)
+            signalled = time.monotonic()
+            gateway.proc.send_signal(signal.SIGTERM)
+            results = await asyncio.wait_for(asyncio.gather(*work), 10)
+            answered = time.monotonic() - signalled
+        assert [status for status, _ in results] == [503] * 6
+        assert {body["error"]["code"] for _, body in results} == {"draining"}
+        assert 0.9 <= answered < 3.5
+        assert gateway.wait(10) == 0
+        assert time.monotonic() - signalled < 6
+    finally:
+        gateway.kill()
+
+
+@pytest.mark.loops("asyncio")
+async def test_a_second_signal_stops_waiting(tmp_path: Path) -> None:
+    gateway = GatewayProcess(tmp_path, "max_num_seqs=2", "step_overhead_s=0.02", "decode_s_per_seq=0",
+                             "drain_timeout_s=60")
+    try:
+        sock = socket.create_connection(("127.0.0.1", gateway.port))
+        body = orjson.dumps({"prompt": "x", "max_tokens": 5000})
+        sock.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                     b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
+        await asyncio.sleep(0.3)
+        gateway.proc.send_signal(signal.SIGTERM)
+        await asyncio.sleep(0.3)
+        assert gateway.proc.poll() is None  # draining: waiting for the 100 s request
+        gateway.proc.send_signal(signal.SIGINT)
+        assert gateway.wait(10) == 0
+        sock.settimeout(5)
+        assert sock.recv(65536).startswith(b"HTTP/1.1 503")
+        sock.close()
+    finally:
+        gateway.kill()
