@@ -304,3 +304,28 @@ def test_stage_names_statistics_and_tracking() -> None:
     assert stage.statistics() == StageStatistics("buffer_2", 0, 4, 4, 7, 3, {})
     ts.request(UNBOUNDED)
     assert stage.counters.items_in == 10 and stage.counters.items_out == 10
+
+
+class _Tracked:
+    """An item that wants to know when a stage drops it (as CompletionRequest does)."""
+
+    def __init__(self, n: int, log: list[tuple[int, str]]) -> None:
+        self.n = n
+        self.log = log
+
+    def on_discard(self, reason: str) -> None:
+        self.log.append((self.n, reason))
+
+
+@pytest.mark.parametrize("overflow, dropped", [
+    ("drop_incoming", [(3, "drop_incoming"), (4, "drop_incoming")]),
+    ("drop_oldest", [(0, "drop_oldest"), (1, "drop_oldest")]),
+    ("error", [(3, "error")]),
+])
+def test_shed_items_are_told_why(overflow: str, dropped: list[tuple[int, str]]) -> None:
+    log: list[tuple[int, str]] = []
+    pub = TestPublisher[Any]()
+    ts = TestSubscriber[Any]()
+    pub.pipe(ops.buffer(3, overflow=overflow)).subscribe(ts)
+    pub.emit(*(_Tracked(i, log) for i in range(5)))
+    assert log == dropped
