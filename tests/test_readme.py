@@ -44,3 +44,10 @@ def test_tour_examples_run(tmp_path: Path) -> None:
         outputs.append(output)
     assert outputs[1].splitlines() == ["[0, 1, 4, 9, 16]", "5 items"]
     assert re.fullmatch(r"http://127\.0\.0\.1:\d+\nhttp://127\.0\.0\.1:\d+\n", outputs[2])
+
+
+def test_real_engine_example_builds(tmp_path: Path) -> None:
+    (block,) = python_blocks("## Operators and engines")
+    code, output = run([sys.executable, "-c", block + "\nprint([s.kind for s in pipeline.stages])"], ROOT, tmp_path)
+    assert code == 0, output
+    assert output == "['gateway', 'buffer', 'execute']\n"
