@@ -723,6 +723,11 @@ class SimulatedEngine(Engine):
         waiting = self._waiting
         latency = self.latency
         assert latency is not None
+        if self._running_dirty:
+            # drop finished sequences (as _start_step does in batching mode): under sustained load
+            # the engine never goes idle, and _running would keep every finished request alive
+            self._running = [s for s in self._running if s.state == _RUNNING]
+            self._running_dirty = False
         while waiting and self._n_running < self.max_num_seqs:
             seq = waiting.popleft()
             if seq.state != _WAITING:

@@ -28,9 +28,10 @@ class GatewayConfig:
         comma-separated ``RXPIPE_API_KEYS`` environment variable.
     key_rate / key_burst: per-API-key token bucket (requests/s, requests); ``key_rate=None``
         disables per-key policing. Without configured keys every client shares one bucket.
-    latency_budget_s: refuse (429 ``deadline``) a request whose estimated queue wait exceeds it
-        (seconds); None disables the check. Admitted requests carry ``deadline_s`` =
-        arrival + budget.
+    latency_budget_s: refuse (429 ``deadline``) a request whose estimated time to answer — the
+        queue wait (backlog / drain rate, with a 10 % margin) plus the p90 of recent service
+        times — exceeds it (seconds); None disables the check. Admitted requests carry
+        ``deadline_s`` = arrival + budget (one still queued then is refused late, never run).
     max_body_bytes: request bodies above it get 413 (bytes).
     body_timeout_s: a request body not fully received within it gets 408 (seconds).
     max_tokens_limit: largest ``max_tokens`` accepted (tokens); above it → 400.

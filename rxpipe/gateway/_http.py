@@ -185,6 +185,7 @@ class _Edge:
             if result.finish_reason == "cancelled":
                 return self._stopped_response("the request was cancelled while running")
             _observe(result)
+            self.gateway.meter.record_service(result.e2e_s - result.queue_time_s)
             return _json(200, completion_body(item, result, chat=chat, created=now_created()))
         except asyncio.CancelledError:
             item.cancel()  # the client left: a queued request never starts, a running one stops
@@ -235,6 +236,7 @@ class _Edge:
                 await _stream_error(response, "the request was cancelled by the server", "overloaded_error", reason)
                 return response
             _observe(result)
+            self.gateway.meter.record_service(result.e2e_s - result.queue_time_s)
             await response.write(sse(chunk_body(item, chat=chat, created=created, result=result)))
             if item.sampling.get("include_usage"):
                 await response.write(sse(chunk_body(item, chat=chat, created=created, result=result,

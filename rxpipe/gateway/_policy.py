@@ -20,12 +20,30 @@ class DrainMeter:
     backlog / rate (seconds), or None while no rate is known.
     """
 
-    __slots__ = ("horizon_s", "starts", "backlog")
+    __slots__ = ("horizon_s", "starts", "backlog", "services", "service_quantile", "_service_s", "_stale")
 
-    def __init__(self, horizon_s: float = 10.0, samples: int = 256) -> None:
+    def __init__(self, horizon_s: float = 10.0, samples: int = 256, service_quantile: float = 0.9) -> None:
         self.horizon_s = horizon_s
         self.starts: deque[float] = deque(maxlen=samples)
         self.backlog = 0
+        self.services: deque[float] = deque(maxlen=samples)
+        self.service_quantile = service_quantile
+        self._service_s = 0.0
+        self._stale = 0
+
+    def record_service(self, seconds: float) -> None:
+        """A request finished ``seconds`` after it started running (its service time)."""
+        self.services.append(seconds)
+        self._stale += 1
+
+    def service_time(self) -> float:
+        """The ``service_quantile`` of the last ``samples`` service times (seconds; 0.0 before
+        any), re-sorted at most once per 16 new samples."""
+        if self._stale and (self._stale >= 16 or len(self.services) <= 16):
+            ordered = sorted(self.services)
+            self._service_s = ordered[min(len(ordered) - 1, int(self.service_quantile * len(ordered)))]
+            self._stale = 0
+        return self._service_s
 
     def record_admit(self) -> None:
         self.backlog += 1

@@ -309,3 +309,27 @@ def test_defaults_model_a_7b_model_on_one_gpu() -> None:
     assert (e.max_num_seqs, e.max_num_batched_tokens, e.tokens_per_step, e.model) == (256, 8192, 1, "sim")
     assert e.available and e.free_slots == 256 and e.stall_timeout_s == 10.0
     assert (e.step_overhead_s, e.prefill_s_per_token, e.decode_s_per_seq) == (0.006, 0.00005, 0.0001)
+
+
+@pytest.mark.virtual
+async def test_per_request_mode_keeps_no_finished_sequence_under_sustained_load() -> None:
+    import gc
+    import weakref
+
+    from rxpipe.engines import CompletionRequest, SimulatedEngine
+
+    engine = SimulatedEngine.per_request(slots=2, base_s=0.01, per_token_s=0.001, tokens=(4, 8))
+    finished: list[weakref.ref[Any]] = []
+    # keep the engine busy: two running and one waiting at all times, so it never goes idle
+    pending = [engine.submit(CompletionRequest(prompt="x")) for _ in range(3)]
+    for _ in range(60):
+        done = pending.pop(0)
+        await done.result
+        finished.append(weakref.ref(done))
+        del done
+        pending.append(engine.submit(CompletionRequest(prompt="x")))
+    gc.collect()
+    assert sum(ref() is not None for ref in finished) == 0
+    for completion in pending:
+        completion.cancel()
+    await engine.aclose()

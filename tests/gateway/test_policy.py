@@ -69,12 +69,15 @@ def test_deadline_refusal_from_estimated_wait() -> None:
     refusal = gateway.policy_refusal("anonymous", 1.0)
     assert refusal is not None
     assert (refusal.status, refusal.reason, refusal.retry_after_s) == (429, "deadline", 1.0)
-    assert "estimated queue wait 0.80 s exceeds the latency budget 0.5 s" == refusal.message
-    gateway.meter.record_abandon()
-    gateway.meter.record_abandon()
-    gateway.meter.record_abandon()
-    gateway.meter.record_abandon()
-    assert gateway.policy_refusal("anonymous", 1.0) is None  # 4 / 10 per s = 0.4 s: within budget
+    assert "estimated time to answer 0.88 s exceeds the latency budget 0.5 s" == refusal.message  # 0.8 × 1.1
+    for _ in range(5):
+        gateway.meter.record_abandon()
+    assert gateway.policy_refusal("anonymous", 1.0) is None  # 3 / 10 per s × 1.1 = 0.33 s: within budget
+    for service in [0.1] * 9 + [0.3]:
+        gateway.meter.record_service(service)
+    assert gateway.meter.service_time() == 0.3  # p90 of ten samples
+    refusal = gateway.policy_refusal("anonymous", 1.0)  # 0.33 + 0.3 = 0.63 s > 0.5 s
+    assert refusal is not None and refusal.message.startswith("estimated time to answer 0.63 s")
 
 
 def test_queue_full_retry_after_is_backlog_over_drain_rate() -> None:
@@ -87,3 +90,14 @@ def test_queue_full_retry_after_is_backlog_over_drain_rate() -> None:
     assert refusal.retry_after_s == 50.0
     measured(gateway, backlog=200, starts=[])
     assert gateway.early_refusal(10.0).retry_after_s == 60.0  # type: ignore[union-attr]  # clamped
+
+
+def test_service_time_is_a_p90_of_recent_samples() -> None:
+    meter = DrainMeter(samples=100)
+    assert meter.service_time() == 0.0
+    for i in range(100):
+        meter.record_service(i / 100)
+    assert meter.service_time() == 0.9
+    for _ in range(100):  # the window moves: old samples leave
+        meter.record_service(0.05)
+    assert meter.service_time() == 0.05
