@@ -22,6 +22,7 @@ integer (its ``WIP`` counter).
 from __future__ import annotations
 
 import logging
+from abc import abstractmethod
 from collections import deque
 from typing import Any
 
@@ -224,8 +225,9 @@ class DrainSubscription(Subscription):
         self.drain()
 
     # -- for subclasses ------------------------------------------------------------------------
+    @abstractmethod
     def _drain(self) -> None:
-        raise NotImplementedError  # pragma: no cover - abstract
+        """One pass: emit up to ``requested`` items, subtract them, terminate when due."""
 
     def _on_request(self, n: int) -> None:
         """Called with each valid ``request(n)`` after ``requested`` grew, before draining."""

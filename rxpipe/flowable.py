@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from abc import abstractmethod
 from collections import deque
 from typing import TYPE_CHECKING, Any, AsyncIterator, Callable, Generic, TypeVar, overload
 
@@ -87,9 +88,9 @@ class Flowable(Publisher[T], Generic[T]):
             subscriber.on_subscribe(EMPTY_SUBSCRIPTION)
             subscriber.on_error(error)
 
+    @abstractmethod
     def _subscribe(self, subscriber: Subscriber[T]) -> None:
         """Start one run for a trusted subscriber (internal; operators call this upstream)."""
-        raise NotImplementedError
 
     # -- composing -----------------------------------------------------------------------------
     def pipe(self, *operators: Operator) -> Flowable[Any]:
