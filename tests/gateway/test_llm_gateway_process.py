@@ -150,6 +150,10 @@ async def test_burst_of_300_gets_only_200_and_429(gateway: GatewayProcess) -> No
     assert 1 <= peak_running <= 4
     assert metric(text, 'rxpipe_rejections_total{reason="queue_full"}') == statuses[429]
     assert metric(text, 'rxpipe_http_requests_total{code="200",route="/v1/completions"}') == statuses[200]
+    assert metric(text, "rxpipe_request_duration_seconds_count") == 300
+    assert metric(text, "rxpipe_time_to_first_token_seconds_count") == statuses[200]
+    assert metric(text, 'rxpipe_time_to_first_token_seconds_bucket{le="60.0"}') == statuses[200]
+    assert metric(text, 'rxpipe_stage_capacity_items{stage="queue"}') == 20
 
 
 @pytest.mark.settings("max_body_bytes=2048")
