@@ -52,13 +52,23 @@ boundary: a stage that emits beyond the demand diagram shows ``#`` with
 from __future__ import annotations
 
 import asyncio
-from collections import defaultdict
-from typing import Any, Callable, Iterable, Mapping, NamedTuple, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
-from .._demand import EMPTY_SUBSCRIPTION, QueueDrainSubscription
-from .._protocol import UNBOUNDED, Subscriber
 from ..flowable import Flowable, Operator
-from ._publisher import TestPublisher
+from ._marble_parse import (
+    ErrorSpec,
+    MarbleError,
+    MarbleEvent,
+    _describe,
+    _error_value,
+    _length,
+    _parse_block,
+    _same,
+    parse_demand,
+    parse_marbles,
+    render_marbles,
+)
+from ._marble_sources import _DEMAND, _SOURCES, MarbleSource, _bind
 from ._subscriber import TestSubscriber
 from ._virtual import VirtualTimeLoop, run_virtual
 
@@ -79,370 +89,7 @@ DEFAULT_FRAME_S = 0.01
 #: Default cap on the frames a run observes when the stream never settles (e.g. ``interval``).
 DEFAULT_MAX_FRAMES = 1000
 
-_SILENT = "- "
-_SPECIAL = frozenset("-|#()^! ")
 _UNSET: Any = object()
-# Phases of a frame: the subscriber's demand marks act before sources' events.
-_DEMAND, _SOURCES = 0, 1
-ErrorSpec = BaseException | type[BaseException]
-
-
-class MarbleError(Exception):
-    """The default error a source's ``#`` signals."""
-
-
-class MarbleEvent(NamedTuple):
-    """One signal at one frame: ``kind`` is ``"next"`` (``value`` the item), ``"error"``
-    (``value`` the exception, or in an expected diagram the class/instance to match, or None
-    for any) or ``"complete"``."""
-
-    frame: int
-    kind: str
-    value: Any = None
-
-
-# -- parsing and rendering --------------------------------------------------------------------
-def _value(char: str, values: Mapping[str, Any] | None) -> Any:
-    if values is not None and char in values:
-        return values[char]
-    if char.isdigit():
-        return int(char)
-    return char
-
-
-def parse_marbles(diagram: str, values: Mapping[str, Any] | None = None,
-                  error: Any = None) -> list[MarbleEvent]:
-    """Parse an item diagram into events, in order: ``"-a-(bc)-|"`` →
-    ``[(1, next, 'a'), (3, next, 'b'), (3, next, 'c'), (5, complete)]``.
-
-    ``error`` is the value of a ``#`` event. Raises ValueError for a malformed diagram
-    (nested or unclosed groups, events after a terminal mark, demand marks).
-    """
-    events: list[MarbleEvent] = []
-    group: int | None = None  # the frame of the open group
-    group_size = 0
-    terminated = False
-    frame = 0
-    for column, char in enumerate(diagram):
-        if char == "(":
-            if group is not None:
-                raise ValueError(f"nested group at column {column} of {diagram!r}")
-            group, group_size = frame, 0
-            continue
-        if char == ")":
-            if group is None:
-                raise ValueError(f"')' without '(' at column {column} of {diagram!r}")
-            if group_size == 0:
-                raise ValueError(f"empty group at column {column} of {diagram!r}")
-            group = None
-            frame += 1  # the whole group is one frame
-            continue
-        if char in _SILENT:
-            if group is not None:
-                raise ValueError(f"time mark inside a group at column {column} of {diagram!r}")
-            frame += 1
-            continue
-        if char in "^!":
-            raise ValueError(f"{char!r} at column {column} of {diagram!r}: demand marks belong "
-                             f"in the demand diagram")
-        if terminated:
-            raise ValueError(f"{char!r} at column {column} of {diagram!r} follows a terminal mark")
-        if char == "|":
-            event = MarbleEvent(frame, "complete")
-            terminated = True
-        elif char == "#":
-            event = MarbleEvent(frame, "error", error)
-            terminated = True
-        else:
-            event = MarbleEvent(frame, "next", _value(char, values))
-        events.append(event)
-        if group is None:
-            frame += 1
-        else:
-            group_size += 1
-    if group is not None:
-        raise ValueError(f"unclosed group in {diagram!r}")
-    return events
-
-
-def parse_demand(diagram: str) -> list[tuple[int, int | None]]:
-    """Parse a demand diagram into ``(frame, n)`` marks; ``n`` is None for a cancel (``!``).
-
-    ``"^1---^12-!"`` → ``[(0, 1), (5, 12), (9, None)]``; ``"^*"`` → ``[(0, UNBOUNDED)]``.
-    Raises ValueError for anything else (an item, a ``^`` without a count).
-    """
-    marks: list[tuple[int, int | None]] = []
-    i = 0
-    while i < len(diagram):
-        char = diagram[i]
-        if char in _SILENT:
-            i += 1
-        elif char == "!":
-            marks.append((i, None))
-            i += 1
-        elif char == "^":
-            j = i + 1
-            if diagram[j:j + 1] == "*":
-                n, j = UNBOUNDED, j + 1
-            else:
-                while j < len(diagram) and diagram[j].isdigit():
-                    j += 1
-                if j == i + 1:
-                    raise ValueError(f"'^' at column {i} of demand {diagram!r} needs a count "
-                                     f"(^3) or '*' (UNBOUNDED)")
-                n = int(diagram[i + 1:j])
-            marks.append((i, n))  # in the column of '^'; the count's columns are silent frames
-            i = j
-        else:
-            raise ValueError(f"{char!r} at column {i} of demand {diagram!r}: a demand diagram "
-                             f"holds only '-', ' ', '^n', '^*' and '!'")
-    return marks
-
-
-def _length(diagram: str) -> int:
-    """Frames an item or demand diagram spans (a group counts one frame)."""
-    frames = 0
-    in_group = False
-    for char in diagram:
-        if char == "(":
-            in_group = True
-        elif char == ")":
-            in_group = False
-            frames += 1
-        elif not in_group:
-            frames += 1
-    return frames
-
-
-def _char(value: Any, values: Mapping[str, Any] | None) -> str:
-    if values:
-        for char, candidate in values.items():
-            try:
-                if candidate is value or (type(candidate) is type(value) and candidate == value):
-                    return char
-            except Exception:  # an == that raises (arrays): not this one
-                continue
-    if type(value) is int and 0 <= value <= 9:
-        return str(value)
-    if isinstance(value, str) and len(value) == 1 and value not in _SPECIAL:
-        return value
-    return "?"
-
-
-def render_marbles(events: Sequence[MarbleEvent], values: Mapping[str, Any] | None = None,
-                   frames: int = 0) -> str:
-    """Draw events as a diagram (the inverse of :func:`parse_marbles`), padded with ``-`` up to
-    frame ``frames`` when nothing terminated. A value without a character (not in ``values``, not
-    a digit or one-character string) is drawn ``?``; :attr:`MarbleResult.timeline` has it."""
-    by_frame: dict[int, list[MarbleEvent]] = defaultdict(list)
-    for event in events:
-        by_frame[event.frame].append(event)
-    out: list[str] = []
-    frame = 0
-    for at in sorted(by_frame):
-        group = by_frame[at]
-        out.append("-" * (at - frame))
-        chars = "".join("|" if e.kind == "complete" else "#" if e.kind == "error" else _char(e.value, values)
-                        for e in group)
-        out.append(chars if len(group) == 1 else f"({chars})")
-        frame = at + 1
-    if not any(e.kind != "next" for e in events) and frames + 1 > frame:
-        out.append("-" * (frames + 1 - frame))
-    return "".join(out)
-
-
-def _parse_block(text: str) -> dict[str, str]:
-    """Split a docstring-like block (``label: diagram`` lines) into diagrams sharing one time
-    origin: the leftmost column where a diagram starts."""
-    rows: list[tuple[str, str, int]] = []
-    for line in text.splitlines():
-        if not line.strip():
-            continue
-        label, colon, rest = line.partition(":")
-        if not colon:
-            raise ValueError(f"marble block line {line!r} needs 'label: diagram'")
-        start = len(line) - len(rest.lstrip()) if rest.strip() else len(line)
-        rows.append((label.strip(), line, start))
-    origin = min(start for _, _, start in rows)
-    diagrams: dict[str, str] = {}
-    for label, line, _ in rows:
-        key = {"expected": "output", "cold": "source"}.get(label, label)
-        if key not in ("source", "hot", "demand", "output"):
-            raise ValueError(f"unknown marble label {label!r} (source, hot, demand, output)")
-        if key in diagrams or (key in ("source", "hot") and ("source" in diagrams or "hot" in diagrams)):
-            raise ValueError(f"marble block names {label!r} twice")
-        diagrams[key] = line[origin:].rstrip()
-    return diagrams
-
-
-def _error_value(error: Any) -> BaseException:
-    if error is None:
-        return MarbleError("#")
-    if isinstance(error, type) and issubclass(error, BaseException):
-        return error()
-    if isinstance(error, BaseException):
-        return error
-    raise TypeError(f"error= needs an exception or an exception class, got {error!r}")
-
-
-def _error_matches(expected: Any, actual: Any) -> bool:
-    if expected is None or expected is actual:
-        return True
-    if isinstance(expected, type):
-        return isinstance(actual, expected)
-    return type(actual) is type(expected) and getattr(actual, "args", None) == expected.args
-
-
-def _same(expected: MarbleEvent, actual: MarbleEvent) -> bool:
-    if expected.frame != actual.frame or expected.kind != actual.kind:
-        return False
-    if expected.kind == "error":
-        return _error_matches(expected.value, actual.value)
-    return bool(expected.value == actual.value)
-
-
-# -- sources ----------------------------------------------------------------------------------
-class _ColdSubscription(QueueDrainSubscription):
-    """One playing of a cold diagram: items arrive by timer and go out on demand (drain loop)."""
-
-    __slots__ = ("source",)
-    # A marble source stands for any upstream: it shows the literal protocol (a filter after
-    # it asks for one more per dropped item), not rxpipe's internal conditional delivery.
-    conditional_delivery = False
-
-    def __init__(self, source: MarbleSource, downstream: Subscriber[Any]) -> None:
-        super().__init__(downstream)
-        self.source = source
-
-    # TestPublisher's view of a subscription
-    @property
-    def subscriber(self) -> Subscriber[Any]:
-        return self.downstream
-
-    @property
-    def outstanding(self) -> int:
-        return self.requested
-
-    terminated = False  # termination sets ``cancelled`` (DrainSubscription)
-
-    def start(self, marbles: Marbles) -> None:
-        """Play the diagram from the current frame: frame-0 events now, the rest by the clock."""
-        by_frame: dict[int, list[MarbleEvent]] = defaultdict(list)
-        for event in self.source.events:
-            by_frame[event.frame].append(event)
-        origin = marbles.frame()
-        for frame in sorted(by_frame):
-            if frame == 0:
-                self.arrive(by_frame[0])
-            else:
-                marbles._at(origin + frame, _SOURCES, _bind(self.arrive, by_frame[frame]))
-
-    def arrive(self, events: Iterable[MarbleEvent]) -> None:
-        if self.cancelled:
-            return
-        for event in events:
-            if event.kind == "next":
-                self.queue.append(event.value)
-            else:
-                self.finished = True
-                if event.kind == "error":
-                    self.error = event.value
-        self.drain()
-
-    def request(self, n: int) -> None:
-        self.source._record_request(n)
-        super().request(n)
-
-    def cancel(self) -> None:
-        self.source._record_cancel(effective=not self.cancelled)
-        super().cancel()
-
-    def _release(self) -> None:
-        self.queue.clear()  # arrivals still scheduled find it cancelled
-
-
-class MarbleSource(TestPublisher[Any]):
-    """A :class:`~rxpipe.testing.TestPublisher` that plays a diagram on its :class:`Marbles`
-    clock (make it with :meth:`Marbles.cold` or :meth:`Marbles.hot`).
-
-    Besides TestPublisher's records: ``request_log`` (every ``request(n)`` as ``(frame, n)``),
-    ``cancelled_at`` (frame of the first cancel of a live subscription, None if none; the
-    clean-up cancel at the end of a run is not counted), ``subscribed_at`` (frames).
-    """
-
-    __test__ = False
-
-    def __init__(self, marbles: Marbles, diagram: str, events: list[MarbleEvent], *, hot: bool,
-                 name: str | None = None) -> None:
-        self.kind = "hot" if hot else "cold"
-        super().__init__(name=name)
-        self.marbles = marbles
-        self.diagram = diagram
-        self.events = events
-        self.hot = hot
-        self.request_log: list[tuple[int, int]] = []
-        self.cancelled_at: int | None = None
-        self.subscribed_at: list[int] = []
-        self._terminal: MarbleEvent | None = None
-
-    def _record_request(self, n: int) -> None:
-        super()._record_request(n)
-        self.request_log.append((self.marbles.frame(), n))
-
-    def _record_cancel(self, effective: bool) -> None:
-        super()._record_cancel(effective)
-        if effective and self.cancelled_at is None and not self.marbles.closing:
-            self.cancelled_at = self.marbles.frame()
-
-    def _subscribe(self, subscriber: Subscriber[Any]) -> None:
-        marbles = self.marbles
-        if marbles.loop is None:
-            raise RuntimeError("a marble source plays only inside Marbles.run()")
-        self.subscribed_at.append(marbles.frame())
-        if self.hot:
-            terminal = self._terminal
-            if terminal is None:
-                super()._subscribe(subscriber)
-                return
-            self.subscribe_count += 1
-            subscriber.on_subscribe(EMPTY_SUBSCRIPTION)  # a finished hot source replays its end
-            if terminal.kind == "error":
-                subscriber.on_error(terminal.value)
-            else:
-                subscriber.on_complete()
-            return
-        self.subscribe_count += 1
-        subscription = _ColdSubscription(self, subscriber)
-        self._subscriptions.append(subscription)  # type: ignore[arg-type]  # same protocol
-        subscriber.on_subscribe(subscription)
-        subscription.start(marbles)
-
-    # A cold source honours demand even when driven by hand.
-    def emit(self, *items: Any) -> MarbleSource:
-        if self.hot:
-            super().emit(*items)
-        else:
-            for subscription in self._live():
-                subscription.arrive([MarbleEvent(0, "next", x) for x in items])  # type: ignore[attr-defined]
-        return self
-
-    def complete(self) -> MarbleSource:
-        return self._terminate(MarbleEvent(0, "complete"))
-
-    def error(self, error: BaseException) -> MarbleSource:
-        return self._terminate(MarbleEvent(0, "error", error))
-
-    def _terminate(self, event: MarbleEvent) -> MarbleSource:
-        if self.hot:
-            self._terminal = event
-            if event.kind == "error":
-                super().error(event.value)
-            else:
-                super().complete()
-        else:
-            for subscription in self._live():
-                subscription.arrive([event])  # type: ignore[attr-defined]
-        return self
 
 
 # -- the subscriber under test ----------------------------------------------------------------
@@ -550,18 +197,6 @@ class MarbleResult:
     def __repr__(self) -> str:
         return (f"<MarbleResult output={self.output!r} upstream_requests={self.upstream_requests!r} "
                 f"upstream_cancelled={self.upstream_cancelled!r}>")
-
-
-def _describe(events: Sequence[MarbleEvent]) -> str:
-    parts = []
-    for e in events:
-        if e.kind == "next":
-            parts.append(f"{e.frame}:{e.value!r}")
-        elif e.kind == "complete":
-            parts.append(f"{e.frame}:|")
-        else:
-            parts.append(f"{e.frame}:#{e.value!r}")
-    return "[" + ", ".join(parts) + "]"
 
 
 # -- the runner -------------------------------------------------------------------------------
@@ -706,8 +341,6 @@ class Marbles:
         return result
 
 
-def _bind(fn: Callable[[Any], Any], arg: Any) -> Callable[[], Any]:
-    return lambda: fn(arg)
 
 
 def _resolve(future: asyncio.Future[None]) -> None:

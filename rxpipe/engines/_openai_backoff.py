@@ -1,0 +1,91 @@
+"""What the server's answers do to :class:`~rxpipe.engines.OpenAIEngine`: the circuit breaker's
+verdicts, the pause after a 429/503 (Retry-After, or exponential backoff, with jitter), and the
+wake-up when the breaker may close again."""
+
+from __future__ import annotations
+
+from typing import Mapping
+
+from ..errors import EngineUnavailableError
+from ._openai_state import _Call, _OpenAIState
+from ._openai_wire import parse_retry_after
+
+#: backoff base (seconds) after a 429/503 without Retry-After; doubles per consecutive answer
+_BACKOFF_BASE_S = 1.0
+
+
+class _Backoff(_OpenAIState):
+    """OpenAIEngine's reactions to answers (a mixin of OpenAIEngine)."""
+
+    # -- outcomes --------------------------------------------------------------------------------
+    def _settle(self, call: _Call, ok: bool | None) -> None:
+        """Give the breaker this attempt's verdict once: True success, False failure, None abandoned."""
+        if call.settled:
+            return
+        call.settled = True
+        breaker = self.breaker
+        if ok is None:
+            if call.trial:
+                breaker.release()
+        elif ok:
+            breaker.record_success()
+        else:
+            breaker.record_failure()
+            if self._breaker_state() == "open":
+                self._arm_breaker_timer(breaker.retry_after or 0.0)
+
+    def _throttled(self, call: _Call, status: int, headers: Mapping[str, str]) -> bool:
+        self.throttled += 1
+        self._streak += 1
+        call.throttles += 1
+        retry_after = parse_retry_after(headers)
+        cap = self.retry_after_cap_s
+        if retry_after is None:
+            retry_after = min(cap, _BACKOFF_BASE_S * 2.0 ** min(self._streak - 1, 62))
+        delay = min(cap, retry_after + self._rng.uniform(0.0, self.retry_after_jitter * retry_after))
+        self._pause_for(delay, status)
+        if call.throttles > self.throttle_retries:
+            error = EngineUnavailableError(f"{self.base_url} answered {status} to {call.request.id} "
+                                           f"{call.throttles} times (throttle_retries={self.throttle_retries})")
+            error.retry_after = delay  # type: ignore[attr-defined]
+            call.completion.fail(error)
+            return False
+        return True
+
+    def _pause_for(self, delay: float, status: int) -> None:
+        loop = self._loop
+        assert loop is not None
+        until = loop.time() + delay
+        if self._pause is not None:
+            if status == 503:
+                self._pause_status = 503
+            if until <= self._pause_until:
+                return
+            self._pause.cancel()
+        else:
+            self._pause_status = status
+            self.pauses += 1
+        self._pause_until = until
+        self._pause = loop.call_at(until, self._end_pause)
+
+    def _end_pause(self) -> None:
+        self._pause = None
+        self._freed = True
+        self._start_waiting()
+
+    def _arm_breaker_timer(self, delay: float) -> None:
+        if self._closed or self._loop is None:
+            return
+        if self._breaker_timer is not None:
+            self._breaker_timer.cancel()
+        self._breaker_timer = self._loop.call_later(delay, self._breaker_wake)
+
+    def _breaker_wake(self) -> None:
+        self._breaker_timer = None
+        state = self._breaker_state()
+        if state == "open":  # reopened meanwhile (shared breaker): wait again
+            self._arm_breaker_timer(self.breaker.retry_after or 0.0)
+            return
+        self._freed = True  # available again: the half-open trial slot
+        self._start_waiting()
+

@@ -1,0 +1,99 @@
+"""What :class:`~rxpipe.engines.OpenAIEngine`'s parts share: the state of one admitted request
+(``_Call``), the engine's fields and methods the mixins use (``_OpenAIState``, their base), and
+argument checks."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import random
+from typing import TYPE_CHECKING, Any, Mapping
+
+import aiohttp
+
+from ..resilience import CircuitBreaker
+from .base import Engine
+from .records import Completion
+
+_WAITING, _RUNNING, _DONE = 0, 1, 2
+
+
+class _Call:
+    """The engine's state of one admitted request."""
+
+    __slots__ = ("completion", "request", "chat", "state", "task", "response", "parts", "tokens", "started_s",
+                 "first_token_s", "throttles", "trial", "settled", "waiter", "finish_reason", "usage")
+
+    def __init__(self, completion: Completion, chat: bool) -> None:
+        self.completion = completion
+        self.request = completion.request
+        self.chat = chat
+        self.state = _WAITING
+        self.task: asyncio.Task[None] | None = None
+        self.response: aiohttp.ClientResponse | None = None
+        self.parts: list[str] = []
+        self.tokens = 0
+        self.started_s: float | None = None
+        self.first_token_s: float | None = None
+        #: 429/503 answers this request got
+        self.throttles = 0
+        #: this attempt is the breaker's half-open trial; settled: its verdict was recorded
+        self.trial = False
+        self.settled = False
+        self.waiter: asyncio.Future[None] | None = None
+        self.finish_reason: str | None = None
+        self.usage: dict[str, Any] | None = None
+
+
+def _seconds(name: str, value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < math.inf:
+        raise ValueError(f"OpenAIEngine({name}=) needs seconds > 0, got {value!r}")
+    return float(value)
+
+
+def _optional_seconds(name: str, value: object) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < math.inf:
+        raise ValueError(f"OpenAIEngine({name}=) needs seconds > 0 or None, got {value!r}")
+    return float(value)
+
+
+def _wake(waiter: asyncio.Future[None]) -> None:
+    if not waiter.done():
+        waiter.set_result(None)
+
+
+class _OpenAIState(Engine):
+    """The fields of OpenAIEngine that its mixins (``_openai_wire``, ``_openai_backoff``) use:
+    declared here, set in ``OpenAIEngine.__init__``."""
+
+    base_url: str
+    include_usage: bool
+    stall_timeout_s: float | None
+    breaker: CircuitBreaker
+    retry_after_cap_s: float
+    retry_after_jitter: float
+    throttle_retries: int
+    throttled: int
+    pauses: int
+    succeeded: int
+    _headers: dict[str, str]
+    _rng: random.Random
+    _session: aiohttp.ClientSession | None
+    _loop: asyncio.AbstractEventLoop | None
+    _closed: bool
+    _freed: bool
+    _pause: asyncio.TimerHandle | None
+    _pause_until: float
+    _pause_status: int
+    _streak: int
+    _breaker_timer: asyncio.TimerHandle | None
+
+    if TYPE_CHECKING:  # defined by OpenAIEngine and its mixins
+        def _breaker_state(self) -> str: ...
+        def _start_waiting(self) -> None: ...
+        def _release(self, call: _Call, requeue: bool) -> None: ...
+        def _end(self, call: _Call, reason: str) -> None: ...
+        def _settle(self, call: _Call, ok: bool | None) -> None: ...
+        def _throttled(self, call: _Call, status: int, headers: Mapping[str, str]) -> bool: ...

@@ -1,0 +1,251 @@
+"""One HTTP call of :class:`~rxpipe.engines.OpenAIEngine`, on the wire: the request body, the
+streamed (SSE) or whole (JSON) answer, error bodies, and ``Retry-After``."""
+
+from __future__ import annotations
+
+import asyncio
+import email.utils
+import math
+import time
+from typing import Any, Mapping
+
+import aiohttp
+import orjson
+
+from ..errors import EngineError, EngineUnavailableError
+from ._openai_state import _Call, _OpenAIState, _wake
+
+__all__ = ["parse_retry_after"]
+
+# sampling fields the engine sets itself (or that are the gateway's own): never passed through
+_RESERVED = frozenset({"model", "prompt", "messages", "stream", "stream_options", "n", "max_tokens",
+                       "include_usage"})
+
+_ERROR_BODY_BYTES = 4096
+
+
+def parse_retry_after(headers: Mapping[str, str], now_wall_s: float | None = None) -> float | None:
+    """Seconds a 429/503 answer asks us to wait, or None when it does not say.
+
+    Reads ``retry-after-ms`` (milliseconds; OpenAI and rxpipe's gateway send it), else
+    ``Retry-After`` as delta-seconds or as an HTTP-date (RFC 9110 §10.2.3), measured from
+    ``now_wall_s`` (default ``time.time()``). Negative or malformed values count as absent.
+    """
+    ms = headers.get("retry-after-ms")
+    if ms is not None:
+        try:
+            value = float(ms) / 1000.0
+        except ValueError:
+            value = -1.0
+        if 0.0 <= value < math.inf:
+            return value
+    raw = headers.get("Retry-After")
+    if raw is None:
+        return None
+    raw = raw.strip()
+    try:
+        value = float(raw)
+    except ValueError:
+        try:
+            when = email.utils.parsedate_to_datetime(raw)
+        except (TypeError, ValueError, IndexError):
+            return None
+        if when.tzinfo is None:
+            return None
+        now = time.time() if now_wall_s is None else now_wall_s
+        return max(0.0, when.timestamp() - now)
+    return value if 0.0 <= value < math.inf else None
+
+
+class _HTTPCall(_OpenAIState):
+    """OpenAIEngine's HTTP calls (a mixin of OpenAIEngine)."""
+
+    # -- one HTTP call ---------------------------------------------------------------------------
+    async def _run(self, call: _Call) -> None:
+        requeue = False
+        try:
+            requeue = await self._exchange(call)
+        except asyncio.CancelledError:
+            self._settle(call, None)
+            self._end(call, "cancelled")
+            raise
+        except Exception as error:  # not an HTTP failure: a malformed answer or a bug; this call only
+            self._settle(call, False)
+            call.completion.fail(EngineError(f"{self.base_url}: request {call.request.id} failed: {error!r}"))
+        finally:
+            self._close_response(call)
+            self._release(call, requeue)
+
+    async def _exchange(self, call: _Call) -> bool:
+        """Make the call and stream its answer; True when it must be retried after a pause."""
+        request = call.request
+        completion = call.completion
+        url = self.base_url + ("/chat/completions" if call.chat else "/completions")
+        session = self._session
+        assert session is not None
+        try:
+            response = await session.post(url, data=self._body(call), allow_redirects=False,
+                                          headers={**self._headers, "X-Request-Id": request.id})
+        except (aiohttp.ClientError, OSError) as error:
+            self._settle(call, False)
+            completion.fail(EngineUnavailableError(f"{url} unreachable: {error!r}"))
+            return False
+        call.response = response
+        status = response.status
+        if status == 429 or status == 503:
+            self._settle(call, True)  # it answered: up, only busy
+            return self._throttled(call, status, response.headers)
+        if status >= 300:
+            message = await self._error_message(response)
+            self._settle(call, status < 500)
+            completion.fail(EngineError(f"{url} answered {status} to {request.id}: {message}"))
+            return False
+        self._streak = 0
+        try:
+            if response.content_type == "application/json":  # a server that ignored "stream": true
+                await self._read_json(call, response)
+            else:
+                await self._read_events(call, response)
+        except (aiohttp.ClientError, OSError) as error:
+            if completion.cancel_requested:  # we closed the connection ourselves
+                self._settle(call, None)
+                self._end(call, "cancelled")
+                return False
+            self._settle(call, False)
+            completion.fail(EngineError(f"{url}: the stream of {request.id} broke after {call.tokens} "
+                                        f"tokens: {error!r}"))
+            return False
+        if completion.cancel_requested:  # its consumer cancelled it inside on_next
+            self._settle(call, None)
+            self._end(call, "cancelled")
+            return False
+        if completion.done:  # stalled
+            self._settle(call, True)
+            return False
+        self._settle(call, True)
+        self.succeeded += 1
+        self._end(call, "length" if call.finish_reason == "length" else "stop")
+        return False
+
+    def _body(self, call: _Call) -> bytes:
+        request = call.request
+        body: dict[str, Any] = {"model": self.model}
+        if call.chat:
+            body["messages"] = (request.messages if request.messages is not None
+                                else [{"role": "user", "content": request.prompt}])
+        else:
+            body["prompt"] = request.prompt
+        if request.max_tokens is not None:
+            body["max_tokens"] = request.max_tokens
+        for key, value in request.sampling.items():
+            if key not in _RESERVED:
+                body[key] = value
+        body["stream"] = True
+        if self.include_usage:
+            body["stream_options"] = {"include_usage": True}
+        return orjson.dumps(body)
+
+    async def _read_events(self, call: _Call, response: aiohttp.ClientResponse) -> None:
+        """Read SSE events into the completion until ``[DONE]`` or the end of the body.
+
+        Stops early when the completion is cancelled or stalled. A body cut short by the server
+        (no terminating chunk) raises ``aiohttp.ClientPayloadError``; a clean end without
+        ``[DONE]`` is accepted (the server ended the response deliberately).
+        """
+        content = response.content
+        completion = call.completion
+        gated = call.request.stream
+        while True:
+            # Credit: read nothing while the consumer cannot take a chunk (TCP backpressure).
+            if gated and not completion.credit and not await self._await_credit(call):
+                return
+            line = await content.readline()
+            if not line or completion.cancel_requested:
+                return
+            if not line.startswith(b"data:"):
+                continue  # blank separators, comments, event:/id: fields
+            data = line[5:].strip()
+            if data == b"[DONE]":
+                return
+            if data:
+                self._take(call, orjson.loads(data), "delta")
+
+    async def _read_json(self, call: _Call, response: aiohttp.ClientResponse) -> None:
+        """A whole (non-streamed) answer: one chunk."""
+        self._take(call, orjson.loads(await response.read()), "message")
+
+    def _take(self, call: _Call, event: Any, key: str) -> None:
+        """Apply one answer object: an SSE event (``key="delta"``) or a whole answer (``"message"``)."""
+        if not isinstance(event, dict):
+            raise ValueError(f"an answer that is not a JSON object: {str(event)[:200]}")
+        error = event.get("error")
+        if error:
+            message = error.get("message", error) if isinstance(error, dict) else error
+            raise ValueError(f"the server reported an error: {message}")
+        usage = event.get("usage")
+        if isinstance(usage, dict):
+            call.usage = usage
+        choices = event.get("choices")
+        if not choices:
+            return
+        choice = choices[0]
+        if call.chat:
+            part = choice.get(key)
+            text = part.get("content") if isinstance(part, dict) else None
+        else:
+            text = choice.get("text")
+        reason = choice.get("finish_reason")
+        if reason:
+            call.finish_reason = reason
+        if text:
+            if call.first_token_s is None:
+                call.first_token_s = self._loop.time()  # type: ignore[union-attr]
+            call.tokens += 1
+            call.parts.append(text)
+            call.completion.push(text, 1)
+
+    async def _await_credit(self, call: _Call) -> bool:
+        """Park until the consumer grants credit; False (finished ``"stalled"``) after ``stall_timeout_s``."""
+        loop = self._loop
+        assert loop is not None
+        completion = call.completion
+        timeout = self.stall_timeout_s
+        deadline = None if timeout is None else loop.time() + timeout
+        while not completion.credit:
+            if completion.cancel_requested:
+                return False
+            waiter = call.waiter = loop.create_future()
+            timer = None if deadline is None else loop.call_at(deadline, _wake, waiter)
+            try:
+                await waiter
+            finally:
+                call.waiter = None
+                if timer is not None:
+                    timer.cancel()
+            if deadline is not None and not completion.credit and loop.time() >= deadline:
+                self._close_response(call)  # first: the server learns before our consumer does
+                self._end(call, "stalled")
+                return False
+        return True
+
+    async def _error_message(self, response: aiohttp.ClientResponse) -> str:
+        try:
+            raw = await response.content.read(_ERROR_BODY_BYTES)
+        except (aiohttp.ClientError, OSError) as error:
+            return f"(body unreadable: {error!r})"
+        try:
+            data = orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            data = None
+        detail = data.get("error") if isinstance(data, dict) else None
+        if isinstance(detail, dict) and isinstance(detail.get("message"), str):
+            return str(detail["message"])
+        if isinstance(detail, str):
+            return detail
+        return raw.decode("utf-8", "replace")
+
+    def _close_response(self, call: _Call) -> None:
+        response = call.response
+        if response is not None:
+            call.response = None
+            response.close()  # closes the connection unless it was fully read (then it is pooled)
