@@ -52,7 +52,7 @@ from aiohttp import web
 
 from rxpipe import operators as ops
 from rxpipe.engines import SimulatedEngine
-from rxpipe.gateway import Gateway, GatewayConfig, parse_api_keys
+from rxpipe.gateway import Gateway
 from rxpipe.runtime import Pipeline
 
 ENGINE_DEFAULTS: dict[str, Any] = {"slots": 8, "base_s": 0.02, "per_token_s": 0.002, "tokens": [16, 64], "seed": 0}
@@ -169,26 +169,12 @@ def pipeline(config: dict[str, Any]) -> Pipeline:
     slots = engine_settings["slots"]
     if config.setdefault("max_num_seqs", slots) != slots:
         raise ValueError(f"max_num_seqs ({config['max_num_seqs']}) must equal slots ({slots}) here")
-    s = _llm_gateway().settings(config)
+    gateway_file = _llm_gateway()
+    s = gateway_file.settings(config)
     lo, hi = engine_settings["tokens"]
     engine = SimulatedEngine.per_request(
         slots=slots, base_s=engine_settings["base_s"], per_token_s=engine_settings["per_token_s"],
         tokens=(lo, hi), seed=engine_settings["seed"], stall_timeout_s=s["stall_timeout_s"], model=s["model"])
-    gateway = Gateway(GatewayConfig(
-        model=s["model"],
-        api_keys=parse_api_keys(s["api_keys"]),
-        key_rate=s["key_rate"],
-        key_burst=s["key_burst"],
-        latency_budget_s=s["latency_budget_s"],
-        max_body_bytes=s["max_body_bytes"],
-    ), name="gateway")
-    return Pipeline(
-        gateway,
-        ops.rate_limit(s["rate"], burst=s["burst"], name="rate_limit"),
-        (ops.buffer(s["queue_capacity"], name="queue") if bench["queue_low_tide"] is None
-         else ops.limit_rate(s["queue_capacity"], bench["queue_low_tide"], name="queue")),
-        ops.batch(s["batch_max_size"], s["batch_max_delay_s"], name="batch"),
-        ops.execute(engine, name="executor"),
-        name="llm_gateway_overload",
-        drain_timeout_s=s["drain_timeout_s"],
-    )
+    queue = (None if bench["queue_low_tide"] is None
+             else ops.limit_rate(s["queue_capacity"], bench["queue_low_tide"], name="queue"))
+    return gateway_file.build(s, engine, queue=queue, name="llm_gateway_overload")

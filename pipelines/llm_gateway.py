@@ -41,7 +41,8 @@ import os
 from typing import Any
 
 from rxpipe import operators as ops
-from rxpipe.engines import SimulatedEngine
+from rxpipe.engines import Engine, SimulatedEngine
+from rxpipe.flowable import Operator
 from rxpipe.gateway import Gateway, GatewayConfig, parse_api_keys
 from rxpipe.runtime import Pipeline
 
@@ -97,6 +98,14 @@ def pipeline(config: dict[str, Any]) -> Pipeline:
         stall_timeout_s=s["stall_timeout_s"],
         model=s["model"],
     )
+    return build(s, engine)
+
+
+def build(s: dict[str, Any], engine: Engine, *, queue: Operator | None = None,
+          name: str = "llm_gateway") -> Pipeline:
+    """The graph of this pipeline for validated settings ``s`` (see :func:`settings`) in front of
+    ``engine``. ``queue`` replaces the bounded queue stage (default ``buffer(queue_capacity)``);
+    benchmarks use it to compare queue disciplines on the same graph."""
     api_keys = parse_api_keys(s["api_keys"]) or parse_api_keys(os.environ.get("RXPIPE_API_KEYS"))
     gateway = Gateway(GatewayConfig(
         model=s["model"],
@@ -109,9 +118,9 @@ def pipeline(config: dict[str, Any]) -> Pipeline:
     return Pipeline(
         gateway,
         ops.rate_limit(s["rate"], burst=s["burst"], name="rate_limit"),
-        ops.buffer(s["queue_capacity"], name="queue"),
+        queue or ops.buffer(s["queue_capacity"], name="queue"),
         ops.batch(s["batch_max_size"], s["batch_max_delay_s"], name="batch"),
         ops.execute(engine, name="executor"),
-        name="llm_gateway",
+        name=name,
         drain_timeout_s=s["drain_timeout_s"],
     )
