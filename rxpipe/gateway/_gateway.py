@@ -166,7 +166,12 @@ class Gateway(Flowable[CompletionRequest], Service):
         return found
 
     def _retry_after_queue(self, now: float) -> float:
-        return clamp_retry_after(self.meter.estimated_wait(now), self.config.retry_after_min_s,
+        wait = self.meter.estimated_wait(now)
+        # an engine paused by its backend's Retry-After drains nothing before the pause ends (DESIGN §5)
+        pause = max((float(getattr(e, "retry_after_s", None) or 0.0) for e in self.engines), default=0.0)
+        if pause > (wait or 0.0):
+            wait = pause
+        return clamp_retry_after(wait, self.config.retry_after_min_s,
                                  self.config.retry_after_max_s)
 
     def retry_after_queue(self) -> float:
