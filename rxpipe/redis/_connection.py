@@ -70,6 +70,7 @@ class RedisSettings:
     backoff_base_s / backoff_cap_s: retries after a Redis error wait ``uniform(0, min(cap,
         base * 2**attempt))`` (full jitter).
     reply_ttl_s: a gateway's reply stream expires this long (s) after the gateway was last seen.
+    trim_interval_s: a worker trims acknowledged entries off the stream this often (s).
     """
 
     url: str = "redis://127.0.0.1:6379/0"
@@ -87,6 +88,7 @@ class RedisSettings:
     backoff_base_s: float = 0.05
     backoff_cap_s: float = 2.0
     reply_ttl_s: float = 60.0
+    trim_interval_s: float = 1.0
 
     def __post_init__(self) -> None:
         if not isinstance(self.url, str) or not self.url.startswith(("redis://", "rediss://", "unix://")):
@@ -100,7 +102,7 @@ class RedisSettings:
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name} must be an int >= 1, got {value!r}")
         for name in ("visibility_timeout_s", "pool_timeout_s", "connect_timeout_s", "command_timeout_s",
-                     "refresh_interval_s", "backoff_base_s", "backoff_cap_s", "reply_ttl_s"):
+                     "refresh_interval_s", "backoff_base_s", "backoff_cap_s", "reply_ttl_s", "trim_interval_s"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
                 raise ValueError(f"{name} must be > 0 seconds, got {value!r}")
@@ -181,6 +183,7 @@ def _finished(task: asyncio.Task[Any]) -> None:
 
 
 async def settle() -> None:
-    """Wait until every command started by :func:`call` has finished (before closing a client)."""
-    while _IN_FLIGHT:
+    """Wait until the commands :func:`call` started so far have finished (before closing a client;
+    the caller stopped its own loops first, so no new command of its own starts meanwhile)."""
+    if _IN_FLIGHT:
         await asyncio.gather(*list(_IN_FLIGHT), return_exceptions=True)

@@ -342,23 +342,25 @@ class RedisGroupSource(Flowable[RemoteRequest], Service):
     # -- heartbeat: keep held entries fresh, publish the engine's pause, trim ---------------------
     async def _heartbeat_loop(self) -> None:
         s = self.settings
-        interval = min(1.0, s.visibility_timeout_s / 3)
-        next_trim = 0.0
+        beat_interval = min(1.0, s.visibility_timeout_s / 3)
+        next_beat = next_trim = 0.0
         loop = asyncio.get_running_loop()
         while not self._stopping:
             try:
-                await self._heartbeat()
+                if loop.time() >= next_beat:
+                    next_beat = loop.time() + beat_interval
+                    await self._heartbeat()
                 if loop.time() >= next_trim:
+                    next_trim = loop.time() + s.trim_interval_s
                     assert self._commands is not None
                     await trim_acknowledged(self._commands, s)
-                    next_trim = loop.time() + 1.0
             except TRANSIENT:
                 pass  # the reader logs unreachability; the next beat tries again
             except ResponseError as error:
                 log.debug("worker %s: heartbeat: %r", s.consumer, error)
             except Exception:
                 log.exception("worker %s: heartbeat failed", s.consumer)
-            await asyncio.sleep(interval)
+            await asyncio.sleep(max(0.0, min(next_beat, next_trim) - loop.time()))
 
     async def _heartbeat(self) -> None:
         s = self.settings
