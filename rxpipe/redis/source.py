@@ -15,6 +15,7 @@ pending entry).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections import deque
@@ -81,8 +82,9 @@ class RedisGroupSource(Flowable[RemoteRequest], Service):
         settings: :class:`~rxpipe.redis.RedisSettings`.
         max_unacked: entries held (delivered, not yet acknowledged) at most; None: only demand
             bounds them. The worker pipeline sets it to the engine's ``max_num_seqs``.
-        pause_s: called at each heartbeat; seconds the engine will take no work (its backend's
-            Retry-After). Published so the gateways never advertise a shorter Retry-After.
+        pause_s: seconds the engine will take no work (its backend's Retry-After; 0: none). While
+            it is > 0 nothing is read; each heartbeat publishes it so the gateways never advertise
+            a shorter Retry-After.
 
     Reads, claims and trims retry Redis errors with backoff; while Redis is unreachable replies
     and acks wait (in order) and are sent when it is back.
@@ -142,12 +144,17 @@ class RedisGroupSource(Flowable[RemoteRequest], Service):
     def wanted(self) -> int:
         """Entries the reader may fetch now: outstanding demand not yet met, capped by ``max_unacked``."""
         sub = self._subscription
-        if sub is None or sub.cancelled or not self._reading:
+        if sub is None or sub.cancelled or not self._reading or self.paused():
             return 0
         want = sub.requested - len(sub.queue)
         if self.max_unacked is not None:
             want = min(want, self.max_unacked - len(self.held) + len(self.redeliver))
         return max(0, want)
+
+    def paused(self) -> bool:
+        """True while the engine's backend asked for a pause (``pause_s() > 0``): nothing is read,
+        whatever demand is outstanding (demand granted before the pause cannot be taken back)."""
+        return self.pause_s is not None and self.pause_s() > 0
 
     def _wake_reader(self) -> None:
         if self._wake is not None:
@@ -277,7 +284,11 @@ class RedisGroupSource(Flowable[RemoteRequest], Service):
             if want <= 0:
                 wake.clear()
                 if self.wanted() <= 0 and not self._stopping:
-                    await wake.wait()
+                    if self.paused():  # no signal marks the end of a pause: look again shortly
+                        with contextlib.suppress(TimeoutError):
+                            await asyncio.wait_for(wake.wait(), 0.1)
+                    else:
+                        await wake.wait()
                 continue
             if self.redeliver:
                 batch = [self.redeliver.popleft() for _ in range(min(want, len(self.redeliver)))]
