@@ -6,7 +6,11 @@ Demand (what the edge may admit) is the room under ``max_backlog``: the backlog 
 entries not yet acknowledged (``XINFO GROUPS``: ``lag`` + ``pending``; ``XLEN`` when the group or
 its lag is unknown), re-read every ``refresh_interval_s``; in between the sink counts its own
 admissions, so several gateways on one stream exceed the bound by at most what they admitted
-within one interval. No room: no demand, and the edge answers 429 ``queue_full``.
+within one interval. To keep the bound when a burst reaches several gateways at once, each one
+admits, between two refreshes, at most its share of the room it saw: ``ceil(room / gateways)``,
+where ``gateways`` counts the live gateways on the stream (each registers in the hash
+``<stream>:gateways`` at every refresh). So the backlog exceeds ``max_backlog`` by at most
+``gateways - 1``. No room: no demand, and the edge answers 429 ``queue_full``.
 """
 
 from __future__ import annotations
@@ -39,12 +43,17 @@ from ._writer import TRANSIENT, Writer
 if TYPE_CHECKING:
     from ..runtime import Pipeline
 
-__all__ = ["RedisSink", "redis_sink", "workers_key", "ensure_group"]
+__all__ = ["RedisSink", "redis_sink", "workers_key", "gateways_key", "ensure_group"]
 
 log = logging.getLogger("rxpipe.redis")
 
-#: a worker whose heartbeat is older than this (s) is not counted as alive
+#: a worker (gateway) whose heartbeat (refresh) is older than this (s) is not counted as alive
 _WORKER_STALE_S = 5.0
+
+
+def gateways_key(settings: RedisSettings) -> str:
+    """The hash where gateways register (field: gateway id, value: Unix time of their last refresh)."""
+    return f"{settings.stream}:gateways"
 
 
 def workers_key(settings: RedisSettings) -> str:
@@ -184,6 +193,10 @@ class RedisSink(Flowable[Any], Service):
         self.backlog = 0
         self.unseen_at_refresh = 0
         self.admitted = 0
+        #: admissions allowed between the last refresh and the next (this gateway's share)
+        self.allowance = 0
+        #: live gateways on the stream at the last refresh (this one included)
+        self.gateways = 1
         self._admitted_at_refresh = 0
         #: XADDs sent and not yet answered
         self.unconfirmed = 0
@@ -205,10 +218,11 @@ class RedisSink(Flowable[Any], Service):
         return self.backlog + self.unseen_at_refresh + (self.admitted - self._admitted_at_refresh)
 
     def room(self) -> int:
-        """Admissions allowed now (0 while Redis is unreachable)."""
+        """Admissions allowed now: this gateway's share of the room seen at the last refresh, less
+        what it admitted since (0 while Redis is unreachable)."""
         if not self.up:
             return 0
-        return self.settings.max_backlog - self.backlog_estimate()
+        return self.allowance - (self.admitted - self._admitted_at_refresh)
 
     # -- Flowable --------------------------------------------------------------------------------
     def _subscribe(self, subscriber: Subscriber[Any]) -> None:
@@ -286,6 +300,11 @@ class RedisSink(Flowable[Any], Service):
             await self._writer.close(self.settings.command_timeout_s)
         if self.router is not None:
             self.router.fail_all(EngineUnavailableError("the gateway stopped"))
+        if self._commands is not None:
+            try:
+                await call(self._commands.hdel, gateways_key(self.settings), self.gateway_id)
+            except TRANSIENT:
+                pass
         await settle()
         for client in (self._reader, self._commands):
             if client is not None:
@@ -304,10 +323,12 @@ class RedisSink(Flowable[Any], Service):
         pipe.xinfo_groups(s.stream)
         pipe.xlen(s.stream)
         pipe.hgetall(workers_key(s))
+        pipe.hset(gateways_key(s), self.gateway_id, repr(time.time()))
+        pipe.hgetall(gateways_key(s))
         pipe.expire(self.reply_key, int(s.reply_ttl_s))
         pipe.xtrim(self.reply_key, minid=self._last_reply_id, approximate=True)
-        groups, length, workers, alive, _ = await call(pipe.execute, raise_on_error=False)
-        for result in (length, workers):
+        groups, length, workers, _, gateways, alive, _ = await call(pipe.execute, raise_on_error=False)
+        for result in (length, workers, gateways):
             if isinstance(result, BaseException):
                 raise result
         if isinstance(groups, ResponseError) or not alive:
@@ -317,10 +338,14 @@ class RedisSink(Flowable[Any], Service):
                        maxlen=1000, approximate=True)
             await call(client.expire, self.reply_key, int(s.reply_ttl_s))
             groups = []
+        now = time.time()
         self.backlog = _group_backlog(groups, s.group, int(length))
         self.unseen_at_refresh = unseen
         self._admitted_at_refresh = mark
-        self.paused_until = _pause_floor(workers, time.time())
+        self.gateways = max(1, sum(1 for at in gateways.values() if now - float(at) <= _WORKER_STALE_S))
+        room = max(0, s.max_backlog - self.backlog - unseen)
+        self.allowance = -(-room // self.gateways)
+        self.paused_until = _pause_floor(workers, now)
         self._up()
 
     async def _refresh_loop(self) -> None:

@@ -181,7 +181,7 @@ async def test_redis_stopped_mid_load_503_while_down_200_after_restart_nothing_a
             await asyncio.sleep(0.2)
         redis_server.start()
         up = time.monotonic()
-        await asyncio.sleep(4.0)
+        await asyncio.sleep(4.5)
         stop.set()
         await asyncio.wait_for(asyncio.gather(*loops), 60)
     statuses = Counter(status for _, status, *_ in log)
@@ -196,7 +196,9 @@ async def test_redis_stopped_mid_load_503_while_down_200_after_restart_nothing_a
     in_flight = [(status, done) for sent, status, _, _, done in log if sent < down < done]
     survived = [done for status, done in in_flight if status == 200 and done > up]
     assert survived, in_flight  # accepted before the crash, answered after the restart
-    assert all(status == 200 for sent, status, *_ in log if sent > up + 2.0)  # recovered, no restart
+    # recovered without a restart, within one reconnect backoff (backoff_cap_s = 2 s) and a margin
+    after = [status for sent, status, *_ in log if sent > up + 3.0]
+    assert len(after) >= 8 and set(after) == {200}, after
 
 
 @pytest.mark.timeout(90)

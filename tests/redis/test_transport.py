@@ -10,6 +10,7 @@ from redis.asyncio import Redis
 
 from rxpipe import operators as ops
 from rxpipe.engines import CompletionRequest, SimulatedEngine
+from rxpipe.errors import EngineUnavailableError
 from rxpipe.redis import RedisGroupSource, RedisSettings, RedisSink
 from rxpipe.runtime import Pipeline
 from rxpipe.testing import TestPublisher, TestSubscriber
@@ -76,3 +77,39 @@ async def test_the_request_stream_stays_bounded_over_10000_requests(redis_server
     # bounded by the backlog plus what was acknowledged within one trim interval, far below 10,000
     assert max(lengths) < 2 * backlog, max(lengths)
     assert sink.router is not None and len(sink.router) == 0
+
+
+async def test_two_gateways_bursting_at_once_keep_the_backlog_bound(redis_server: RedisServer) -> None:
+    settings = RedisSettings(url=redis_server.url, max_backlog=20, refresh_interval_s=0.05)
+    client = Redis.from_url(redis_server.url)
+    edges: list[TestPublisher[CompletionRequest]] = [TestPublisher(), TestPublisher()]
+    sinks = [RedisSink(edge, settings) for edge in edges]
+    loop = asyncio.get_running_loop()
+    for sink in sinks:
+        await sink.start("127.0.0.1", None)
+    try:
+        deadline = loop.time() + 5
+        while not all(sink.gateways == 2 for sink in sinks):  # each saw the other register
+            assert loop.time() < deadline
+            await asyncio.sleep(0.02)
+        for sink in sinks:
+            sink.subscribe(TestSubscriber())
+        sent = [0, 0]
+        replies = []
+        for _ in range(100):  # 30 clients at each gateway for half a second, ten backlog refreshes
+            for k, edge in enumerate(edges):
+                while sent[k] < 30 and edge.total_requested > sent[k]:
+                    request = CompletionRequest(prompt="p", max_tokens=1, id=f"g{k}-{sent[k]}")
+                    request.reply = loop.create_future()
+                    replies.append(request.reply)
+                    edge.emit(request)
+                    sent[k] += 1
+            await asyncio.sleep(0.005)
+        assert sent == [10, 10]  # each admitted its share of the room: ceil(20 / 2)
+        assert int(await client.xlen(settings.stream)) == 20
+    finally:
+        for sink in sinks:
+            await sink.stop()
+        await client.aclose()
+    for reply in replies:  # the gateways stopped before any worker answered
+        assert isinstance(reply.exception(), EngineUnavailableError)
