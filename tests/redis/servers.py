@@ -82,7 +82,7 @@ class PipelineProcess:
         self.url = f"http://127.0.0.1:{port}" if port is not None else None
         self.metrics_port = metrics_port
         self.log_path = tmp_path / f"{file.removesuffix('.py')}-{time.monotonic_ns()}.log"
-        args = [sys.executable, "-m", "rxpipe", "run", str(PIPELINES / file), "--loop", "asyncio"]
+        args = [sys.executable, "-m", "rxpipe", "run", str(PIPELINES / file)]  # on uvloop, the default
         if port is not None:
             args += ["--port", str(port)]
         if metrics_port is not None:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-import pytest
 from redis.asyncio import Redis
 
 from rxpipe.engines import CompletionRequest
@@ -16,7 +15,7 @@ from rxpipe.testing import TestSubscriber
 
 from .servers import RedisServer
 
-pytestmark = pytest.mark.loops("asyncio")
+# every test runs on asyncio and on uvloop (the plugin's default)
 
 
 async def put(client: Redis, settings: RedisSettings, *ids: str) -> None:
