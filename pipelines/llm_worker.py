@@ -19,6 +19,7 @@ Settings (``--set key=value``; values parse as JSON, else strings) and their def
     group="workers"              the consumer group
     consumer=null                this worker's name in the group; null: <hostname>-<pid>
     visibility_timeout_s=30.0    a request idle this long on a worker that stopped is run elsewhere (s)
+    max_deliveries=5             a request claimed after this many deliveries fails (a poison request)
     backend_url=null             an OpenAI-compatible server (vLLM, ...): OpenAIEngine replaces the
                                  simulated engine (max_num_seqs = its max_in_flight; model = its model id)
     max_num_seqs=256             engine sequence slots (vLLM's default)
@@ -46,6 +47,7 @@ DEFAULTS: dict[str, Any] = {
     "group": "workers",
     "consumer": None,
     "visibility_timeout_s": 30.0,
+    "max_deliveries": 5,
     "backend_url": None,
     "max_num_seqs": 256,
     "max_num_batched_tokens": 8192,
@@ -87,7 +89,7 @@ def pipeline(config: dict[str, Any]) -> Pipeline:
     engine = engine_for(s)
     redis = RedisSettings(url=s["redis_url"], stream=s["stream"], group=s["group"],
                           consumer=s["consumer"] or default_consumer(),
-                          visibility_timeout_s=s["visibility_timeout_s"])
+                          visibility_timeout_s=s["visibility_timeout_s"], max_deliveries=s["max_deliveries"])
     source = RedisGroupSource(redis, max_unacked=engine.max_num_seqs, name="redis_source",
                               pause_s=lambda: float(getattr(engine, "retry_after_s", 0.0) or 0.0))
     return Pipeline(source, ops.execute(engine, name="executor"), name="llm_worker",

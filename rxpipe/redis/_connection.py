@@ -71,6 +71,8 @@ class RedisSettings:
         base * 2**attempt))`` (full jitter).
     reply_ttl_s: a gateway's reply stream expires this long (s) after the gateway was last seen.
     trim_interval_s: a worker trims acknowledged entries off the stream this often (s).
+    max_deliveries: an entry claimed after this many deliveries (it took down or outlived that
+        many workers: a poison request) is answered with an error and acknowledged, not run again.
     """
 
     url: str = "redis://127.0.0.1:6379/0"
@@ -89,6 +91,7 @@ class RedisSettings:
     backoff_cap_s: float = 2.0
     reply_ttl_s: float = 60.0
     trim_interval_s: float = 1.0
+    max_deliveries: int = 5
 
     def __post_init__(self) -> None:
         if not isinstance(self.url, str) or not self.url.startswith(("redis://", "rediss://", "unix://")):
@@ -97,7 +100,7 @@ class RedisSettings:
             value = getattr(self, name)
             if not isinstance(value, str) or not value:
                 raise ValueError(f"{name} must be a non-empty string, got {value!r}")
-        for name in ("max_backlog", "pool_size"):
+        for name in ("max_backlog", "pool_size", "max_deliveries"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name} must be an int >= 1, got {value!r}")

@@ -77,6 +77,13 @@ class ReplyPublisher:
         # NOMKSTREAM: a gateway whose reply stream expired is gone; its replies are dropped
         self.writer.xadd(request.reply_to, message, nomkstream=True)
 
+    def give_up(self, request_id: str, reply_to: str, deliveries: int) -> None:
+        """Tell the gateway a request is not run again (it was delivered ``deliveries`` times)."""
+        self.errors += 1
+        self.writer.xadd(reply_to, error_message(request_id, f"the request was abandoned after {deliveries} "
+                                                              "deliveries to workers", unavailable=False),
+                         nomkstream=True)
+
     # -- outcomes --------------------------------------------------------------------------------
     def _on_reply(self, request: RemoteRequest, future: asyncio.Future[Completion]) -> None:
         handle = request.ack

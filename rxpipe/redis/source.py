@@ -341,7 +341,7 @@ class RedisGroupSource(Flowable[RemoteRequest], Service):
                 self.claimed += len(entries)
                 log.info("worker %s: claimed %d entries idle over %.1f s", s.consumer, len(entries),
                          s.visibility_timeout_s)
-                return list(entries)
+                return await self._without_poison(list(entries))
         assert self._reader is not None
         response: Any = await call(self._reader.xreadgroup, s.group, s.consumer, {s.stream: ">"}, count=want,
                               block=s.block)
@@ -349,6 +349,35 @@ class RedisGroupSource(Flowable[RemoteRequest], Service):
         for _key, entries in response or ():
             found.extend(entries)
         return found
+
+    async def _without_poison(self, entries: list[tuple[bytes, Any]]) -> list[tuple[bytes, Any]]:
+        """Claimed entries delivered more than ``max_deliveries`` times are answered with an error
+        and acknowledged (``XPENDING``'s delivery counter, which ``XAUTOCLAIM`` increments)."""
+        s = self.settings
+        assert self._commands is not None
+        ids = [entry_id for entry_id, _ in entries]
+        detail: Any = await call(self._commands.xpending_range, s.stream, s.group, min(ids), max(ids), len(ids) + 64,
+                                 consumername=s.consumer)
+        counts = {d["message_id"]: int(d["times_delivered"]) for d in detail}
+        keep = []
+        for entry_id, fields in entries:
+            deliveries = counts.get(entry_id, 0)
+            if deliveries <= s.max_deliveries or fields is None:
+                keep.append((entry_id, fields))
+                continue
+            self.counters.drop("max_deliveries")
+            log.warning("worker %s: entry %r was delivered %d times (max_deliveries=%d); failing it",
+                        s.consumer, entry_id, deliveries, s.max_deliveries)
+            handle = AckHandle(entry_id, fields, self)
+            self.held[entry_id] = handle
+            try:
+                data = decode_request(fields)
+                assert self.publisher is not None
+                self.publisher.give_up(data["id"], data["reply_to"], deliveries)
+            except (ValueError, TypeError, KeyError, orjson.JSONDecodeError):
+                pass
+            handle.ack()
+        return keep
 
     # -- heartbeat: keep held entries fresh, publish the engine's pause, trim ---------------------
     async def _heartbeat_loop(self) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+import orjson
 from redis.asyncio import Redis
 
 from rxpipe.engines import CompletionRequest
@@ -128,4 +129,43 @@ async def test_a_dead_consumers_entries_are_claimed_after_the_visibility_timeout
     finally:
         for source in (live, taker):
             await source.stop()
+        await client.aclose()
+
+
+async def test_an_entry_delivered_more_than_max_deliveries_times_is_answered_with_an_error_not_run(
+        redis_server: RedisServer) -> None:
+    def settings(consumer: str) -> RedisSettings:
+        return RedisSettings(url=redis_server.url, consumer=consumer, visibility_timeout_s=0.3, block_ms=50,
+                             max_deliveries=1)
+
+    client = Redis.from_url(redis_server.url)
+    await client.xadd("replies", {b"hello": b"gateway"})  # the gateway's reply stream exists
+    await put(client, settings("x"), "poison")
+    dead, taker = RedisGroupSource(settings("dead")), RedisGroupSource(settings("taker"))
+    for source in (dead, taker):
+        await source.start("127.0.0.1", None)
+    try:
+        ts_dead: TestSubscriber[Any] = TestSubscriber(initial_request=1)
+        dead.subscribe(ts_dead)
+        await ts_dead.await_count(1, timeout=5)
+        await dead.stop()  # delivery 1 took its worker down
+        ts_taker: TestSubscriber[Any] = TestSubscriber(initial_request=5)
+        taker.subscribe(ts_taker)
+
+        async def answered() -> bool:
+            return int(await client.xlen("replies")) == 2
+
+        await eventually(answered)
+        (_, fields), = (await client.xrange("replies"))[1:]
+        assert orjson.loads(fields[b"m"]) == {"id": "poison", "k": "error", "u": False,
+                                              "e": "the request was abandoned after 2 deliveries to workers"}
+
+        async def acknowledged() -> bool:
+            return await pending_by_consumer(client, settings("x")) == {}
+
+        await eventually(acknowledged)
+        assert ts_taker.values == [] and taker.counters.dropped == {"max_deliveries": 1}
+        ts_taker.cancel()
+    finally:
+        await taker.stop()
         await client.aclose()
