@@ -60,3 +60,23 @@ async def test_redis_7_0_has_no_redis_8_stream_commands(redis_server: RedisServe
     await client.aclose()
     assert features.version[:2] == (7, 0)
     assert (features.xackdel, features.xreadgroup_claim) == (False, False)
+
+
+def test_the_pipelines_settings() -> None:
+    from rxpipe.engines import OpenAIEngine, SimulatedEngine
+    from rxpipe.loader import load_pipeline
+
+    worker = load_pipeline("pipelines/llm_worker.py", {"redis_url": "redis://127.0.0.1:1/0", "max_num_seqs": 4,
+                                                       "consumer": "w7", "visibility_timeout_s": 2})
+    source, executor = worker.stages
+    assert (source.kind, executor.kind) == ("redis_group_source", "execute")
+    assert source.settings.consumer == "w7" and source.settings.visibility_timeout_s == 2  # type: ignore[attr-defined]
+    assert source.max_unacked == 4 and isinstance(executor.engine, SimulatedEngine)  # type: ignore[attr-defined]
+    remote = load_pipeline("pipelines/llm_worker.py", {"backend_url": "http://127.0.0.1:1/v1", "max_num_seqs": 3})
+    assert isinstance(remote.stages[1].engine, OpenAIEngine)  # type: ignore[attr-defined]
+    gateway = load_pipeline("pipelines/llm_gateway_redis.py", {"max_backlog": 50})
+    assert [s.kind for s in gateway.stages] == ["gateway", "redis_sink"]
+    assert gateway.stages[1].settings.max_backlog == 50  # type: ignore[attr-defined]
+    for file in ("pipelines/llm_worker.py", "pipelines/llm_gateway_redis.py"):
+        with pytest.raises(ValueError, match="unknown setting"):
+            load_pipeline(file, {"queue_capacity": 5})
