@@ -332,7 +332,12 @@ class RedisSink(Flowable[Any], Service):
             if isinstance(result, BaseException):
                 raise result
         if isinstance(groups, ResponseError) or not alive:
-            # a new (or wiped) Redis: make the group and this gateway's reply stream again
+            # a new (or wiped) Redis: make the group and this gateway's reply stream again. Without
+            # the reply stream no answer can reach the requests still waiting: they get 503 now.
+            if not alive and self.router is not None and len(self.router):
+                log.warning("redis sink %s: the reply stream is gone (Redis lost its data?); %d waiting "
+                            "requests are answered 503", self.name, len(self.router))
+                self.router.fail_all(EngineUnavailableError("the request queue (Redis) lost the request"))
             await ensure_group(client, s)
             await call(client.xadd, self.reply_key, {b"hello": self.gateway_id.encode()},
                        maxlen=1000, approximate=True)

@@ -113,3 +113,28 @@ async def test_two_gateways_bursting_at_once_keep_the_backlog_bound(redis_server
         await client.aclose()
     for reply in replies:  # the gateways stopped before any worker answered
         assert isinstance(reply.exception(), EngineUnavailableError)
+
+
+async def test_requests_waiting_when_redis_loses_its_data_are_answered_503(redis_server: RedisServer) -> None:
+    settings = RedisSettings(url=redis_server.url, refresh_interval_s=0.05)
+    client = Redis.from_url(redis_server.url)
+    edge: TestPublisher[CompletionRequest] = TestPublisher()
+    sink = RedisSink(edge, settings)
+    await sink.start("127.0.0.1", None)
+    loop = asyncio.get_running_loop()
+    try:
+        sink.subscribe(TestSubscriber())
+        request = CompletionRequest(prompt="p", max_tokens=1, id="lost")
+        request.reply = loop.create_future()
+        edge.emit(request)
+        deadline = loop.time() + 5
+        while int(await client.xlen(settings.stream)) != 1:
+            assert loop.time() < deadline
+            await asyncio.sleep(0.02)
+        await client.flushall()  # a Redis restarted without persistence
+        with pytest.raises(EngineUnavailableError, match="lost the request"):
+            await asyncio.wait_for(request.reply, 5)
+        assert sink.up and sink.router is not None and len(sink.router) == 0
+    finally:
+        await sink.stop()
+        await client.aclose()
