@@ -81,71 +81,76 @@ async def test_backlog_bound_is_exact_and_two_workers_finish_every_admitted_requ
         redis_server: RedisServer, processes: Processes) -> None:
     gw = gateway(processes, redis_server, "max_backlog=50")
     client = Redis.from_url(redis_server.url)
-    async with session() as http:
-        tasks = [asyncio.ensure_future(complete(http, gw.url, f"request {i}", 16)) for i in range(60)]
-        deadline = time.monotonic() + 20
-        while sum(t.done() for t in tasks) < 10:
-            assert time.monotonic() < deadline, "the 10 refusals did not come"
-            await asyncio.sleep(0.05)
-        await asyncio.sleep(1.0)  # four backlog refreshes later nothing else was answered or admitted
-        refused = [t.result() for t in tasks if t.done()]
-        assert len(refused) == 10
-        for status, headers, body, _ in refused:
-            assert status == 429 and body["error"]["code"] == "queue_full"
-            assert int(headers["Retry-After"]) >= 1 and int(headers["retry-after-ms"]) >= 1000
-        assert await group_info(client) == (0, 50)  # exactly 50 on the stream, none read yet
+    try:
+        async with session() as http:
+            tasks = [asyncio.ensure_future(complete(http, gw.url, f"request {i}", 16)) for i in range(60)]
+            deadline = time.monotonic() + 20
+            while sum(t.done() for t in tasks) < 10:
+                assert time.monotonic() < deadline, "the 10 refusals did not come"
+                await asyncio.sleep(0.05)
+            await asyncio.sleep(1.0)  # four backlog refreshes later nothing else was answered or admitted
+            refused = [t.result() for t in tasks if t.done()]
+            assert len(refused) == 10
+            for status, headers, body, _ in refused:
+                assert status == 429 and body["error"]["code"] == "queue_full"
+                assert int(headers["Retry-After"]) >= 1 and int(headers["retry-after-ms"]) >= 1000
+            assert await group_info(client) == (0, 50)  # exactly 50 on the stream, none read yet
 
-        ports = free_port(), free_port()
-        workers = [worker(processes, redis_server, "max_num_seqs=4", "step_overhead_s=0.02", wait=False,
-                          metrics_port=port) for port in ports]
-        for w in workers:
-            w.wait_ready()
-        admitted = await asyncio.wait_for(asyncio.gather(*(t for t in tasks if not t.done())), 60)
-    assert [status for status, *_ in admitted] == [200] * 50
-    assert {body["usage"]["completion_tokens"] for _, _, body, _ in admitted} == {16}
-    reads = [items_read(port) for port in ports]
-    assert sum(reads) == 50 and min(reads) > 0, reads  # both workers got work
-    assert await group_info(client) == (0, 0)
-    await client.aclose()
+            ports = free_port(), free_port()
+            workers = [worker(processes, redis_server, "max_num_seqs=4", "step_overhead_s=0.02", wait=False,
+                              metrics_port=port) for port in ports]
+            for w in workers:
+                w.wait_ready()
+            admitted = await asyncio.wait_for(asyncio.gather(*(t for t in tasks if not t.done())), 60)
+        assert [status for status, *_ in admitted] == [200] * 50
+        assert {body["usage"]["completion_tokens"] for _, _, body, _ in admitted} == {16}
+        reads = [items_read(port) for port in ports]
+        assert sum(reads) == 50 and min(reads) > 0, reads  # both workers got work
+        assert await group_info(client) == (0, 0)
+    finally:
+        await client.aclose()
 
 
 @pytest.mark.timeout(90)
 async def test_kill_9_of_a_worker_every_accepted_request_completes_exactly_once(
         redis_server: RedisServer, processes: Processes) -> None:
-    visibility_s, tokens = 2.0, 20
+    visibility_s, tokens = 2.0, 60
     slow = ("max_num_seqs=8", "step_overhead_s=0.05", f"visibility_timeout_s={visibility_s}")
     gw = gateway(processes, redis_server)
     victim = worker(processes, redis_server, *slow, "consumer=victim")
     client = Redis.from_url(redis_server.url)
-    async with session() as http:
-        tasks = [asyncio.ensure_future(complete(http, gw.url, f"request {i}", tokens, stream=i % 2 == 0))
-                 for i in range(8)]
-        deadline = time.monotonic() + 20
-        while (await group_info(client))[0] < 8:  # the victim holds all eight
-            assert time.monotonic() < deadline
-            await asyncio.sleep(0.05)
-        await asyncio.sleep(0.3)  # a few tokens streamed
-        rescuer = worker(processes, redis_server, *slow, "consumer=rescuer")
-        killed = time.monotonic()
-        victim.kill9()
-        results = await asyncio.wait_for(asyncio.gather(*tasks), 60)
-    recovery_s = max(done for *_, done in results) - killed
-    print(f"\nrecovery after kill -9: {recovery_s:.2f} s (visibility_timeout_s={visibility_s})")
-    for i, (status, _, body, _) in enumerate(results):
-        assert status == 200, body
-        if i % 2 == 0:
-            text, finish = streamed_text(body)
-            assert finish == "length"
-        else:
-            text, finish = body["choices"][0]["text"], body["choices"][0]["finish_reason"]
-            assert body["usage"]["completion_tokens"] == tokens and finish == "length"
-        assert len(text.split()) == tokens, text  # every token exactly once (one word per token)
-    # the rescuer could claim only after the entries were idle visibility_timeout_s (the victim's
-    # last heartbeat was at most a third of it before the kill), then ran them (~1.2 s each)
-    assert visibility_s * 2 / 3 <= recovery_s <= visibility_s + 1.5 + 4.0
-    assert await group_info(client) == (0, 0)
-    assert rescuer.proc.poll() is None and victim.proc.returncode == -9
-    await client.aclose()
+    try:
+        async with session() as http:
+            tasks = [asyncio.ensure_future(complete(http, gw.url, f"request {i}", tokens, stream=i % 2 == 0))
+                     for i in range(8)]
+            deadline = time.monotonic() + 20
+            while (await group_info(client))[0] < 8:  # the victim holds all eight
+                assert time.monotonic() < deadline
+                await asyncio.sleep(0.05)
+            await asyncio.sleep(0.3)  # a few tokens streamed
+            rescuer = worker(processes, redis_server, *slow, "consumer=rescuer")
+            assert await group_info(client) == (8, 0) and not any(t.done() for t in tasks)  # still running
+            killed = time.monotonic()
+            victim.kill9()
+            results = await asyncio.wait_for(asyncio.gather(*tasks), 60)
+        recovery_s = max(done for *_, done in results) - killed
+        print(f"\nrecovery after kill -9: {recovery_s:.2f} s (visibility_timeout_s={visibility_s})")
+        for i, (status, _, body, _) in enumerate(results):
+            assert status == 200, body
+            if i % 2 == 0:
+                text, finish = streamed_text(body)
+                assert finish == "length"
+            else:
+                text, finish = body["choices"][0]["text"], body["choices"][0]["finish_reason"]
+                assert body["usage"]["completion_tokens"] == tokens and finish == "length"
+            assert len(text.split()) == tokens, text  # every token exactly once (one word per token)
+        # the rescuer could claim only after the entries were idle visibility_timeout_s (the victim's
+        # last heartbeat was at most a third of it before the kill), then ran them again (~3.2 s each)
+        assert visibility_s * 2 / 3 + 3.0 <= recovery_s <= visibility_s + 3.2 + 4.0
+        assert await group_info(client) == (0, 0)
+        assert rescuer.proc.poll() is None and victim.proc.returncode == -9
+    finally:
+        await client.aclose()
 
 
 @pytest.mark.timeout(90)
@@ -210,34 +215,37 @@ async def test_seed_cycle_backend_503_pauses_the_worker_the_backlog_fills_429_un
         gw = gateway(processes, redis_server, "max_backlog=5")
         worker(processes, redis_server, f"backend_url={stub.url}", "max_num_seqs=4", "consumer=w1")
         client = Redis.from_url(redis_server.url)
-        async with session() as http:
-            first = asyncio.ensure_future(complete(http, gw.url, "first", 4))
-            deadline = time.monotonic() + 20
-            while stub.state()["statuses"].get("503") != 1:
-                assert time.monotonic() < deadline
-                await asyncio.sleep(0.05)
-            throttled_at = stub.state()["arrivals"][0]["t"]  # time.monotonic(), system-wide
-            while not orjson.loads(await client.hget(f"{STREAM}:workers", "w1") or b"{}").get("pause_until"):
-                assert time.monotonic() < deadline, "the worker did not publish its pause"
-                await asyncio.sleep(0.05)
-            await asyncio.sleep(0.5)  # two backlog refreshes: the gateway knows the pause
-            rest = [asyncio.ensure_future(complete(http, gw.url, f"next {i}", 4)) for i in range(7)]
-            while sum(t.done() for t in rest) < 3:
-                assert time.monotonic() < deadline
-                await asyncio.sleep(0.02)
-            assert await group_info(client) == (1, 4)  # the paused worker read nothing more
-            refused = [t.result() for t in rest if t.done()]
-            assert len(refused) == 3
-            for status, headers, body, done in refused:
-                assert status == 429 and body["error"]["code"] == "queue_full"
-                remaining = throttled_at + 3.0 - done
-                assert remaining > 0.5  # answered during the pause
-                assert int(headers["Retry-After"]) >= remaining and int(headers["retry-after-ms"]) >= remaining * 1000
-            admitted = await asyncio.wait_for(asyncio.gather(first, *(t for t in rest if not t.done())), 60)
-        assert [status for status, *_ in admitted] == [200] * 5
-        assert {body["choices"][0]["text"] for _, _, body, _ in admitted} == {" t0 t1 t2 t3"}
-        assert admitted[0][3] >= throttled_at + 3.0  # the first one ran again only after the pause
-        assert await group_info(client) == (0, 0)
-        await client.aclose()
+        try:
+            async with session() as http:
+                first = asyncio.ensure_future(complete(http, gw.url, "first", 4))
+                deadline = time.monotonic() + 20
+                while stub.state()["statuses"].get("503") != 1:
+                    assert time.monotonic() < deadline
+                    await asyncio.sleep(0.05)
+                throttled_at = stub.state()["arrivals"][0]["t"]  # time.monotonic(), system-wide
+                while not orjson.loads(await client.hget(f"{STREAM}:workers", "w1") or b"{}").get("pause_until"):
+                    assert time.monotonic() < deadline, "the worker did not publish its pause"
+                    await asyncio.sleep(0.05)
+                await asyncio.sleep(0.5)  # two backlog refreshes: the gateway knows the pause
+                rest = [asyncio.ensure_future(complete(http, gw.url, f"next {i}", 4)) for i in range(7)]
+                while sum(t.done() for t in rest) < 3:
+                    assert time.monotonic() < deadline
+                    await asyncio.sleep(0.02)
+                assert await group_info(client) == (1, 4)  # the paused worker read nothing more
+                refused = [t.result() for t in rest if t.done()]
+                assert len(refused) == 3
+                for status, headers, body, done in refused:
+                    assert status == 429 and body["error"]["code"] == "queue_full"
+                    remaining = throttled_at + 3.0 - done
+                    assert remaining > 0.5  # answered during the pause
+                    assert int(headers["Retry-After"]) >= remaining
+                    assert int(headers["retry-after-ms"]) >= remaining * 1000
+                admitted = await asyncio.wait_for(asyncio.gather(first, *(t for t in rest if not t.done())), 60)
+            assert [status for status, *_ in admitted] == [200] * 5
+            assert {body["choices"][0]["text"] for _, _, body, _ in admitted} == {" t0 t1 t2 t3"}
+            assert admitted[0][3] >= throttled_at + 3.0  # the first one ran again only after the pause
+            assert await group_info(client) == (0, 0)
+        finally:
+            await client.aclose()
     finally:
         stub.stop()
