@@ -102,10 +102,19 @@ async def test_backlog_bound_is_exact_and_two_workers_finish_every_admitted_requ
             for w in workers:
                 w.wait_ready()
             admitted = await asyncio.wait_for(asyncio.gather(*(t for t in tasks if not t.done())), 60)
+            async with http.post(f"{gw.url}/v1/chat/completions", json={  # chat, streamed, across Redis
+                    "messages": [{"role": "user", "content": "hi"}], "max_tokens": 3, "stream": True,
+                    "stream_options": {"include_usage": True}}) as r:
+                assert r.status == 200
+                chat = [orjson.loads(e[len(b"data: "):]) for e in (await r.read()).split(b"\n\n")[:-2]]
         assert [status for status, *_ in admitted] == [200] * 50
         assert {body["usage"]["completion_tokens"] for _, _, body, _ in admitted} == {16}
+        assert chat[0]["choices"][0]["delta"] == {"role": "assistant", "content": ""}
+        assert len("".join(c["choices"][0]["delta"]["content"] for c in chat[1:4]).split()) == 3
+        assert chat[4]["choices"][0]["finish_reason"] == "length"
+        assert chat[5]["usage"] == {"prompt_tokens": 1, "completion_tokens": 3, "total_tokens": 4}
         reads = [items_read(port) for port in ports]
-        assert sum(reads) == 50 and min(reads) > 0, reads  # both workers got work
+        assert sum(reads) == 51 and min(reads) > 0, reads  # both workers got work
         assert await group_info(client) == (0, 0)
     finally:
         await client.aclose()
