@@ -11,6 +11,8 @@ rxpipe modes (``--set mode=...``; every other key is one of ``pipelines/llm_gate
     reject   the same graph with one engine slot and a queue of one, both held by two requests that
              the benchmark sends first and never finishes (4,096 tokens each on a 1 s step):
              every other request is refused with 429 ``queue_full``
+    paced    ``admit``'s graph on an engine whose every step takes 20 ms (256 slots): each
+             sequence makes 50 tokens/s, so 256 streams should get 12,800 tokens/s
     proxy    the gateway in front of ``OpenAIEngine(backend_url, max_in_flight=256)`` through
              ``buffer(queue_capacity)``: a proxy to a real OpenAI-compatible server
 
@@ -65,7 +67,7 @@ def pipeline(config: dict[str, Any]) -> Any:
             raise ValueError("mode=proxy needs --set backend_url=http://HOST:PORT/v1")
         engine = OpenAIEngine(backend_url, model=s["model"], max_in_flight=256)
         return gateway_file.build(s, engine, queue=ops.buffer(s["queue_capacity"], name="queue"))
-    step = 1.0 if mode == "reject" else 0.0
+    step = {"reject": 1.0, "paced": 0.02}.get(mode, 0.0)
     engine = SimulatedEngine(max_num_seqs=s["max_num_seqs"], max_num_batched_tokens=s["max_num_batched_tokens"],
                              step_overhead_s=step, prefill_s_per_token=0.0, decode_s_per_seq=0.0,
                              stall_timeout_s=None, model=s["model"])

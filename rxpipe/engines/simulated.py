@@ -9,7 +9,10 @@ Scheduling (vLLM V1's scheduler, simplified; one call of :meth:`_start_step` is 
    prompt larger than what is left of the budget is prefilled in chunks over several steps.
 3. Step time = ``step_overhead_s + prefill_s_per_token * prefilled tokens + decode_s_per_seq *
    decoding sequences``; the step ends on the loop clock (``loop.call_at``), its tokens are
-   delivered, finished sequences free their slots, and the next step starts at once.
+   delivered, finished sequences free their slots, and the next step starts at once, paced on
+   the clock: it is due at the previous step's due end + its own step time, so the time the loop
+   spends delivering tokens overlaps the next step instead of adding to it (as a GPU overlaps
+   output processing).
 
 A sequence's first token comes out of the step that completes its prefill. The loop is made of
 ``call_soon``/``call_at`` callbacks, not a task: an idle engine leaves nothing pending.
@@ -151,6 +154,8 @@ class SimulatedEngine(_ContinuousBatching, _PerRequestService):
         self._timer_when = 0.0
         self._start_queued = False
         self._stepping = False
+        self._step_end = 0.0  # loop time the step in flight is due to end
+        self._step_due: float | None = None  # when the step that just ended was due to end
         self._batch: list[_Seq] = []
         self._events: list[tuple[float, int, _Seq]] = []  # per-request mode: (time, no, seq)
         self._watchdog: asyncio.TimerHandle | None = None
