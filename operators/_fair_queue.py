@@ -193,10 +193,11 @@ class FairQueueSubscription(DrainSubscription, StageLink):
                 raise ValueError(f"fair_queue cost must be a finite number >= 0 (tokens), got {cost!r}")
             if type(priority) is not int:
                 raise TypeError(f"fair_queue priority must be an int, got {priority!r}")
+            keep = self.fits(tenant)  # raises TypeError for an unhashable tenant
         except Exception as exc:
             self._fail_holding(item, exc)
             return
-        if self.fits(tenant):
+        if keep:
             self._enqueue(tenant, priority, item, float(cost))
         else:
             # Within request(n) (§1.1 holds), but kept it would take another tenant's reserved

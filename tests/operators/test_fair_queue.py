@@ -209,13 +209,16 @@ def test_a_raising_user_function_fails_the_stage_and_tells_every_item() -> None:
     assert held.discarded == ["error"] and bad.discarded == ["error"]
 
 
-@pytest.mark.parametrize(("cost", "priority", "error"), [
-    (-1, 0, ValueError), (float("nan"), 0, ValueError), ("3", 0, ValueError), (1, 1.5, TypeError),
+@pytest.mark.parametrize(("tenant", "cost", "priority", "error"), [
+    ("a", -1, 0, ValueError), ("a", float("nan"), 0, ValueError), ("a", "3", 0, ValueError),
+    ("a", 1, 1.5, TypeError), (["a"], 1, 0, TypeError),
 ])
-def test_bad_cost_or_priority_values_fail_the_stage(cost: Any, priority: Any, error: type) -> None:
+def test_bad_tenant_cost_or_priority_values_fail_the_stage(tenant: Any, cost: Any, priority: Any,
+                                                           error: type) -> None:
     pub = TestPublisher[Req]()
     ts = TestSubscriber[Req]()
-    pub.pipe(ops.fair_queue(4, cost=lambda r: cost, priority=lambda r: priority)).subscribe(ts)
+    pub.pipe(ops.fair_queue(4, tenant=lambda r: tenant, cost=lambda r: cost,
+                            priority=lambda r: priority)).subscribe(ts)
     pub.emit(Req("a0"))
     assert isinstance(ts.error, error) and pub.cancelled
 
