@@ -10,7 +10,7 @@ Marble legend: ``-`` time, letters items, ``|`` completion, ``#`` error, ``^n`` 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Awaitable, Callable, Hashable, TypeVar
+from typing import TYPE_CHECKING, Any, Awaitable, Callable, Hashable, Mapping, TypeVar
 
 from rxpipe._fusion import fuse
 from rxpipe.flowable import DEFAULT_PREFETCH, Flowable, Operator
@@ -31,7 +31,7 @@ if TYPE_CHECKING:
 
 __all__ = ["map", "filter", "scan", "take", "skip", "tap", "buffer", "limit_rate", "batch", "rate_limit",
            "map_async", "timeout", "merge", "broadcast", "group_by", "Retry", "CircuitBreaker",
-           "GroupedFlowable", "execute"]
+           "GroupedFlowable", "execute", "fair_queue"]
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -525,3 +525,86 @@ def execute(engine: Engine, *, name: str | None = None) -> Operator:
     from rxpipe.engines.executor import execute as _execute
 
     return _execute(engine, name=name)
+
+
+# -- many tenants ----------------------------------------------------------------------------------
+def fair_queue(capacity: int, *, tenant: Callable[[Any], Hashable] | None = None,
+               weight: Mapping[Hashable, float] | None = None, cost: Callable[[Any], float] | None = None,
+               priority: Callable[[Any], int] | None = None, name: str | None = None) -> Operator:
+    """A bounded queue shared fairly by tenants: strict priority bands, weighted shares of the
+    queue, and the Virtual Token Counter's service order within a band.
+
+        capacity=16, weight={"a": 1, "b": 1}, cost: 3 tokens per a item, 1 per b item
+        source:  -a1-a2-b1-b2-b3-b4-b5-b6-|
+        demand:  ----------------------------^8
+        output:  ----------------------------a1-b1-b2-b3-a2-b4-b5-b6|
+                 (counters after each: a 3; b 1, 2, 3; tie at 3 → a, activated first: a 6; b 4, 5, 6)
+
+    Service order: the highest ``priority(item)`` band that holds items is served first, always
+    (strict bands, as the Kubernetes inference gateway's flow control). Within a band, flows are
+    keyed by tenant and served lowest Virtual Token Counter first (Sheng et al., "Fairness in
+    Serving Large Language Models", OSDI 2024, weighted VTC): dispatching an item adds
+    ``cost(item) / weight[tenant]`` to its tenant's counter; ties go to the flow that became
+    active first. A tenant whose flow becomes active (had nothing queued) is lifted to the
+    minimum counter of the band's active tenants (or, in an idle band, to the counter of the
+    last one that left), so idle time earns no credit. ``cost`` is an estimate charged at
+    dispatch (for LLM requests: prompt tokens + 2 × max or expected output tokens); the real
+    count corrects it at completion through the hook ``reconcile(item, actual_cost)`` on the
+    stage's subscription. Bound (the paper's, in this stage's terms): while two tenants of one
+    band both have items queued, the weighted service they get between any two instants —
+    the sum of ``cost / weight`` of their dispatched items — differs by at most 2 × the largest
+    ``cost / weight`` of one item (before reconciliation).
+
+    Shares: a tenant named in ``weight`` owns ``floor(capacity × w / Σw)`` places of the queue.
+    An item is kept iff its tenant holds fewer than its share, or the shared pool (capacity minus
+    the items held and minus every tenant's *unused* share) has a place. So a tenant within its
+    weighted share is never refused because another tenant filled the queue, and the queue never
+    holds more than ``capacity`` items. Tenants not in ``weight`` have weight 1 and share 0 (only
+    the pool). With ``weight=None`` there are no shares: a bounded VTC queue.
+
+    Demand and the admission extension. Toward downstream it is an ordinary queue stage: it
+    emits only what was requested. Toward upstream it requests ``capacity`` at subscribe, then
+    exactly one more per item that left it (dispatched downstream, or refused on arrival as
+    below) — the smooth one-per-departure rule of the HTTP edge — so held items plus outstanding
+    upstream demand never exceed ``capacity``. Per-tenant admission is a small extension of that
+    protocol: the subscription this stage hands upstream (the stage itself) also answers
+    ``room_for(tenant) -> bool`` (there is outstanding demand *and* an item for that tenant would
+    be kept) and ``demand_for(tenant) -> int`` (how many in a row would be kept, <= the
+    outstanding demand). Both are synchronous questions on the loop thread whose answers hold
+    until the next signal, so "ask, then ``on_next``" is atomic. They refine ``request(n)``, never
+    replace it: §1.1 still holds (an upstream may emit at most what was requested in total,
+    whatever it asked), and an upstream that does not know the extension just sees ordinary
+    ``request(n)`` demand. An item emitted within demand for a tenant without room is not a
+    protocol violation, so it is not answered with ``MissingBackpressureError``; keeping it
+    would take another tenant's reserved place, so it is shed with a tell —
+    ``on_discard("tenant_full")`` on the item (a ``CompletionRequest``'s client gets its answer),
+    counted as dropped with reason ``tenant_full`` — and its unit of demand is requested again.
+    An upstream that asks ``room_for`` first never has an item shed.
+
+    Args: capacity (items, int >= 1); tenant (item -> hashable tenant; default: one tenant);
+        weight (tenant -> weight > 0, e.g. ``Tenants.weights``); cost (item -> tokens >= 0,
+        default 1 per item); priority (item -> int, higher served first; default 0).
+        ``tenant``, ``priority`` and ``cost`` must be pure (``reconcile`` calls them again) and
+        tenants should come from a bounded set (one flow per tenant and band is kept).
+    Signals: ValueError/TypeError (raised here) for a bad capacity, weight or non-callable. A
+        raising ``tenant``/``priority``/``cost``, a negative or non-number cost or a non-int
+        priority cancels upstream, tells the held items and the item ``on_discard("error")`` and
+        signals the exception. An upstream emitting beyond what was requested signals
+        ``MissingBackpressureError`` the same way. An upstream error or completion is signalled
+        after the held items. Cancel travels upstream and frees the queue.
+    Anchor: Sheng et al., OSDI 2024 (VTC); llm-d / Gateway API Inference Extension flow control
+        (flows keyed by tenant and priority, strict bands); buffer sharing with guaranteed
+        minimums (static partitioning plus a shared pool) in switch buffer management.
+    """
+    from ._fair_queue import FairQueueFlowable
+
+    _check_int("fair_queue", "capacity", capacity, 1)
+    for arg, fn in (("tenant", tenant), ("cost", cost), ("priority", priority)):
+        if fn is not None and not callable(fn):
+            raise TypeError(f"fair_queue({arg}=) needs a callable, got {fn!r}")
+    if weight is not None:
+        if not isinstance(weight, Mapping):
+            raise TypeError(f"fair_queue(weight=) needs a mapping tenant -> weight, got {weight!r}")
+        for key, w in weight.items():
+            _check_positive("fair_queue", f"weight[{key!r}]", w)
+    return lambda source: FairQueueFlowable(source, capacity, tenant, weight, cost, priority, name)
