@@ -122,7 +122,8 @@ async def test_burst_of_300_gets_only_200_and_429(gateway: GatewayProcess) -> No
         nonlocal peak_running
         while not stop.is_set():
             async with http.get(f"{gateway.url}/metrics") as r:
-                peak_running = max(peak_running, int(metric(await r.text(), 'rxpipe_engine_running_seqs{engine="sim"}')))
+                running = metric(await r.text(), 'rxpipe_engine_running_seqs{engine="sim"}')
+                peak_running = max(peak_running, int(running))
             await asyncio.sleep(0.005)
 
     async def one(http: aiohttp.ClientSession, i: int) -> tuple[int, str | None, Any]:
