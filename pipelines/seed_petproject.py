@@ -12,7 +12,9 @@ semaphore of 5 slots where each request takes 0.5–2.0 s (uniform, seeded), so 
 5 / 1.25 = 4 requests/s. The executor asks for work only when a slot is free; the bounded queue
 of 100 asks the edge for one more per departure; when it is full the edge answers 429
 ``queue_full`` at once, and above ``key_rate`` requests/s the edge's token bucket answers 429
-``rate_limited`` before the request costs anything.
+``rate_limited`` before the request costs anything. The latency budget (4 s) refuses with 429
+``deadline`` whatever would wait longer than that, so admitted requests see a stable latency
+instead of the 25 s a full queue of 100 means at 4 requests/s.
 
 Settings (``--set key=value``) and their defaults:
 
@@ -21,7 +23,8 @@ Settings (``--set key=value``) and their defaults:
     key_burst=20           clients share one bucket) and its burst (requests); key_rate=null: off
     concurrency=5          engine slots (the seed's semaphore)
     min_s=0.5, max_s=2.0   per-request service time bounds (s)
-    latency_budget_s=null  refuse (429 deadline) when the estimated time to answer exceeds it (s)
+    latency_budget_s=4.0   refuse (429 deadline) when the estimated time to answer exceeds it (s);
+                           null: off (then the queue fills to 100 and latency grows to ~25 s)
     seed=0                 seeds the service times and the generated text
     model="sim"            the model id served
 """
@@ -42,7 +45,7 @@ DEFAULTS: dict[str, Any] = {
     "concurrency": 5,
     "min_s": 0.5,
     "max_s": 2.0,
-    "latency_budget_s": None,
+    "latency_budget_s": 4.0,
     "seed": 0,
     "model": "sim",
 }

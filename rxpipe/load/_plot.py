@@ -69,5 +69,5 @@ def _title(figures: dict[str, Any]) -> str:
     config = figures.get("config", {})
     rate = config.get("rate") or [0, 0]
     offered = f"{rate[0]:g}" if rate[0] == rate[1] else f"{rate[0]:g}→{rate[1]:g}"
-    return (f"rxpipe load {config.get('base_url', '')}: {offered} req/s for {config.get('duration', 0):g} s — "
+    return (f"rxpipe load: {offered} req/s for {config.get('duration', 0):g} s — "
             f"{figures['completed']} ok, shed {figures['shed_fraction']:.0%}")
