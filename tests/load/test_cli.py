@@ -65,7 +65,8 @@ def test_load_at_a_fixed_seed_accounts_for_every_request(gateway: GatewayProcess
     assert [p["t"] for p in figures["series"]] == [0, 1, 2]  # one point per second
     assert sum(p["offered"] for p in figures["series"]) == sent
     scraped = [p for p in figures["series"] if p["queue"] is not None]  # read from /metrics (a slow scrape: null)
-    assert scraped and all(0 <= p["queue"] <= 2 + 2 and 0 <= p["running"] <= 2 for p in scraped)
+    # queue (2) + the batcher's two batches of 1 + engine waiting (<= max_num_seqs 2); running <= 2 slots
+    assert scraped and all(0 <= p["queue"] <= 2 + 2 + 2 and 0 <= p["running"] <= 2 for p in scraped)
     assert set(figures["definitions"]) >= {"ttft", "tpot", "itl", "e2el", "series", "shed_fraction"}
     assert png_size(png) == FIGURE_PX
     assert "Successful requests:" in run.stdout and "Mean TTFT (ms):" in run.stdout
