@@ -5,15 +5,12 @@ from __future__ import annotations
 import asyncio
 import re
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
-from ._client import RequestRecord
-from ._plot import PlotUnavailable, write_plot
-from ._prompts import read_prompts
-from ._report import format_table, write_json
-from ._runner import LoadConfig, run_load
+if TYPE_CHECKING:
+    from ._client import RequestRecord
 
 __all__ = ["load", "parse_ramp", "parse_goodput"]
 
@@ -115,6 +112,12 @@ def load(args: tuple[str, ...], rate: float | None, ramp: str | None, duration: 
       rxpipe load --ramp 1:50 --duration 60 --plot load.png --json load.json
       rxpipe load http://127.0.0.1:8000 --stream --retry 3 --goodput ttft:500 e2el:2000
     """
+    # the work's modules are imported here, so `rxpipe run` does not pay for them
+    from ._plot import PlotUnavailable, write_plot
+    from ._prompts import read_prompts
+    from ._report import format_table, write_json
+    from ._runner import LoadConfig, run_load
+
     slos = [a for a in args if _SLO.match(a)]
     urls = [a for a in args if not _SLO.match(a)]
     if slos and not goodput:

@@ -140,8 +140,10 @@ async def run_load(config: LoadConfig, progress: Progress | None = None) -> Load
             for helper in helpers:
                 helper.cancel()
             await asyncio.gather(*helpers, return_exceptions=True)
-            for task in list(in_flight):
+            leftover = list(in_flight)  # only when interrupted: the normal path awaited them all
+            for task in leftover:
                 task.cancel()
+            await asyncio.gather(*leftover, return_exceptions=True)
         ends = [r.done_s for r in records if r.done_s is not None]
         duration = max(ends) if ends else time.perf_counter() - clock
         if progress is not None:
