@@ -38,7 +38,10 @@ DEFINITIONS: dict[str, str] = {
     "shed_fraction": "share of the sent requests whose final answer was a refusal (429 or 503)",
     "rejection_latency_ms": "time from sending an attempt to receiving its 429/503 answer, milliseconds",
     "retry_after_s": "the delay refusals asked for (retry-after-ms, else Retry-After), seconds; p50/p99 are "
-                     "nearest-rank percentiles",
+                     "nearest-rank percentiles; by_second counts them by whole seconds, rounded up",
+    "input_lens, output_lens, ttfts, itls, latencies, start_times, errors": "vLLM's per-request arrays, one "
+        "entry per request sent in order (seconds; 0 or empty where a request has no such value; start_times "
+        "on the run's clock, of the final attempt)",
     "total_input_tokens": "sum of usage.prompt_tokens over completed requests",
     "total_output_tokens": "sum of output tokens over completed requests (usage.completion_tokens, else "
                            "the number of token chunks)",
@@ -109,6 +112,21 @@ def _nearest_rank(ordered: Sequence[float], percentile: float) -> float | None:
     return ordered[max(0, math.ceil(percentile / 100 * len(ordered)) - 1)]
 
 
+def _error_text(record: RequestRecord) -> str:
+    if not record.attempts or record.outcome == "2xx":
+        return ""
+    last = record.attempts[-1]
+    if last.kind in ("429", "503"):
+        return f"HTTP {last.kind} {last.reason or ''}".rstrip()
+    return last.error or last.kind
+
+
+def _by_second(asked: Sequence[float]) -> dict[str, int]:
+    """How many refusals asked for each whole number of seconds (rounded up, as ``Retry-After``)."""
+    counts = Counter(str(max(0, math.ceil(value))) for value in asked)
+    return {key: counts[key] for key in sorted(counts, key=int)}
+
+
 def _good(record: RequestRecord, goodput: Goodput) -> bool:
     measured = {"ttft": record.ttft_s, "e2el": record.e2el_s, "tpot": record.tpot_s or 0.0}
     for name, limit_ms in goodput.items():
@@ -146,7 +164,8 @@ def summarize(records: Sequence[RequestRecord], duration_s: float, goodput: Good
                                  "p99": percentile_ms(refused_latencies, 99)},
         "retry_after_s": {"count": len(asked), "min": asked[0] if asked else None,
                           "p50": _nearest_rank(asked, 50), "p99": _nearest_rank(asked, 99),
-                          "max": asked[-1] if asked else None},
+                          "max": asked[-1] if asked else None,
+                          "by_second": _by_second(asked)},
         "total_input_tokens": total_in,
         "total_output_tokens": total_out,
         "request_throughput": len(ok) / duration,
@@ -154,6 +173,14 @@ def summarize(records: Sequence[RequestRecord], duration_s: float, goodput: Good
         "output_throughput": total_out / duration,
         "total_token_throughput": (total_in + total_out) / duration,
     }
+    # vLLM's per-request arrays (one entry per request sent, in order; 0 / "" where it has none)
+    result["input_lens"] = [r.prompt_tokens for r in records]
+    result["output_lens"] = [r.output_tokens if r.outcome == "2xx" else 0 for r in records]
+    result["ttfts"] = [r.ttft_s or 0.0 for r in records]
+    result["itls"] = [list(r.itl_s) for r in records]
+    result["latencies"] = [r.e2el_s or 0.0 for r in records]
+    result["start_times"] = [r.attempts[-1].sent_s if r.attempts else r.arrival_s for r in records]
+    result["errors"] = [_error_text(r) for r in records]
     streamed = any(r.ttft_s is not None for r in ok)
     series = {
         "ttft": [r.ttft_s for r in ok if r.ttft_s is not None],

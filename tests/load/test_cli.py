@@ -61,6 +61,8 @@ def test_load_at_a_fixed_seed_accounts_for_every_request(gateway: GatewayProcess
     assert set(figures["refusals"]["429"]) <= {"queue_full", "rate_limited", "deadline"}
     for key in VLLM_KEYS:
         assert isinstance(figures[key], (int, float)), key
+    for key in ("input_lens", "output_lens", "ttfts", "itls", "latencies", "start_times", "errors"):
+        assert len(figures[key]) == sent, key  # vLLM's per-request arrays
     assert figures["request_goodput"] <= figures["request_throughput"]
     assert [p["t"] for p in figures["series"]] == [0, 1, 2]  # one point per second
     assert sum(p["offered"] for p in figures["series"]) == sent

@@ -77,4 +77,5 @@ async def test_retry_3_sends_at_most_4_attempts_and_waits_what_retry_after_said(
     assert figures["attempts"] == 4 * expected
     assert figures["outcomes"]["429"] == expected and figures["shed_fraction"] == 1.0
     assert figures["refusals"] == {"429": {"queue_full": 4 * expected}, "503": {}}
-    assert figures["retry_after_s"] == {"count": 4 * expected, "min": 1.0, "p50": 1.0, "p99": 1.0, "max": 1.0}
+    assert figures["retry_after_s"] == {"count": 4 * expected, "min": 1.0, "p50": 1.0, "p99": 1.0, "max": 1.0,
+                                        "by_second": {"1": 4 * expected}}

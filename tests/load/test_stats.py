@@ -43,7 +43,11 @@ def test_summary_keys_counts_and_refusals() -> None:
     assert figures["request_throughput"] == 0.5 and figures["request_goodput"] == 0.25  # only ttft 50 ms <= 60
     assert figures["total_output_tokens"] == 20 and figures["output_throughput"] == 5.0
     assert figures["total_input_tokens"] == 6 and figures["total_token_throughput"] == 6.5
-    assert figures["retry_after_s"] == {"count": 3, "min": 1.0, "p50": 1.0, "p99": 2.0, "max": 2.0}
+    assert figures["retry_after_s"] == {"count": 3, "min": 1.0, "p50": 1.0, "p99": 2.0, "max": 2.0,
+                                        "by_second": {"1": 2, "2": 1}}
+    assert figures["output_lens"] == [10, 10, 0, 0, 0, 0] and figures["input_lens"] == [3, 3, 0, 0, 0, 0]
+    assert figures["errors"] == ["", "", "HTTP 429 queue_full", "HTTP 429 rate_limited", "HTTP 503", "timeout"]
+    assert len(figures["itls"]) == 6 and figures["itls"][0] == [0.01] * 9 and figures["ttfts"][2] == 0.0
     assert figures["rejection_latency_ms"] == {"p50": pytest.approx(2.0, rel=1e-3), "p99": pytest.approx(2.0, rel=1e-3)}
     for name in ("ttft", "tpot", "itl", "e2el"):
         for stat in ("mean", "median", "std", "p99"):
