@@ -184,6 +184,8 @@ async def _attempt(session: aiohttp.ClientSession, spec: RequestSpec, body: byte
         attempt.error = f"{type(error).__name__}: {error}"
     if not attempt.latency_s:
         attempt.latency_s = time.perf_counter() - start
+    if attempt.kind != "2xx":  # what a failed attempt measured is not the request's
+        record.ttft_s, record.itl_s, record.e2el_s = None, [], None
 
 
 def _error_code(raw: bytes) -> str | None:

@@ -51,3 +51,15 @@ def test_prompt_files_and_the_shipped_set() -> None:
             parse_prompts(bad, "f.jsonl")
     shipped = default_prompts()
     assert len(shipped) == 16 and all(p.prompt for p in shipped)
+
+
+def test_the_retry_delay_is_what_the_server_asked_within_60_s_else_the_sdk_backoff() -> None:
+    import random
+
+    from rxpipe.load._client import _backoff_s
+
+    rng = random.Random(0)
+    assert _backoff_s(0, 0.35, rng) == 0.35 and _backoff_s(3, 60.0, rng) == 60.0
+    for retry, asked in ((0, None), (1, 0.0), (2, 61.0), (5, None)):
+        base = min(0.5 * 2 ** retry, 8.0)  # the openai SDK's backoff, up to 25 % jitter below
+        assert 0.75 * base <= _backoff_s(retry, asked, rng) <= base
