@@ -15,7 +15,7 @@ import pytest
 
 from rxpipe.load import FIGURE_PX, arrival_times
 
-from ..gateway.server import ROOT, GatewayProcess
+from ..gateway.server import ROOT, GatewayProcess, free_port
 
 # An overloaded gateway: 2 engine slots, a queue of 2, ~0.3 s per request.
 SETTINGS = ("max_num_seqs=2", "queue_capacity=2", "decode_s_per_seq=0.01", "rate=1000.0")
@@ -96,3 +96,8 @@ def test_usage_errors() -> None:
                           (("--goodput", "speed:5", "--stream"), "NAME:MS")):
         run = load(*args)
         assert run.returncode == 2 and message in run.stderr, (args, run.stderr)
+
+
+def test_no_server_no_model_is_a_clear_error() -> None:
+    run = load(f"http://127.0.0.1:{free_port()}", "--duration", "1", "--quiet")
+    assert run.returncode == 1 and "could not read the model id" in run.stderr and "pass --model" in run.stderr
