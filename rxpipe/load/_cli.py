@@ -8,6 +8,7 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 import click
+import uvloop
 
 if TYPE_CHECKING:
     from ._client import RequestRecord
@@ -113,7 +114,7 @@ def load(args: tuple[str, ...], rate: float | None, ramp: str | None, duration: 
       rxpipe load http://127.0.0.1:8000 --stream --retry 3 --goodput ttft:500 e2el:2000
     """
     # the work's modules are imported here, so `rxpipe run` does not pay for them
-    from ._plot import PlotUnavailable, write_plot
+    from ._plot import INSTALL_HINT, PlotUnavailable, write_plot
     from ._prompts import read_prompts
     from ._report import format_table, write_json
     from ._runner import LoadConfig, run_load
@@ -134,8 +135,7 @@ def load(args: tuple[str, ...], rate: float | None, ramp: str | None, duration: 
         try:
             import matplotlib  # noqa: F401
         except ImportError:
-            click.echo("rxpipe load: --plot needs matplotlib: pip install 'rxpipe[plot]' (or: pip install "
-                       "matplotlib); running without the plot", err=True)
+            click.echo(f"rxpipe load: --plot needs matplotlib: {INSTALL_HINT}; running without the plot", err=True)
             plot_path = None
     try:
         prompts = tuple(read_prompts(prompt_file)) if prompt_file else ()
@@ -147,14 +147,19 @@ def load(args: tuple[str, ...], rate: float | None, ramp: str | None, duration: 
                         seed=seed, scrape=not no_scrape)
     progress = None if quiet else _ProgressLine()
     try:
-        if progress is not None:
-            with progress.progress:
-                result = asyncio.run(run_load(config, progress))
-        else:
-            result = asyncio.run(run_load(config))
+        # uvloop, as `rxpipe run`: the sender keeps to its schedule at higher rates
+        with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+            if progress is not None:
+                with progress.progress:
+                    result = runner.run(run_load(config, progress))
+            else:
+                result = runner.run(run_load(config))
     except RuntimeError as error:
         click.echo(f"rxpipe load: error: {error}", err=True)
         sys.exit(1)
+    except KeyboardInterrupt:
+        click.echo("rxpipe load: interrupted; no figures", err=True)
+        sys.exit(130)
     figures: dict[str, Any] = result.figures
     click.echo(format_table(figures))
     if json_path is not None:
