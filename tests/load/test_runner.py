@@ -79,3 +79,26 @@ async def test_retry_3_sends_at_most_4_attempts_and_waits_what_retry_after_said(
     assert figures["refusals"] == {"429": {"queue_full": 4 * expected}, "503": {}}
     assert figures["retry_after_s"] == {"count": 4 * expected, "min": 1.0, "p50": 1.0, "p99": 1.0, "max": 1.0,
                                         "by_second": {"1": 4 * expected}}
+
+
+async def test_chat_streams_against_our_gateway_measure_every_token_chunk() -> None:
+    from rxpipe import operators as ops
+    from rxpipe.engines import SimulatedEngine
+    from rxpipe.gateway import Gateway
+    from rxpipe.runtime import Pipeline
+
+    engine = SimulatedEngine(max_num_seqs=8, step_overhead_s=0.002, decode_s_per_seq=0.0, prefill_s_per_token=0.0)
+    expected = len(arrival_times(1.0, (10.0, 10.0), 1.0, random.Random(4)))
+    async with Pipeline(Gateway(model="sim"), ops.buffer(16), ops.execute(engine),
+                        drain_timeout_s=5.0).start(port=0) as running:
+        assert running.url is not None
+        result = await run_load(LoadConfig(running.url, rate=(10.0, 10.0), duration_s=1.0, stream=True, chat=True,
+                                           max_tokens=5, seed=4))
+    figures = result.figures
+    assert figures["config"]["model"] == "sim" and figures["config"]["endpoint"] == "/v1/chat/completions"
+    assert figures["completed"] == figures["sent"] == expected > 0
+    assert figures["total_output_tokens"] == 5 * expected  # usage.completion_tokens
+    # vLLM counts every event with choices: the role chunk, 5 token chunks, the finish chunk -> 6 gaps
+    assert [len(itl) for itl in figures["itls"]] == [6] * expected
+    assert figures["mean_ttft_ms"] > 0 and figures["mean_tpot_ms"] > 0 and figures["p99_itl_ms"] > 0
+    assert [p["queue"] is not None for p in figures["series"]] == [True]  # our /metrics was read
