@@ -38,7 +38,7 @@ def parse_queue_running(text: str) -> tuple[float | None, float | None]:
     return queue, running
 
 
-async def scrape(session: aiohttp.ClientSession, url: str, timeout_s: float = 0.5,
+async def scrape(session: aiohttp.ClientSession, url: str, timeout_s: float = 0.9,
                  headers: dict[str, str] | None = None) -> tuple[float | None, float | None]:
     """GET ``url`` (the server's ``/metrics``) and parse it; ``(None, None)`` on any failure."""
     try:
