@@ -128,8 +128,7 @@ class _ContinuousBatching(_SimState):
                 self.step_log.append(StepRecord(self.steps, start, duration, len(batch), prefill, decode_tokens,
                                                 decode_seqs, self._n_running, self._n_waiting,
                                                 tuple(s.request.id for s in batch)))
-            _metrics.STEP_DURATION.observe(duration)
-            _metrics.BATCH_TOKENS.observe(prefill + decode_tokens)
+            _metrics.observe_step(self, duration, prefill + decode_tokens)
             self._stepping = True
             self._step_end = start + duration
             self._timer = loop.call_at(self._step_end, self._end_step)

@@ -17,7 +17,7 @@ from ..flowable import Flowable
 from ..metrics import StageCounters, StageStatistics, track
 from ..runtime import Service
 from ._config import GatewayConfig
-from ._metrics import count_rejection
+from ._metrics import count_finished, count_rejection, outcome_of
 from ._policy import DrainMeter, KeyBuckets, Refusal, clamp_retry_after
 
 if TYPE_CHECKING:
@@ -234,6 +234,7 @@ class Gateway(Flowable[CompletionRequest], Service):
     # -- in-flight accounting (for draining) ---------------------------------------------------
     def leave(self, request: CompletionRequest) -> None:
         """The answer to ``request`` is finished (or abandoned)."""
+        count_finished(outcome_of(request))
         self.pending.discard(request)
         if not self.pending and self._idle is not None:
             self._idle.set()

@@ -274,23 +274,25 @@ async def test_per_request_timing_is_base_plus_per_token() -> None:
 
 
 # metrics -----------------------------------------------------------------------------------------
-def sample(name: str) -> float:
-    value = REGISTRY.get_sample_value(name)
+def sample(name: str, **labels: str) -> float:
+    value = REGISTRY.get_sample_value(name, labels)
     return 0.0 if value is None else value
 
 
 @pytest.mark.virtual
 async def test_engine_metrics_are_exported() -> None:
     e = engine()
-    steps_before = sample("rxpipe_engine_step_duration_seconds_count")
-    tokens_before = sample("rxpipe_engine_batch_tokens_sum")
+    e.name = "metrics_sim"  # the engine label: this test's engine alone, whatever else runs
+    steps_before = sample("rxpipe_engine_step_duration_seconds_count", engine="metrics_sim")
+    tokens_before = sample("rxpipe_engine_batch_tokens_sum", engine="metrics_sim")
     c = e.submit(req(3, max_tokens=3))
     e.submit(req(1, max_tokens=1, stream=True))  # parked: no consumer yet
     await asyncio.sleep(0.03)
-    assert sample("rxpipe_engine_running_seqs") >= 1 and sample("rxpipe_engine_waiting_seqs") >= 1
+    assert sample("rxpipe_engine_running_seqs", engine="metrics_sim") == 1
+    assert sample("rxpipe_engine_waiting_seqs", engine="metrics_sim") == 1
     await c.result
-    assert sample("rxpipe_engine_step_duration_seconds_count") - steps_before == 3
-    assert sample("rxpipe_engine_batch_tokens_sum") - tokens_before == 3 + 2
+    assert sample("rxpipe_engine_step_duration_seconds_count", engine="metrics_sim") - steps_before == 3
+    assert sample("rxpipe_engine_batch_tokens_sum", engine="metrics_sim") - tokens_before == 3 + 2
     await e.aclose()
 
 
