@@ -43,7 +43,7 @@ from typing import Any
 from rxpipe import operators as ops
 from rxpipe.engines import Engine, SimulatedEngine
 from rxpipe.flowable import Operator
-from rxpipe.gateway import Gateway, GatewayConfig, parse_api_keys
+from rxpipe.gateway import Gateway, GatewayConfig, edge_queue, parse_api_keys
 from rxpipe.runtime import Pipeline
 
 DEFAULTS: dict[str, Any] = {
@@ -118,7 +118,7 @@ def build(s: dict[str, Any], engine: Engine, *, queue: Operator | None = None,
     return Pipeline(
         gateway,
         ops.rate_limit(s["rate"], burst=s["burst"], name="rate_limit"),
-        queue or ops.buffer(s["queue_capacity"], name="queue"),
+        queue or edge_queue(s["queue_capacity"], name="queue"),
         ops.batch(s["batch_max_size"], s["batch_max_delay_s"], name="batch"),
         ops.execute(engine, name="executor"),
         name=name,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import hmac
 import logging
+import random
 from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
@@ -18,6 +19,7 @@ from ..metrics import StageCounters, StageStatistics, track
 from ..runtime import Service
 from ._config import GatewayConfig
 from ._metrics import count_rejection
+from ._queue import ReplyFuture
 from ._policy import DrainMeter, KeyBuckets, Refusal, clamp_retry_after
 
 if TYPE_CHECKING:
@@ -100,6 +102,7 @@ class Gateway(Flowable[CompletionRequest], Service):
         self.key_buckets = (KeyBuckets(self.config.key_rate, self.config.key_burst)
                             if self.config.key_rate is not None else None)
         self.engines: list[Any] = []
+        self._rng = random.Random()
         self.draining = False
         #: True once the graph behind the edge stopped (a stage failed): 503 from then on
         self.stopped = False
@@ -165,12 +168,18 @@ class Gateway(Flowable[CompletionRequest], Service):
                 found = f"key_{index}"
         return found
 
+    def engine_pause_s(self) -> float:
+        """Seconds until every engine takes work again (an OpenAIEngine paused by its backend's
+        429/503, or its circuit open); 0.0 when none is paused."""
+        return max((float(getattr(e, "retry_after_s", None) or 0.0) for e in self.engines), default=0.0)
+
     def _retry_after_queue(self, now: float) -> float:
-        return clamp_retry_after(self.meter.estimated_wait(now), self.config.retry_after_min_s,
-                                 self.config.retry_after_max_s)
+        return self.meter.reserve(now, self.engine_pause_s(), self.config.retry_after_min_s,
+                                  self.config.retry_after_max_s, self._rng)
 
     def retry_after_queue(self) -> float:
-        """Retry-After (seconds) for a request refused for lack of room, from the drain rate."""
+        """Retry-After (seconds) for one more request refused for lack of room or an unavailable
+        engine: a reservation (:meth:`DrainMeter.reserve`), never below an engine's pause."""
         return self._retry_after_queue(asyncio.get_running_loop().time())
 
     def early_refusal(self, now: float) -> Refusal | None:
@@ -179,9 +188,7 @@ class Gateway(Flowable[CompletionRequest], Service):
         if self.draining:
             return Refusal(503, "draining", cfg.retry_after_min_s, "the server is shutting down; retry elsewhere")
         if not self.available:
-            retry = max((float(getattr(e, "retry_after_s", None) or 0.0) for e in self.engines), default=0.0)
-            return Refusal(503, "unavailable", clamp_retry_after(retry, cfg.retry_after_min_s, cfg.retry_after_max_s),
-                           "the model backend is unavailable")
+            return Refusal(503, "unavailable", self._retry_after_queue(now), "the model backend is unavailable")
         if self.demand == 0:
             return Refusal(429, "queue_full", self._retry_after_queue(now),
                            "the server is at capacity (queue full); retry after the indicated delay")
@@ -194,7 +201,8 @@ class Gateway(Flowable[CompletionRequest], Service):
             allowed, headers, token_wait = self.key_buckets.check(key_id, now)
             if not allowed:
                 return Refusal(429, "rate_limited",
-                               clamp_retry_after(token_wait, cfg.retry_after_min_s, cfg.retry_after_max_s),
+                               clamp_retry_after(max(token_wait, self.engine_pause_s()), cfg.retry_after_min_s,
+                                                 cfg.retry_after_max_s),
                                "rate limit reached for your API key", headers)
         if cfg.latency_budget_s is not None:
             wait = self.meter.estimated_wait(now)
@@ -215,7 +223,7 @@ class Gateway(Flowable[CompletionRequest], Service):
         admission = self._admission
         request.arrival_s = now
         if request.reply is None:
-            request.reply = asyncio.get_running_loop().create_future()
+            request.reply = ReplyFuture(loop=asyncio.get_running_loop())
         if self.config.latency_budget_s is not None:
             request.deadline_s = now + self.config.latency_budget_s
         self.pending.add(request)  # before emitting: a synchronous failure downstream must find it

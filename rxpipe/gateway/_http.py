@@ -26,7 +26,7 @@ from ._openai import (
     parse_request,
     sse,
 )
-from ._policy import Refusal
+from ._policy import Refusal, retry_after_headers
 
 if TYPE_CHECKING:
     from ._gateway import Gateway
@@ -69,9 +69,7 @@ def _error(status: int, message: str, type: str, code: str, param: str | None = 
 
 
 def _refusal_response(refusal: Refusal) -> web.Response:
-    seconds = refusal.retry_after_s
-    headers = {"Retry-After": str(max(1, int(-(-seconds // 1)))), "retry-after-ms": str(int(seconds * 1000)),
-               **refusal.headers}
+    headers = {**retry_after_headers(refusal.retry_after_s), **refusal.headers}
     return _error(refusal.status, refusal.message, _TYPES[refusal.status], refusal.reason, headers=headers)
 
 
@@ -143,13 +141,20 @@ class _Edge:
         self.gateway.reject(refusal)
         return _refusal_response(refusal)
 
+    def _unavailable(self, item: CompletionRequest, error: BaseException) -> web.Response:
+        """503 ``unavailable`` for an admitted request the engine could not serve. The detail
+        (a backend's address, say) goes to the log, never to the client."""
+        log.info("request %s: engine unavailable: %s", item.id, error)
+        return self._refuse(Refusal(503, "unavailable", self.gateway.retry_after_queue(),
+                                    "the model backend is unavailable; retry after the indicated delay"))
+
     def _stopped_response(self, reason: str) -> web.Response:
         """The request was admitted, then cut off by the edge itself: draining past its timeout,
         or the graph behind it stopped."""
         if self.gateway.draining:
             return self._refuse(Refusal(503, "draining", self.config.retry_after_min_s,
                                         "the server shut down before the request finished; retry elsewhere"))
-        return self._refuse(Refusal(503, "unavailable", self.config.retry_after_min_s, reason))
+        return self._refuse(Refusal(503, "unavailable", self.gateway.retry_after_queue(), reason))
 
     async def _answer(self, request: web.Request, item: CompletionRequest, *, chat: bool) -> web.StreamResponse:
         gateway = self.gateway
@@ -167,7 +172,7 @@ class _Edge:
                 return self._refuse(Refusal(429, "queue_full", gateway.retry_after_queue(),
                                             f"the server shed the request ({error.reason}); retry later"))
             except EngineUnavailableError as error:
-                return self._refuse(Refusal(503, "unavailable", self.config.retry_after_min_s, str(error)))
+                return self._unavailable(item, error)
             started = True
             gateway.meter.record_start(asyncio.get_running_loop().time())
             if completion.finish_reason == "deadline":
@@ -181,7 +186,7 @@ class _Edge:
                 # future (the CancelledError clause below cancels the completion itself)
                 result: CompletionResult = await asyncio.shield(completion.result)
             except EngineUnavailableError as error:
-                return self._refuse(Refusal(503, "unavailable", self.config.retry_after_min_s, str(error)))
+                return self._unavailable(item, error)
             if result.finish_reason == "cancelled":
                 return self._stopped_response("the request was cancelled while running")
             _observe(result)
@@ -193,7 +198,7 @@ class _Edge:
             raise
         except EngineError as error:
             log.warning("request %s failed in the engine: %r", item.id, error)
-            return _error(500, f"the model backend failed the request: {error}", "server_error", "engine_error")
+            return _error(500, "the model backend failed the request", "server_error", "engine_error")
         finally:
             if not started:
                 gateway.meter.record_abandon()
@@ -227,9 +232,13 @@ class _Edge:
                     tokens.grant(1)  # credit follows what the socket actually took
                 result = await asyncio.shield(result_future)
             except EngineError as error:
-                # The status line is sent: the failure goes in the stream, as an error event.
-                await _stream_error(response, str(error), "server_error",
-                                    "unavailable" if isinstance(error, EngineUnavailableError) else "engine_error")
+                # The status line is sent: the failure goes in the stream, as an error event
+                # (its detail only in the log: it may name the backend).
+                log.warning("request %s failed in the engine mid-stream: %r", item.id, error)
+                unavailable = isinstance(error, EngineUnavailableError)
+                await _stream_error(response, "the model backend is unavailable" if unavailable
+                                    else "the model backend failed the request", "server_error",
+                                    "unavailable" if unavailable else "engine_error")
                 return response
             if result.finish_reason == "cancelled":
                 reason = "draining" if self.gateway.draining else "unavailable"
