@@ -19,8 +19,8 @@ from ..metrics import StageCounters, StageStatistics, track
 from ..runtime import Service
 from ._config import GatewayConfig
 from ._metrics import count_rejection
-from ._queue import ReplyFuture
 from ._policy import DrainMeter, KeyBuckets, Refusal, clamp_retry_after
+from ._queue import ReplyFuture
 
 if TYPE_CHECKING:
     from ..runtime import Pipeline
@@ -252,7 +252,8 @@ class Gateway(Flowable[CompletionRequest], Service):
         self.engines = [engine for engine in engines if engine is not None]
 
     async def start(self, host: str, port: int | None) -> str | None:
-        from ._http import HTTP_LOG, make_app
+        from ._http import make_app
+        from ._server import HTTP_LOG, EdgeRunner
 
         if self._runner is not None:
             raise RuntimeError(f"gateway {self.name!r} is already serving on {self.url}")
@@ -262,8 +263,10 @@ class Gateway(Flowable[CompletionRequest], Service):
         # handler_cancellation: a client that disconnects cancels its handler, so queued work is
         # withdrawn and running work cancelled (DESIGN §5); access logs off (per-request cost);
         # our own drain comes first, so aiohttp's shutdown waits only briefly for stragglers.
-        self._runner = web.AppRunner(app, handler_cancellation=True, access_log=None, shutdown_timeout=2.0,
-                                     logger=HTTP_LOG)
+        cfg = self.config
+        self._runner = EdgeRunner(app, max_connections=cfg.max_connections, header_timeout_s=cfg.header_timeout_s,
+                                  keepalive_timeout=cfg.keepalive_timeout_s, handler_cancellation=True,
+                                  access_log=None, shutdown_timeout=2.0, logger=HTTP_LOG)
         await self._runner.setup()
         site = web.TCPSite(self._runner, host, port if port is not None else 8000)
         await site.start()
@@ -278,6 +281,7 @@ class Gateway(Flowable[CompletionRequest], Service):
         ``timeout_s`` seconds (or until :meth:`abort`); then cancel what is left (those clients
         get 503 ``draining``) and complete the stream so the graph finishes."""
         self.draining = True
+        started = asyncio.get_running_loop().time()
         if self.pending:
             self._idle = asyncio.Event()
             if self._force is None:
@@ -288,8 +292,11 @@ class Gateway(Flowable[CompletionRequest], Service):
                 waiter.cancel()
             await asyncio.gather(*waiters, return_exceptions=True)
             if self.pending:
-                log.warning("drain: %d requests still in flight after %.1f s are cancelled",
-                            len(self.pending), timeout_s)
+                waited = asyncio.get_running_loop().time() - started
+                why = ("a second stop signal" if self._force is not None and self._force.is_set()
+                       else f"drain_timeout_s={timeout_s:g}")
+                log.warning("drain: %d requests still in flight after %.1f s (%s) are cancelled",
+                            len(self.pending), waited, why)
                 for request in list(self.pending):
                     request.cancel()
                 # their handlers answer 503 at once; give them a moment to write it

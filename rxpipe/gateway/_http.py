@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Awaitable, Callable
 
 import orjson
 from aiohttp import web
-from aiohttp.http_exceptions import HttpProcessingError
+from aiohttp.http_exceptions import ContentEncodingError
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
 
 from ..engines import Completion, CompletionRequest, CompletionResult
@@ -27,6 +27,7 @@ from ._openai import (
     sse,
 )
 from ._policy import Refusal, retry_after_headers
+from ._server import HTTP_LOG, new_request_id
 
 if TYPE_CHECKING:
     from ._gateway import Gateway
@@ -36,25 +37,8 @@ __all__ = ["make_app", "HTTP_LOG"]
 log = logging.getLogger("rxpipe.gateway")
 
 
-class _ClientErrorFilter(logging.Filter):
-    """aiohttp logs a malformed request (bad Content-Length, oversized header line, ...) with a
-    traceback at ERROR. That is the client's fault, and any client can trigger it: keep it at
-    DEBUG so it cannot flood the log."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        error = record.exc_info[1] if record.exc_info else None
-        if isinstance(error, HttpProcessingError) and 400 <= (error.code or 500) < 500:
-            record.levelno, record.levelname = logging.DEBUG, "DEBUG"
-            return HTTP_LOG.isEnabledFor(logging.DEBUG)
-        return True
-
-
-#: The logger aiohttp's server protocol uses for the edge (client errors demoted to DEBUG).
-HTTP_LOG = logging.getLogger("rxpipe.gateway.http")
-HTTP_LOG.addFilter(_ClientErrorFilter())
-
 _JSON = "application/json"
-_ROUTES = {"/v1/completions", "/v1/chat/completions", "/v1/models", "/metrics", "/healthz", "/readyz"}
+_ROUTES = {"/v1/completions", "/v1/chat/completions", "/v1/models", "/metrics", "/health", "/healthz", "/readyz"}
 #: OpenAI error ``type`` per refusal status; ``code`` carries the reason label (queue_full, ...).
 _TYPES = {429: "rate_limit_error", 503: "overloaded_error"}
 
@@ -91,9 +75,13 @@ class _Edge:
         return {"id": self.config.model, "object": "model", "created": 0, "owned_by": "rxpipe"}
 
     async def models(self, request: web.Request) -> web.Response:
+        if self.gateway.authenticate(request.headers.get("Authorization")) is None:
+            return _unauthorized()
         return _json(200, orjson.dumps({"object": "list", "data": [self._model()]}))
 
     async def model(self, request: web.Request) -> web.Response:
+        if self.gateway.authenticate(request.headers.get("Authorization")) is None:
+            return _unauthorized()
         if request.match_info["model"] != self.config.model:
             return _model_not_found(request.match_info["model"])
         return _json(200, orjson.dumps(self._model()))
@@ -104,8 +92,7 @@ class _Edge:
         now = loop.time()
         key_id = gateway.authenticate(request.headers.get("Authorization"))
         if key_id is None:
-            return _error(401, "missing or invalid API key (Authorization: Bearer <key>)",
-                          "authentication_error", "invalid_api_key", headers={"WWW-Authenticate": "Bearer"})
+            return _unauthorized()
         refusal = gateway.early_refusal(now)
         if refusal is not None:
             return self._refuse(refusal)
@@ -117,12 +104,23 @@ class _Edge:
                 body = await request.read()
         except web.HTTPRequestEntityTooLarge:
             return _too_large(limit)
+        except web.RequestPayloadError as error:  # the body does not decode: the client's fault
+            if isinstance(error.__cause__, ContentEncodingError):
+                bad = _error(400, "the request body does not decode with its Content-Encoding",
+                             "invalid_request_error", "invalid_content_encoding")
+            else:
+                bad = _error(400, "the request body is malformed (its framing or length is wrong)",
+                             "invalid_request_error", "invalid_body")
+            bad.force_close()  # what is left of the body cannot be parsed: close after answering
+            return bad
         except TimeoutError:
             return _error(408, f"the request body did not arrive within {self.config.body_timeout_s:g} s",
                           "invalid_request_error", "request_timeout")
         try:
             item = parse_request(body, chat=chat, default_model=self.config.model,
-                                 max_tokens_limit=self.config.max_tokens_limit)
+                                 max_tokens_limit=self.config.max_tokens_limit,
+                                 max_model_len=self.config.max_model_len,
+                                 default_max_tokens=self.config.default_max_tokens)
         except InvalidRequest as error:
             return _error(error.status, str(error), error.type, error.code, error.param)
         if item.model != self.config.model:
@@ -282,6 +280,11 @@ def _task_cancelled() -> bool:
     return task is not None and task.cancelling() > 0
 
 
+def _unauthorized() -> web.Response:
+    return _error(401, "missing or invalid API key (Authorization: Bearer <key>)", "authentication_error",
+                  "invalid_api_key", headers={"WWW-Authenticate": "Bearer"})
+
+
 def _model_not_found(model: str) -> web.Response:
     return _error(404, f"model {model!r} does not exist; GET /v1/models lists the served models",
                   "not_found_error", "model_not_found", "model")
@@ -342,8 +345,11 @@ async def _edge_middleware(request: web.Request, handler: Handler) -> web.Stream
     except web.HTTPMethodNotAllowed as error:
         response = _error(405, f"{request.method} is not allowed on {request.path}", "invalid_request_error",
                           "method_not_allowed", headers={"Allow": ",".join(sorted(error.allowed_methods))})
-    except web.HTTPException:
-        raise
+    except web.HTTPException as error:
+        if error.status < 400:
+            raise
+        kind = "invalid_request_error" if error.status < 500 else "server_error"
+        response = _error(error.status, error.reason, kind, error.reason.lower().replace(" ", "_"))
     except asyncio.CancelledError:
         count_request(route, 499)  # client closed the request (nginx's convention)
         raise
@@ -356,14 +362,21 @@ async def _edge_middleware(request: web.Request, handler: Handler) -> web.Stream
     return response
 
 
+async def _add_request_id(request: web.Request, response: web.StreamResponse) -> None:
+    """``x-request-id`` on every answer (streams too): the client's own, if sane, else a new one."""
+    response.headers["x-request-id"] = new_request_id(request.headers.get("x-request-id"))
+
+
 def make_app(gateway: Gateway) -> web.Application:
     edge = _Edge(gateway)
     app = web.Application(client_max_size=gateway.config.max_body_bytes, middlewares=[_edge_middleware])
+    app.on_response_prepare.append(_add_request_id)
     app.router.add_post("/v1/completions", edge.completions)
     app.router.add_post("/v1/chat/completions", edge.chat_completions)
     app.router.add_get("/v1/models", edge.models)
     app.router.add_get("/v1/models/{model}", edge.model)
     app.router.add_get("/metrics", edge.metrics)
+    app.router.add_get("/health", edge.healthz)  # vLLM's name for the liveness probe
     app.router.add_get("/healthz", edge.healthz)
     app.router.add_get("/readyz", edge.readyz)
     return app

@@ -242,10 +242,10 @@ def edge_queue(capacity: int, *, name: str | None = None) -> Operator:
     Demand: requests ``capacity`` when subscribed, then one item per departure; an item
     departs when its ``reply`` (a :class:`ReplyFuture`, as the gateway makes them) is settled
     (the executor admitted it to the engine, it failed, was dropped, or its client left) — or,
-    for an item without one, when it is delivered. So items requested upstream and not started never exceed ``capacity``, counting
-    what ``batch`` and the executor hold behind this stage (DESIGN §5, "Exact bounds"), and the
-    edge admits smoothly instead of in replenishment waves. Items whose client left while queued
-    are skipped (counted as dropped, reason ``"cancelled"``).
+    for an item without one, when it is delivered. So items requested upstream and not started
+    never exceed ``capacity``, counting what ``batch`` and the executor hold behind this stage
+    (DESIGN §5, "Exact bounds"), and the edge admits smoothly instead of in replenishment waves.
+    Items whose client left while queued are skipped (counted as dropped, reason ``"cancelled"``).
     Args: capacity (requests, int >= 1).
     Signals: ValueError (raised here) for a bad capacity; ``MissingBackpressureError`` when
         upstream emits beyond what was requested (upstream cancelled); upstream errors and
