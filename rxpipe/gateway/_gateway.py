@@ -152,7 +152,7 @@ class Gateway(Flowable[CompletionRequest], Service):
     # -- admission -----------------------------------------------------------------------------
     def authenticate(self, header: str | None) -> str | None:
         """Return the key id (``key_<i>``) for ``Authorization: Bearer <key>``, ``"anonymous"``
-        when no keys are configured, or None when the key is missing or wrong. The scheme is
+        when no keys are configured, or None when the key is missing, wrong or not UTF-8. The scheme is
         case-insensitive (RFC 9110 §11.1); every configured key is compared in constant time
         (``hmac.compare_digest``)."""
         keys = self.config.api_keys
@@ -161,7 +161,10 @@ class Gateway(Flowable[CompletionRequest], Service):
         scheme, _, token = (header or "").strip().partition(" ")
         if scheme.lower() != "bearer" or not token.strip():
             return None
-        given = token.strip().encode()
+        try:
+            given = token.strip().encode("utf-8")
+        except UnicodeEncodeError:  # bytes that are not UTF-8 (aiohttp keeps them as surrogates)
+            return None
         found = None
         for index, key in enumerate(keys):
             if hmac.compare_digest(given, key.encode()):

@@ -94,7 +94,8 @@ def _parser_error(status: int, error: BaseException | None) -> tuple[str, str, s
     if isinstance(error, LineTooLong):
         return "a request line or header field is too long", "invalid_request_error", "header_too_large"
     if isinstance(error, BadHttpMessage) and error.message:
-        return f"malformed HTTP request: {error.message[:200]}", "invalid_request_error", "bad_http_request"
+        detail = " ".join(error.message.split())[:200]  # aiohttp's text spans lines, with a caret
+        return f"malformed HTTP request: {detail}", "invalid_request_error", "bad_http_request"
     return "malformed HTTP request", "invalid_request_error", "bad_http_request"
 
 
