@@ -81,14 +81,37 @@ class Gateway(Flowable[CompletionRequest], Service):
     """OpenAI-compatible HTTP edge whose admission is the graph's demand.
 
     As a Flowable it emits :class:`~rxpipe.engines.CompletionRequest` items, one per admitted
-    HTTP request, only while downstream demand is > 0; it holds no queue. When demand is 0 the
-    request is refused at once with 429 ``queue_full`` and a ``Retry-After`` derived from the
-    measured drain rate. It is a hot source with one subscriber at a time.
+    HTTP request, only while downstream demand is > 0; it holds no queue. Each admitted request
+    carries a :class:`~rxpipe.gateway.ReplyFuture`, so an :func:`~rxpipe.gateway.edge_queue`
+    behind it can count departures exactly. It is a hot source with one subscriber at a time.
 
     As a :class:`~rxpipe.runtime.Service` it serves HTTP (aiohttp) while its Pipeline runs:
-    ``POST /v1/completions``, ``POST /v1/chat/completions``, ``GET /v1/models``,
-    ``GET /metrics``, ``GET /healthz``, ``GET /readyz``. Settings: :class:`GatewayConfig`
-    (pass one, or its fields as keyword arguments).
+    ``POST /v1/completions``, ``POST /v1/chat/completions``, ``GET /v1/models`` (a key is
+    needed when keys are set), ``GET /metrics``, ``GET /health`` and ``/healthz`` (alive),
+    ``GET /readyz`` (taking work). Settings: :class:`GatewayConfig` (pass one, or its fields as
+    keyword arguments).
+
+    Refusals (DESIGN §5): 429 ``queue_full`` (no demand), ``rate_limited`` (the key's bucket),
+    ``deadline`` (estimated time to answer over ``latency_budget_s``); 503 ``unavailable``
+    (engine down or paused by a 503, circuit open, graph stopped) and ``draining``. Each carries
+    ``retry-after-ms`` (exact milliseconds) and ``Retry-After`` (its ceiling in whole seconds,
+    RFC 9110), clamped to [``retry_after_min_s``, ``retry_after_max_s``].
+
+    Retry-After is a reservation: for ``queue_full`` and ``unavailable``, with the drain rate
+    ``r`` measured over the last 10 s (starts per second, times 0.9), the k-th refusal within
+    one drain interval gets about ``(backlog + k) / r`` — each refusal takes the next free
+    admission slot after the last one promised — plus a jitter of up to half an interval, so
+    clients that honour it (the ``openai`` SDK does) come back spread at the drain rate instead
+    of in lock-step. Before any rate is measured the value is 1–2 s, jittered. No refusal
+    advertises less than the remaining pause of a throttled engine (``engine.retry_after_s``:
+    an OpenAIEngine paused by its backend's 429/503). ``rate_limited`` tells the time to the
+    key's next token, ``deadline`` the excess over the budget, ``draining`` the minimum.
+
+    Before admission a request is validated (400, OpenAI's error JSON): sampling fields in range
+    and ``prompt tokens + max_tokens <= max_model_len`` (``context_length_exceeded``, vLLM's
+    message); a missing ``max_tokens`` becomes what remains of ``max_model_len`` (capped by
+    ``default_max_tokens``). Client-visible messages never carry an engine's address or other
+    internal detail (the log does). Every answer has ``x-request-id`` (echoed or new).
     """
 
     kind = "gateway"
