@@ -238,8 +238,8 @@ class Gateway(Flowable[CompletionRequest], Service):
                 wait = wait * _WAIT_MARGIN + self.meter.service_time()
             if wait is not None and wait > cfg.latency_budget_s:
                 return Refusal(429, "deadline",
-                               clamp_retry_after(wait - cfg.latency_budget_s, cfg.retry_after_min_s,
-                                                 cfg.retry_after_max_s),
+                               clamp_retry_after(max(wait - cfg.latency_budget_s, self.engine_pause_s()),
+                                                 cfg.retry_after_min_s, cfg.retry_after_max_s),
                                f"estimated time to answer {wait:.2f} s exceeds the latency budget "
                                f"{cfg.latency_budget_s:g} s")
         return None

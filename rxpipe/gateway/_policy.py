@@ -87,7 +87,8 @@ class DrainMeter:
         latest promised (``reserved_until``), never earlier than ``low_s`` nor than ``floor_s``
         (an engine's remaining pause): the k-th refusal within one drain interval gets about
         ``(backlog + k) / r`` (DESIGN §5). Plus a jitter of up to half an interval, which keeps
-        the order. Clamped to ``[low_s, high_s]``; the promise horizon stops at ``high_s``.
+        the order. Clamped to ``[low_s, high_s]``; the promise horizon stops at ``high_s``, and
+        once every slot up to it is promised, refusals get a time spread over its last quarter.
         Without a measured rate: ``max(low_s, floor_s)`` plus a jitter of up to ``low_s``
         (spread, not lock-step), and nothing is promised.
         """
@@ -97,7 +98,11 @@ class DrainMeter:
             return min(high_s, floor_s + rng.uniform(0.0, low_s))
         interval = 1.0 / (rate * RESERVATION_MARGIN)
         slot = max(self.reserved_until + interval, now + max(floor_s, (self.backlog + 1) * interval))
-        slot = min(slot, now + high_s)
+        if slot > now + high_s:
+            # Every slot up to the horizon is promised (sustained overload): no promise can be
+            # kept, so spread these over the last quarter of the horizon instead of in lock-step.
+            self.reserved_until = now + high_s
+            return high_s - rng.uniform(0.0, high_s / 4)
         self.reserved_until = slot
         return min(high_s, slot - now + rng.uniform(0.0, interval / 2))
 

@@ -109,6 +109,9 @@ def test_reservations_stagger_refusals_at_the_drain_interval() -> None:
     # the horizon stops at the clamp
     assert [meter.reserve(11.0, 59.9, 1.0, 60.0, rng) for _ in range(3)] == pytest.approx([59.9, 60.0, 60.0])
     assert meter.reserved_until == 11.0 + 60.0
+    # once the horizon is promised, refusals are spread over its last quarter (no lock-step there)
+    saturated = [meter.reserve(11.0, 0.0, 1.0, 60.0, random.Random(i)) for i in range(20)]
+    assert all(45.0 <= v <= 60.0 for v in saturated) and len(set(saturated)) == 20
     # nobody queued: the first slot is at the 1 s minimum, then one per interval; the jitter
     # stays within half an interval (the order of promises is kept)
     jittered = DrainMeter()
