@@ -29,7 +29,7 @@ import logging
 from collections import deque
 from typing import Any, Callable
 
-from .._demand import DrainSubscription, StageLink
+from .._demand import DrainSubscription, StageLink, discard
 from .._protocol import UNBOUNDED, Subscriber
 from ..errors import MissingBackpressureError
 from ..flowable import Flowable, Operator
@@ -103,10 +103,13 @@ class _EdgeQueueSubscription(DrainSubscription, StageLink):
         if self.upstream_done:
             return  # in flight after cancel (§3.12)
         if self.outstanding <= 0:
-            self.upstream_done = True
+            held = [entry[0] for entry in self.queue] + [item]
+            self.counters.drop("error", len(held))
             self.fail(MissingBackpressureError(
                 f"Reactive Streams §1.1: upstream of stage {self.counters.stage!r} emitted {item!r} beyond "
                 f"the {self.received} items requested"))
+            for request in held:  # after fail(): a settled reply must not ask upstream for more
+                discard(request, "error")  # each request's client gets an answer
             return
         self.outstanding -= 1
         self.received += 1
