@@ -142,7 +142,7 @@ class _Edge:
     def _unavailable(self, item: CompletionRequest, error: BaseException) -> web.Response:
         """503 ``unavailable`` for an admitted request the engine could not serve. The detail
         (a backend's address, say) goes to the log, never to the client."""
-        log.info("request %s: engine unavailable: %s", item.id, error)
+        log.debug("request %s: engine unavailable: %s", item.id, error)
         return self._refuse(Refusal(503, "unavailable", self.gateway.retry_after_queue(),
                                     "the model backend is unavailable; retry after the indicated delay"))
 
