@@ -54,3 +54,17 @@ async def test_a_defaulted_max_tokens_caps_the_drawn_length() -> None:
     assert {reason for _, reason, n in capped if n == 20} <= {"length"} and any(n == 20 for _, _, n in capped)
     exact = await answer(engine, prompt="q", max_tokens=20)
     assert exact[1:] == ("length", 20)
+
+
+@pytest.mark.virtual
+@pytest.mark.parametrize("mode", ["batching", "per_request"])
+@pytest.mark.parametrize("stream", [False, True])
+async def test_a_stop_string_in_the_first_token_gives_an_empty_answer(mode: str, stream: bool) -> None:
+    engine = sim() if mode == "batching" else SimulatedEngine.per_request(2)
+    text, _, _ = await answer(engine, prompt="p", max_tokens=5, sampling={"seed": 9})
+    first_word = text.split(" ")[1]
+    completion = engine.submit(CompletionRequest(prompt="p", max_tokens=5, stream=stream,
+                                                 sampling={"seed": 9, "stop": " " + first_word}))
+    chunks = [chunk async for chunk in completion.tokens.iterate(2)] if stream else []
+    result = await completion.result
+    assert (result.text, result.finish_reason, result.completion_tokens, chunks) == ("", "stop", 0, [])
