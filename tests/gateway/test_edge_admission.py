@@ -45,43 +45,53 @@ def gateway_of(pipeline: Pipeline) -> Gateway:
 @pytest.mark.parametrize(("capacity", "seqs", "clients", "admitted"), [(2, 2, 10, 4), (1, 1, 4, 2)])
 async def test_admitted_and_not_running_never_exceeds_queue_capacity(tmp_path: Path, capacity: int, seqs: int,
                                                                      clients: int, admitted: int) -> None:
-    # 50 tokens at 10 ms a step: each request holds its slot 0.5 s, long after all have arrived
+    # 100 tokens at 10 ms a step: each request holds its slot 1 s, long after all have arrived
     process = GatewayProcess(tmp_path, f"queue_capacity={capacity}", f"max_num_seqs={seqs}", "step_overhead_s=0.01",
                              "decode_s_per_seq=0", "prefill_s_per_token=0")
     try:
         async with session() as http:
-            results = await asyncio.gather(*(complete(http, process.url, {"prompt": f"r{i}", "max_tokens": 50})
+            results = await asyncio.gather(*(complete(http, process.url, {"prompt": f"r{i}", "max_tokens": 100})
                                               for i in range(clients)))
     finally:
         process.kill()
     statuses = Counter(status for status, _, _ in results)
     assert statuses == {200: admitted, 429: clients - admitted}  # seqs running + capacity waiting
-    assert all(body["usage"]["completion_tokens"] == 50 for status, _, body in results if status == 200)
+    assert all(body["usage"]["completion_tokens"] == 100 for status, _, body in results if status == 200)
     assert {body["error"]["code"] for status, _, body in results if status == 429} == {"queue_full"}
 
 
 async def test_the_edge_admits_one_more_per_departure() -> None:
     """Smooth admission: once full, every request that starts running lets exactly one more in."""
     pipeline = load_pipeline(str(ROOT / "pipelines" / "llm_gateway.py"), {
-        "queue_capacity": 3, "max_num_seqs": 1, "step_overhead_s": 0.005, "decode_s_per_seq": 0,
+        "queue_capacity": 3, "max_num_seqs": 1, "step_overhead_s": 0.02, "decode_s_per_seq": 0,
         "prefill_s_per_token": 0})
     gateway = gateway_of(pipeline)
+
+    async def until(predicate: Any) -> None:
+        for _ in range(500):
+            if predicate():
+                return
+            await asyncio.sleep(0.002)
+        raise AssertionError("timed out")
+
     async with pipeline.start(port=0) as running:
         assert running.url
         async with session() as http:
-            first = [asyncio.ensure_future(complete(http, running.url, {"prompt": "x", "max_tokens": 20}))
-                     for _ in range(4)]
-            await asyncio.sleep(0.02)
-            assert gateway.demand == 0 and gateway.in_flight == 4  # 1 running + 3 waiting: full
+            def one() -> asyncio.Future[Any]:  # 20 tokens at 20 ms: 0.4 s on the one slot
+                return asyncio.ensure_future(complete(http, running.url or "", {"prompt": "x", "max_tokens": 20}))
+
+            waiting = [one() for _ in range(4)]
+            await until(lambda: gateway.in_flight == 4)
+            assert gateway.demand == 0  # 1 running + 3 waiting: full
             demand_seen: list[int] = []
-            for _ in range(3):  # each departure (every 0.1 s) makes room for exactly one
-                await asyncio.wait(first, return_when=asyncio.FIRST_COMPLETED)
-                demand_seen.append(gateway.demand)
-                first = [f for f in first if not f.done()]
-                first.append(asyncio.ensure_future(complete(http, running.url, {"prompt": "x", "max_tokens": 20})))
-                await asyncio.sleep(0.01)
+            for _ in range(3):
+                done, _ = await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
+                demand_seen.append(gateway.demand)  # the next one started: room for exactly one
+                waiting = [f for f in waiting if f not in done]
+                waiting.append(one())
+                await until(lambda: gateway.in_flight == 4)
                 assert gateway.demand == 0
-            await asyncio.gather(*first)
+            await asyncio.gather(*waiting)
     assert demand_seen == [1, 1, 1]
 
 

@@ -138,7 +138,7 @@ def test_a_completion_echoes_the_request_id(gateway: GatewayProcess) -> None:
 
 @pytest.fixture
 def limited(tmp_path: Path) -> Iterator[GatewayProcess]:
-    process = GatewayProcess(tmp_path, "max_connections=3", "header_timeout_s=0.5", "keepalive_timeout_s=0.5")
+    process = GatewayProcess(tmp_path, "max_connections=3", "header_timeout_s=0.3", "keepalive_timeout_s=3")
     try:
         yield process
     finally:
@@ -161,26 +161,28 @@ def closed_within(sock: socket.socket, seconds: float) -> float | None:
 
 def test_connection_limit_header_timeout_and_idle_keep_alive(limited: GatewayProcess) -> None:
     port = limited.port
-    idle = [socket.create_connection(("127.0.0.1", port)) for _ in range(3)]
+    health = b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n"
+    kept = [socket.create_connection(("127.0.0.1", port)) for _ in range(3)]
     try:
-        time.sleep(0.1)  # the server has accepted the three
-        status, headers, body = exchange(port, b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+        for sock in kept:  # each answered: the server holds three open connections
+            sock.sendall(health)
+            assert sock.recv(65536).startswith(b"HTTP/1.1 200")
+        status, headers, body = exchange(port, health)
         assert status == 503 and headers["connection"] == "close" and headers["retry-after"] == "1"
         assert orjson.loads(body)["error"]["code"] == "too_many_connections"
-        # none of the three sent a request head: each is closed after header_timeout_s
-        waited = [closed_within(sock, 5.0) for sock in idle]
-        assert all(w is not None and w < 5.0 for w in waited), waited
+        # idle keep-alive connections are closed after keepalive_timeout_s (3 s)
+        waited = [closed_within(sock, 10.0) for sock in kept]
+        assert all(w is not None for w in waited), waited
     finally:
-        for sock in idle:
+        for sock in kept:
             sock.close()
-    # a finished request leaves an idle keep-alive connection: closed after keepalive_timeout_s
+    # a connection that never completes a request head is closed after header_timeout_s (0.3 s),
+    # well before the keep-alive timer (3 s) would
     with socket.create_connection(("127.0.0.1", port)) as sock:
-        sock.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
-        time.sleep(0.05)
-        assert sock.recv(65536).startswith(b"HTTP/1.1 200")
-        waited_s = closed_within(sock, 5.0)
-        assert waited_s is not None and waited_s < 5.0
-    assert exchange(port, b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")[0] == 200  # room again
+        sock.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n")  # no blank line: the head never ends
+        waited_s = closed_within(sock, 10.0)
+        assert waited_s is not None and waited_s < 2.5, waited_s
+    assert exchange(port, health)[0] == 200  # room again
     assert "Traceback" not in limited.output
 
 
