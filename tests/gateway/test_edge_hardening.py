@@ -130,6 +130,11 @@ def test_a_completion_echoes_the_request_id(gateway: GatewayProcess) -> None:
     request = post("/v1/completions", b'{"prompt": "x", "max_tokens": 2}', AUTH, b"x-request-id: req-7\r\n")
     status, headers, _ = exchange(gateway.port, request)
     assert status == 200 and headers["x-request-id"] == "req-7"
+    # a stream too (its headers go out before the handler returns)
+    stream = post("/v1/completions", b'{"prompt": "x", "max_tokens": 2, "stream": true}', AUTH,
+                  b"x-request-id: req-8\r\n")
+    status, headers, _ = exchange(gateway.port, stream)
+    assert status == 200 and headers["content-type"] == "text/event-stream" and headers["x-request-id"] == "req-8"
     # one that is not a sane id (over 128 characters) is replaced
     status, headers, _ = exchange(gateway.port, post("/v1/completions", b'{"prompt": "x", "max_tokens": 2}', AUTH,
                                                      b"x-request-id: " + b"r" * 200 + b"\r\n"))
