@@ -60,8 +60,9 @@ class OpenAIEngine(_HTTPCall, _Backoff):
         retry_after_cap_s: the longest pause (seconds) a 429/503 can cause.
         retry_after_jitter: the pause is ``min(cap, r + uniform(0, jitter * r))`` where ``r`` is
             the server's Retry-After (full jitter over ``jitter`` more windows: never earlier than
-            the server asked, below the cap). Without Retry-After, ``r`` doubles from 1 s per
-            consecutive 429/503.
+            the server asked, below the cap). Without a usable Retry-After — absent, unreadable,
+            or below 50 ms (``Retry-After: 0`` is no licence to retry at once) — ``r`` is the
+            backoff, doubling from 1 s per consecutive 429/503, with the same jitter.
         throttle_retries: how often one request is retried after a 429/503 (default 5); the next
             such answer fails it with ``EngineUnavailableError`` (``retry_after`` attribute set).
             A request past its ``deadline_s`` when the pause ends finishes ``"deadline"`` instead.

@@ -71,6 +71,8 @@ class CompletionRequest:
         prompt: the prompt (``/v1/completions``), or None with ``messages``.
         messages: chat messages ``[{"role": ..., "content": ...}]`` (``/v1/chat/completions``).
         max_tokens: output tokens at most (int >= 1); None: the engine draws a seeded length.
+        max_tokens_defaulted: True when the client gave no ``max_tokens`` and the edge filled in
+            what remains of the context (``max_model_len``): a limit, not a requested length.
         model: the model id served (``"sim"`` by default).
         stream: True: the token stream is credit-governed (the engine steps the sequence only
             while its consumer has credit); False: it runs freely and ``result`` carries the text.
@@ -96,6 +98,7 @@ class CompletionRequest:
     arrival_s: float | None = None
     deadline_s: float | None = None
     reply: asyncio.Future[Completion] | None = field(default=None, repr=False)
+    max_tokens_defaulted: bool = False
     cancelled: bool = field(default=False, init=False)
     completion: Completion | None = field(default=None, init=False, repr=False)
     _prompt_tokens: int | None = field(default=None, init=False, repr=False)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import hmac
 import logging
+import random
 from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
@@ -19,6 +20,7 @@ from ..runtime import Service
 from ._config import GatewayConfig
 from ._metrics import count_finished, count_rejection, outcome_of
 from ._policy import DrainMeter, KeyBuckets, Refusal, clamp_retry_after
+from ._queue import ReplyFuture
 
 if TYPE_CHECKING:
     from ..runtime import Pipeline
@@ -79,14 +81,37 @@ class Gateway(Flowable[CompletionRequest], Service):
     """OpenAI-compatible HTTP edge whose admission is the graph's demand.
 
     As a Flowable it emits :class:`~rxpipe.engines.CompletionRequest` items, one per admitted
-    HTTP request, only while downstream demand is > 0; it holds no queue. When demand is 0 the
-    request is refused at once with 429 ``queue_full`` and a ``Retry-After`` derived from the
-    measured drain rate. It is a hot source with one subscriber at a time.
+    HTTP request, only while downstream demand is > 0; it holds no queue. Each admitted request
+    carries a :class:`~rxpipe.gateway.ReplyFuture`, so an :func:`~rxpipe.gateway.edge_queue`
+    behind it can count departures exactly. It is a hot source with one subscriber at a time.
 
     As a :class:`~rxpipe.runtime.Service` it serves HTTP (aiohttp) while its Pipeline runs:
-    ``POST /v1/completions``, ``POST /v1/chat/completions``, ``GET /v1/models``,
-    ``GET /metrics``, ``GET /healthz``, ``GET /readyz``. Settings: :class:`GatewayConfig`
-    (pass one, or its fields as keyword arguments).
+    ``POST /v1/completions``, ``POST /v1/chat/completions``, ``GET /v1/models`` (a key is
+    needed when keys are set), ``GET /metrics``, ``GET /health`` and ``/healthz`` (alive),
+    ``GET /readyz`` (taking work). Settings: :class:`GatewayConfig` (pass one, or its fields as
+    keyword arguments).
+
+    Refusals (DESIGN §5): 429 ``queue_full`` (no demand), ``rate_limited`` (the key's bucket),
+    ``deadline`` (estimated time to answer over ``latency_budget_s``); 503 ``unavailable``
+    (engine down or paused by a 503, circuit open, graph stopped) and ``draining``. Each carries
+    ``retry-after-ms`` (exact milliseconds) and ``Retry-After`` (its ceiling in whole seconds,
+    RFC 9110), clamped to [``retry_after_min_s``, ``retry_after_max_s``].
+
+    Retry-After is a reservation: for ``queue_full`` and ``unavailable``, with the drain rate
+    ``r`` measured over the last 10 s (starts per second, times 0.9), the k-th refusal within
+    one drain interval gets about ``(backlog + k) / r`` — each refusal takes the next free
+    admission slot after the last one promised — plus a jitter of up to half an interval, so
+    clients that honour it (the ``openai`` SDK does) come back spread at the drain rate instead
+    of in lock-step. Before any rate is measured the value is 1–2 s, jittered. No refusal
+    advertises less than the remaining pause of a throttled engine (``engine.retry_after_s``:
+    an OpenAIEngine paused by its backend's 429/503). ``rate_limited`` tells the time to the
+    key's next token, ``deadline`` the excess over the budget, ``draining`` the minimum.
+
+    Before admission a request is validated (400, OpenAI's error JSON): sampling fields in range
+    and ``prompt tokens + max_tokens <= max_model_len`` (``context_length_exceeded``, vLLM's
+    message); a missing ``max_tokens`` becomes what remains of ``max_model_len`` (capped by
+    ``default_max_tokens``). Client-visible messages never carry an engine's address or other
+    internal detail (the log does). Every answer has ``x-request-id`` (echoed or new).
     """
 
     kind = "gateway"
@@ -100,6 +125,7 @@ class Gateway(Flowable[CompletionRequest], Service):
         self.key_buckets = (KeyBuckets(self.config.key_rate, self.config.key_burst)
                             if self.config.key_rate is not None else None)
         self.engines: list[Any] = []
+        self._rng = random.Random()
         self.draining = False
         #: True once the graph behind the edge stopped (a stage failed): 503 from then on
         self.stopped = False
@@ -149,7 +175,7 @@ class Gateway(Flowable[CompletionRequest], Service):
     # -- admission -----------------------------------------------------------------------------
     def authenticate(self, header: str | None) -> str | None:
         """Return the key id (``key_<i>``) for ``Authorization: Bearer <key>``, ``"anonymous"``
-        when no keys are configured, or None when the key is missing or wrong. The scheme is
+        when no keys are configured, or None when the key is missing, wrong or not UTF-8. The scheme is
         case-insensitive (RFC 9110 §11.1); every configured key is compared in constant time
         (``hmac.compare_digest``)."""
         keys = self.config.api_keys
@@ -158,19 +184,28 @@ class Gateway(Flowable[CompletionRequest], Service):
         scheme, _, token = (header or "").strip().partition(" ")
         if scheme.lower() != "bearer" or not token.strip():
             return None
-        given = token.strip().encode()
+        try:
+            given = token.strip().encode("utf-8")
+        except UnicodeEncodeError:  # bytes that are not UTF-8 (aiohttp keeps them as surrogates)
+            return None
         found = None
         for index, key in enumerate(keys):
             if hmac.compare_digest(given, key.encode()):
                 found = f"key_{index}"
         return found
 
+    def engine_pause_s(self) -> float:
+        """Seconds until every engine takes work again (an OpenAIEngine paused by its backend's
+        429/503, or its circuit open); 0.0 when none is paused."""
+        return max((float(getattr(e, "retry_after_s", None) or 0.0) for e in self.engines), default=0.0)
+
     def _retry_after_queue(self, now: float) -> float:
-        return clamp_retry_after(self.meter.estimated_wait(now), self.config.retry_after_min_s,
-                                 self.config.retry_after_max_s)
+        return self.meter.reserve(now, self.engine_pause_s(), self.config.retry_after_min_s,
+                                  self.config.retry_after_max_s, self._rng)
 
     def retry_after_queue(self) -> float:
-        """Retry-After (seconds) for a request refused for lack of room, from the drain rate."""
+        """Retry-After (seconds) for one more request refused for lack of room or an unavailable
+        engine: a reservation (:meth:`DrainMeter.reserve`), never below an engine's pause."""
         return self._retry_after_queue(asyncio.get_running_loop().time())
 
     def early_refusal(self, now: float) -> Refusal | None:
@@ -179,9 +214,7 @@ class Gateway(Flowable[CompletionRequest], Service):
         if self.draining:
             return Refusal(503, "draining", cfg.retry_after_min_s, "the server is shutting down; retry elsewhere")
         if not self.available:
-            retry = max((float(getattr(e, "retry_after_s", None) or 0.0) for e in self.engines), default=0.0)
-            return Refusal(503, "unavailable", clamp_retry_after(retry, cfg.retry_after_min_s, cfg.retry_after_max_s),
-                           "the model backend is unavailable")
+            return Refusal(503, "unavailable", self._retry_after_queue(now), "the model backend is unavailable")
         if self.demand == 0:
             return Refusal(429, "queue_full", self._retry_after_queue(now),
                            "the server is at capacity (queue full); retry after the indicated delay")
@@ -194,7 +227,8 @@ class Gateway(Flowable[CompletionRequest], Service):
             allowed, headers, token_wait = self.key_buckets.check(key_id, now)
             if not allowed:
                 return Refusal(429, "rate_limited",
-                               clamp_retry_after(token_wait, cfg.retry_after_min_s, cfg.retry_after_max_s),
+                               clamp_retry_after(max(token_wait, self.engine_pause_s()), cfg.retry_after_min_s,
+                                                 cfg.retry_after_max_s),
                                "rate limit reached for your API key", headers)
         if cfg.latency_budget_s is not None:
             wait = self.meter.estimated_wait(now)
@@ -204,8 +238,8 @@ class Gateway(Flowable[CompletionRequest], Service):
                 wait = wait * _WAIT_MARGIN + self.meter.service_time()
             if wait is not None and wait > cfg.latency_budget_s:
                 return Refusal(429, "deadline",
-                               clamp_retry_after(wait - cfg.latency_budget_s, cfg.retry_after_min_s,
-                                                 cfg.retry_after_max_s),
+                               clamp_retry_after(max(wait - cfg.latency_budget_s, self.engine_pause_s()),
+                                                 cfg.retry_after_min_s, cfg.retry_after_max_s),
                                f"estimated time to answer {wait:.2f} s exceeds the latency budget "
                                f"{cfg.latency_budget_s:g} s")
         return None
@@ -215,7 +249,7 @@ class Gateway(Flowable[CompletionRequest], Service):
         admission = self._admission
         request.arrival_s = now
         if request.reply is None:
-            request.reply = asyncio.get_running_loop().create_future()
+            request.reply = ReplyFuture(loop=asyncio.get_running_loop())
         if self.config.latency_budget_s is not None:
             request.deadline_s = now + self.config.latency_budget_s
         self.pending.add(request)  # before emitting: a synchronous failure downstream must find it
@@ -245,7 +279,8 @@ class Gateway(Flowable[CompletionRequest], Service):
         self.engines = [engine for engine in engines if engine is not None]
 
     async def start(self, host: str, port: int | None) -> str | None:
-        from ._http import HTTP_LOG, make_app
+        from ._http import make_app
+        from ._server import HTTP_LOG, EdgeRunner
 
         if self._runner is not None:
             raise RuntimeError(f"gateway {self.name!r} is already serving on {self.url}")
@@ -255,8 +290,10 @@ class Gateway(Flowable[CompletionRequest], Service):
         # handler_cancellation: a client that disconnects cancels its handler, so queued work is
         # withdrawn and running work cancelled (DESIGN §5); access logs off (per-request cost);
         # our own drain comes first, so aiohttp's shutdown waits only briefly for stragglers.
-        self._runner = web.AppRunner(app, handler_cancellation=True, access_log=None, shutdown_timeout=2.0,
-                                     logger=HTTP_LOG)
+        cfg = self.config
+        self._runner = EdgeRunner(app, max_connections=cfg.max_connections, header_timeout_s=cfg.header_timeout_s,
+                                  keepalive_timeout=cfg.keepalive_timeout_s, handler_cancellation=True,
+                                  access_log=None, shutdown_timeout=2.0, logger=HTTP_LOG)
         await self._runner.setup()
         site = web.TCPSite(self._runner, host, port if port is not None else 8000)
         await site.start()
@@ -271,6 +308,7 @@ class Gateway(Flowable[CompletionRequest], Service):
         ``timeout_s`` seconds (or until :meth:`abort`); then cancel what is left (those clients
         get 503 ``draining``) and complete the stream so the graph finishes."""
         self.draining = True
+        started = asyncio.get_running_loop().time()
         if self.pending:
             self._idle = asyncio.Event()
             if self._force is None:
@@ -281,8 +319,11 @@ class Gateway(Flowable[CompletionRequest], Service):
                 waiter.cancel()
             await asyncio.gather(*waiters, return_exceptions=True)
             if self.pending:
-                log.warning("drain: %d requests still in flight after %.1f s are cancelled",
-                            len(self.pending), timeout_s)
+                waited = asyncio.get_running_loop().time() - started
+                why = ("a second stop signal" if self._force is not None and self._force.is_set()
+                       else f"drain_timeout_s={timeout_s:g}")
+                log.warning("drain: %d requests still in flight after %.1f s (%s) are cancelled",
+                            len(self.pending), waited, why)
                 for request in list(self.pending):
                     request.cancel()
                 # their handlers answer 503 at once; give them a moment to write it

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Awaitable, Callable
 
 import orjson
 from aiohttp import web
-from aiohttp.http_exceptions import HttpProcessingError
+from aiohttp.http_exceptions import ContentEncodingError
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
 
 from ..engines import Completion, CompletionRequest, CompletionResult
@@ -26,7 +26,8 @@ from ._openai import (
     parse_request,
     sse,
 )
-from ._policy import Refusal
+from ._policy import Refusal, retry_after_headers
+from ._server import HTTP_LOG, new_request_id
 
 if TYPE_CHECKING:
     from ._gateway import Gateway
@@ -36,25 +37,8 @@ __all__ = ["make_app", "HTTP_LOG"]
 log = logging.getLogger("rxpipe.gateway")
 
 
-class _ClientErrorFilter(logging.Filter):
-    """aiohttp logs a malformed request (bad Content-Length, oversized header line, ...) with a
-    traceback at ERROR. That is the client's fault, and any client can trigger it: keep it at
-    DEBUG so it cannot flood the log."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        error = record.exc_info[1] if record.exc_info else None
-        if isinstance(error, HttpProcessingError) and 400 <= (error.code or 500) < 500:
-            record.levelno, record.levelname = logging.DEBUG, "DEBUG"
-            return HTTP_LOG.isEnabledFor(logging.DEBUG)
-        return True
-
-
-#: The logger aiohttp's server protocol uses for the edge (client errors demoted to DEBUG).
-HTTP_LOG = logging.getLogger("rxpipe.gateway.http")
-HTTP_LOG.addFilter(_ClientErrorFilter())
-
 _JSON = "application/json"
-_ROUTES = {"/v1/completions", "/v1/chat/completions", "/v1/models", "/metrics", "/healthz", "/readyz"}
+_ROUTES = {"/v1/completions", "/v1/chat/completions", "/v1/models", "/metrics", "/health", "/healthz", "/readyz"}
 #: OpenAI error ``type`` per refusal status; ``code`` carries the reason label (queue_full, ...).
 _TYPES = {429: "rate_limit_error", 503: "overloaded_error"}
 
@@ -69,9 +53,7 @@ def _error(status: int, message: str, type: str, code: str, param: str | None = 
 
 
 def _refusal_response(refusal: Refusal) -> web.Response:
-    seconds = refusal.retry_after_s
-    headers = {"Retry-After": str(max(1, int(-(-seconds // 1)))), "retry-after-ms": str(int(seconds * 1000)),
-               **refusal.headers}
+    headers = {**retry_after_headers(refusal.retry_after_s), **refusal.headers}
     return _error(refusal.status, refusal.message, _TYPES[refusal.status], refusal.reason, headers=headers)
 
 
@@ -93,9 +75,13 @@ class _Edge:
         return {"id": self.config.model, "object": "model", "created": 0, "owned_by": "rxpipe"}
 
     async def models(self, request: web.Request) -> web.Response:
+        if self.gateway.authenticate(request.headers.get("Authorization")) is None:
+            return _unauthorized()
         return _json(200, orjson.dumps({"object": "list", "data": [self._model()]}))
 
     async def model(self, request: web.Request) -> web.Response:
+        if self.gateway.authenticate(request.headers.get("Authorization")) is None:
+            return _unauthorized()
         if request.match_info["model"] != self.config.model:
             return _model_not_found(request.match_info["model"])
         return _json(200, orjson.dumps(self._model()))
@@ -106,8 +92,7 @@ class _Edge:
         now = loop.time()
         key_id = gateway.authenticate(request.headers.get("Authorization"))
         if key_id is None:
-            return _error(401, "missing or invalid API key (Authorization: Bearer <key>)",
-                          "authentication_error", "invalid_api_key", headers={"WWW-Authenticate": "Bearer"})
+            return _unauthorized()
         refusal = gateway.early_refusal(now)
         if refusal is not None:
             return self._refuse(refusal)
@@ -119,12 +104,23 @@ class _Edge:
                 body = await request.read()
         except web.HTTPRequestEntityTooLarge:
             return _too_large(limit)
+        except web.RequestPayloadError as error:  # the body does not decode: the client's fault
+            if isinstance(error.__cause__, ContentEncodingError):
+                bad = _error(400, "the request body does not decode with its Content-Encoding",
+                             "invalid_request_error", "invalid_content_encoding")
+            else:
+                bad = _error(400, "the request body is malformed (its framing or length is wrong)",
+                             "invalid_request_error", "invalid_body")
+            bad.force_close()  # what is left of the body cannot be parsed: close after answering
+            return bad
         except TimeoutError:
             return _error(408, f"the request body did not arrive within {self.config.body_timeout_s:g} s",
                           "invalid_request_error", "request_timeout")
         try:
             item = parse_request(body, chat=chat, default_model=self.config.model,
-                                 max_tokens_limit=self.config.max_tokens_limit)
+                                 max_tokens_limit=self.config.max_tokens_limit,
+                                 max_model_len=self.config.max_model_len,
+                                 default_max_tokens=self.config.default_max_tokens)
         except InvalidRequest as error:
             return _error(error.status, str(error), error.type, error.code, error.param)
         if item.model != self.config.model:
@@ -143,13 +139,20 @@ class _Edge:
         self.gateway.reject(refusal)
         return _refusal_response(refusal)
 
+    def _unavailable(self, item: CompletionRequest, error: BaseException) -> web.Response:
+        """503 ``unavailable`` for an admitted request the engine could not serve. The detail
+        (a backend's address, say) goes to the log, never to the client."""
+        log.debug("request %s: engine unavailable: %s", item.id, error)
+        return self._refuse(Refusal(503, "unavailable", self.gateway.retry_after_queue(),
+                                    "the model backend is unavailable; retry after the indicated delay"))
+
     def _stopped_response(self, reason: str) -> web.Response:
         """The request was admitted, then cut off by the edge itself: draining past its timeout,
         or the graph behind it stopped."""
         if self.gateway.draining:
             return self._refuse(Refusal(503, "draining", self.config.retry_after_min_s,
                                         "the server shut down before the request finished; retry elsewhere"))
-        return self._refuse(Refusal(503, "unavailable", self.config.retry_after_min_s, reason))
+        return self._refuse(Refusal(503, "unavailable", self.gateway.retry_after_queue(), reason))
 
     async def _answer(self, request: web.Request, item: CompletionRequest, *, chat: bool) -> web.StreamResponse:
         gateway = self.gateway
@@ -167,7 +170,7 @@ class _Edge:
                 return self._refuse(Refusal(429, "queue_full", gateway.retry_after_queue(),
                                             f"the server shed the request ({error.reason}); retry later"))
             except EngineUnavailableError as error:
-                return self._refuse(Refusal(503, "unavailable", self.config.retry_after_min_s, str(error)))
+                return self._unavailable(item, error)
             started = True
             gateway.meter.record_start(asyncio.get_running_loop().time())
             if completion.finish_reason == "deadline":
@@ -181,7 +184,7 @@ class _Edge:
                 # future (the CancelledError clause below cancels the completion itself)
                 result: CompletionResult = await asyncio.shield(completion.result)
             except EngineUnavailableError as error:
-                return self._refuse(Refusal(503, "unavailable", self.config.retry_after_min_s, str(error)))
+                return self._unavailable(item, error)
             if result.finish_reason == "cancelled":
                 return self._stopped_response("the request was cancelled while running")
             _observe(result)
@@ -193,7 +196,7 @@ class _Edge:
             raise
         except EngineError as error:
             log.warning("request %s failed in the engine: %r", item.id, error)
-            return _error(500, f"the model backend failed the request: {error}", "server_error", "engine_error")
+            return _error(500, "the model backend failed the request", "server_error", "engine_error")
         finally:
             if not started:
                 gateway.meter.record_abandon()
@@ -227,9 +230,13 @@ class _Edge:
                     tokens.grant(1)  # credit follows what the socket actually took
                 result = await asyncio.shield(result_future)
             except EngineError as error:
-                # The status line is sent: the failure goes in the stream, as an error event.
-                await _stream_error(response, str(error), "server_error",
-                                    "unavailable" if isinstance(error, EngineUnavailableError) else "engine_error")
+                # The status line is sent: the failure goes in the stream, as an error event
+                # (its detail only in the log: it may name the backend).
+                log.warning("request %s failed in the engine mid-stream: %r", item.id, error)
+                unavailable = isinstance(error, EngineUnavailableError)
+                await _stream_error(response, "the model backend is unavailable" if unavailable
+                                    else "the model backend failed the request", "server_error",
+                                    "unavailable" if unavailable else "engine_error")
                 return response
             if result.finish_reason == "cancelled":
                 reason = "draining" if self.gateway.draining else "unavailable"
@@ -271,6 +278,11 @@ def _task_cancelled() -> bool:
     opposed to an awaited future having been cancelled by someone else."""
     task = asyncio.current_task()
     return task is not None and task.cancelling() > 0
+
+
+def _unauthorized() -> web.Response:
+    return _error(401, "missing or invalid API key (Authorization: Bearer <key>)", "authentication_error",
+                  "invalid_api_key", headers={"WWW-Authenticate": "Bearer"})
 
 
 def _model_not_found(model: str) -> web.Response:
@@ -333,8 +345,11 @@ async def _edge_middleware(request: web.Request, handler: Handler) -> web.Stream
     except web.HTTPMethodNotAllowed as error:
         response = _error(405, f"{request.method} is not allowed on {request.path}", "invalid_request_error",
                           "method_not_allowed", headers={"Allow": ",".join(sorted(error.allowed_methods))})
-    except web.HTTPException:
-        raise
+    except web.HTTPException as error:
+        if error.status < 400:
+            raise
+        kind = "invalid_request_error" if error.status < 500 else "server_error"
+        response = _error(error.status, error.reason, kind, error.reason.lower().replace(" ", "_"))
     except asyncio.CancelledError:
         count_request(route, 499)  # client closed the request (nginx's convention)
         raise
@@ -347,14 +362,21 @@ async def _edge_middleware(request: web.Request, handler: Handler) -> web.Stream
     return response
 
 
+async def _add_request_id(request: web.Request, response: web.StreamResponse) -> None:
+    """``x-request-id`` on every answer (streams too): the client's own, if sane, else a new one."""
+    response.headers["x-request-id"] = new_request_id(request.headers.get("x-request-id"))
+
+
 def make_app(gateway: Gateway) -> web.Application:
     edge = _Edge(gateway)
     app = web.Application(client_max_size=gateway.config.max_body_bytes, middlewares=[_edge_middleware])
+    app.on_response_prepare.append(_add_request_id)
     app.router.add_post("/v1/completions", edge.completions)
     app.router.add_post("/v1/chat/completions", edge.chat_completions)
     app.router.add_get("/v1/models", edge.models)
     app.router.add_get("/v1/models/{model}", edge.model)
     app.router.add_get("/metrics", edge.metrics)
+    app.router.add_get("/health", edge.healthz)  # vLLM's name for the liveness probe
     app.router.add_get("/healthz", edge.healthz)
     app.router.add_get("/readyz", edge.readyz)
     return app

@@ -205,7 +205,8 @@ async def test_disconnect_mid_stream_frees_the_slot(gateway: GatewayProcess) -> 
     assert "Traceback" not in gateway.output and "ERROR" not in gateway.output
 
 
-@pytest.mark.settings("max_num_seqs=2", "stall_timeout_s=1.0", "step_overhead_s=0.0005", "decode_s_per_seq=0")
+@pytest.mark.settings("max_num_seqs=2", "stall_timeout_s=1.0", "step_overhead_s=0.0005", "decode_s_per_seq=0",
+                      "max_model_len=32768")
 async def test_reader_that_stops_reading_is_aborted_and_memory_stays_flat(gateway: GatewayProcess) -> None:
     sock = socket.socket()
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
