@@ -292,3 +292,49 @@ def test_two_backlogged_tenants_never_differ_by_more_than_twice_the_largest_requ
     gap = max(abs((s2["a"] - s1["a"]) - (s2["b"] - s1["b"]))
               for i, s1 in enumerate(samples) for s2 in samples[i:])
     assert gap <= 2 * largest + 1e-9
+
+
+# departure hook: the exact bound behind an HTTP edge --------------------------------------------
+class Hooked:
+    """A departure hook that records callbacks, so a test can make items depart by hand."""
+
+    def __init__(self) -> None:
+        self.callbacks: dict[str, Any] = {}
+
+    def __call__(self, item: Req, callback: Any) -> bool:
+        self.callbacks[item.name] = lambda: callback(item)
+        return True
+
+
+def test_with_a_departure_hook_an_item_departs_when_the_hook_calls_back_not_when_dispatched() -> None:
+    hook = Hooked()
+    pub = TestPublisher[Req]()
+    ts = TestSubscriber[Req]()
+    pub.pipe(fq(2, {"a": 1, "b": 1}, departure=hook)).subscribe(ts)
+    stage = ts.subscription.upstream  # type: ignore[union-attr]
+    assert pub.requests == [2]
+    pub.emit(Req("a1"), Req("b1"))
+    ts.request(2)
+    assert names(ts) == ["a1", "b1"]
+    assert pub.requests == [2]  # dispatched, not started: no more upstream
+    assert not stage.room_for("a") and not stage.room_for("b")
+    hook.callbacks["b1"]()  # b1 started
+    assert pub.requests == [2, 1]
+    assert stage.room_for("b") and not stage.room_for("c")  # b's share is free again, the pool is not
+    hook.callbacks["b1"]()  # a second call is ignored by the gateway's hook; here: no double count
+    assert stage.occupied == 1
+
+
+def test_a_departure_of_a_still_queued_item_withdraws_it_uncharged() -> None:
+    hook = Hooked()
+    pub = TestPublisher[Req]()
+    ts = TestSubscriber[Req]()
+    pub.pipe(fq(3, departure=hook)).subscribe(ts)
+    stage = ts.subscription.upstream  # type: ignore[union-attr]
+    pub.emit(Req("a1", 5), Req("a2", 5), Req("b1", 1))
+    hook.callbacks["a1"]()  # a1's client left while queued
+    assert pub.requests == [3, 1]
+    assert stage.statistics().buffered == 2 and stage.statistics().dropped == {"cancelled": 1}
+    ts.request(3)
+    assert names(ts) == ["a2", "b1"]
+    assert stage.virtual_token_counters() == {"a": 5.0, "b": 1.0}
