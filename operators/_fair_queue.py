@@ -61,7 +61,7 @@ class _Flow:
     def __init__(self, tenant: Hashable, weight: float) -> None:
         self.tenant = tenant
         self.weight = weight
-        self.items: deque[tuple[Any, float]] = deque()  # (item, estimated cost)
+        self.items: deque[tuple[Any, float, bool]] = deque()  # (item, estimated cost, tracked by the hook)
         self.counter = 0.0
 
 

@@ -51,3 +51,18 @@ def test_real_engine_example_builds(tmp_path: Path) -> None:
     code, output = run([sys.executable, "-c", block + "\nprint([s.kind for s in pipeline.stages])"], ROOT, tmp_path)
     assert code == 0, output
     assert output == "['gateway', 'buffer', 'execute']\n"
+
+
+def test_many_tenants_examples_are_the_same_valid_tenants_file(tmp_path: Path) -> None:
+    from rxpipe.gateway import Tenants
+
+    start = README.index("## Many tenants")
+    section = README[start:README.find("\n## ", start + 1)]
+    (json_text,) = re.findall(r"```json\n(.*?)```", section, re.S)
+    (toml_text,) = re.findall(r"```toml\n(.*?)```", section, re.S)
+    (tmp_path / "t.json").write_text(json_text)
+    (tmp_path / "t.toml").write_text(toml_text)
+    from_json, from_toml = Tenants.load(tmp_path / "t.json"), Tenants.load(tmp_path / "t.toml")
+    assert dict(from_json) == dict(from_toml)
+    assert from_json["acme"].weight == 2 and from_json["on-call"].priority == 1
+    assert from_json.for_key("sk-hobby") == from_json["hobby"]

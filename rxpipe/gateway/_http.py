@@ -6,7 +6,7 @@ import asyncio
 import logging
 import socket
 import time
-from typing import TYPE_CHECKING, Awaitable, Callable
+from typing import TYPE_CHECKING, Any, Awaitable, Callable
 
 import orjson
 from aiohttp import web
@@ -28,6 +28,7 @@ from ._openai import (
 )
 from ._policy import Refusal, retry_after_headers
 from ._server import HTTP_LOG, new_request_id
+from ._tenants import TENANT_HEADER
 
 if TYPE_CHECKING:
     from ._gateway import Gateway
@@ -41,6 +42,10 @@ _JSON = "application/json"
 _ROUTES = {"/v1/completions", "/v1/chat/completions", "/v1/models", "/metrics", "/health", "/healthz", "/readyz"}
 #: OpenAI error ``type`` per refusal status; ``code`` carries the reason label (queue_full, ...).
 _TYPES = {429: "rate_limit_error", 503: "overloaded_error"}
+#: request-scoped store of the tenant's ``x-ratelimit-*`` headers, added to whatever answer goes out
+#: (a typed key where aiohttp has them, 3.12+: a plain string key warns there)
+_request_key = getattr(web, "RequestKey", None)
+_RATELIMIT: Any = _request_key("rxpipe_ratelimit_headers", dict) if _request_key else "rxpipe.ratelimit_headers"
 
 
 def _json(status: int, body: bytes, headers: dict[str, str] | None = None) -> web.Response:
@@ -93,9 +98,12 @@ class _Edge:
         key_id = gateway.authenticate(request.headers.get("Authorization"))
         if key_id is None:
             return _unauthorized()
+        tenant = gateway.tenant_of(key_id, request.headers.get(TENANT_HEADER))
+        if tenant is not None:
+            request[_RATELIMIT] = gateway.ratelimit_headers(tenant)
         refusal = gateway.early_refusal(now)
         if refusal is not None:
-            return self._refuse(refusal)
+            return self._refuse(refusal, tenant)
         limit = self.config.max_body_bytes
         if request.content_length is not None and request.content_length > limit:
             return _too_large(limit)
@@ -126,17 +134,25 @@ class _Edge:
         if item.model != self.config.model:
             return _model_not_found(item.model)
         item.api_key_id = key_id
+        item.tenant = tenant
         now = loop.time()
-        refusal = gateway.policy_refusal(key_id, now) or gateway.early_refusal(now) or gateway.admit(item, now)
+        refusal = gateway.policy_refusal(key_id, now) or gateway.early_refusal(now)
+        if refusal is not None:
+            return self._refuse(refusal, tenant)
+        refusal = gateway.admit(item, now)  # counts its own refusals per tenant
         if refusal is not None:
             return self._refuse(refusal)
+        if tenant is not None:
+            request[_RATELIMIT] = gateway.admitted_headers(item)
         try:
             return await self._answer(request, item, chat=chat)
         finally:
             gateway.leave(item)
 
-    def _refuse(self, refusal: Refusal) -> web.Response:
+    def _refuse(self, refusal: Refusal, tenant: str | None = None) -> web.Response:
+        """Count ``refusal`` (per tenant too, given its tenant) and answer it."""
         self.gateway.reject(refusal)
+        self.gateway.count_refusal(tenant, refusal.reason)
         return _refusal_response(refusal)
 
     def _unavailable(self, item: CompletionRequest, error: BaseException) -> web.Response:
@@ -144,15 +160,16 @@ class _Edge:
         (a backend's address, say) goes to the log, never to the client."""
         log.debug("request %s: engine unavailable: %s", item.id, error)
         return self._refuse(Refusal(503, "unavailable", self.gateway.retry_after_queue(),
-                                    "the model backend is unavailable; retry after the indicated delay"))
+                                    "the model backend is unavailable; retry after the indicated delay"),
+                            item.tenant)
 
-    def _stopped_response(self, reason: str) -> web.Response:
+    def _stopped_response(self, reason: str, tenant: str | None) -> web.Response:
         """The request was admitted, then cut off by the edge itself: draining past its timeout,
         or the graph behind it stopped."""
         if self.gateway.draining:
             return self._refuse(Refusal(503, "draining", self.config.retry_after_min_s,
-                                        "the server shut down before the request finished; retry elsewhere"))
-        return self._refuse(Refusal(503, "unavailable", self.gateway.retry_after_queue(), reason))
+                                        "the server shut down before the request finished; retry elsewhere"), tenant)
+        return self._refuse(Refusal(503, "unavailable", self.gateway.retry_after_queue(), reason), tenant)
 
     async def _answer(self, request: web.Request, item: CompletionRequest, *, chat: bool) -> web.StreamResponse:
         gateway = self.gateway
@@ -165,18 +182,20 @@ class _Edge:
             except asyncio.CancelledError:
                 if _task_cancelled():
                     raise  # the client left
-                return self._stopped_response("the request was cancelled before it started")
+                return self._stopped_response("the request was cancelled before it started", item.tenant)
             except DroppedError as error:  # shed by an overflow strategy, or its stage failed
                 return self._refuse(Refusal(429, "queue_full", gateway.retry_after_queue(),
-                                            f"the server shed the request ({error.reason}); retry later"))
+                                            f"the server shed the request ({error.reason}); retry later"), item.tenant)
             except EngineUnavailableError as error:
                 return self._unavailable(item, error)
             started = True
             gateway.meter.record_start(asyncio.get_running_loop().time())
+            gateway.tenant_started(item, completion)
             if completion.finish_reason == "deadline":
                 # Queued past its latency budget: it never ran. Refuse it like an early deadline.
                 return self._refuse(Refusal(429, "deadline", self.config.retry_after_min_s,
-                                            "the request waited longer than the latency budget and was not started"))
+                                            "the request waited longer than the latency budget and was not started"),
+                                    item.tenant)
             if item.stream:
                 return await self._stream(request, item, completion, chat=chat)
             try:
@@ -186,7 +205,7 @@ class _Edge:
             except EngineUnavailableError as error:
                 return self._unavailable(item, error)
             if result.finish_reason == "cancelled":
-                return self._stopped_response("the request was cancelled while running")
+                return self._stopped_response("the request was cancelled while running", item.tenant)
             _observe(result)
             self.gateway.meter.record_service(result.e2e_s - result.queue_time_s)
             return _json(200, completion_body(item, result, chat=chat, created=now_created()))
@@ -363,8 +382,13 @@ async def _edge_middleware(request: web.Request, handler: Handler) -> web.Stream
 
 
 async def _add_request_id(request: web.Request, response: web.StreamResponse) -> None:
-    """``x-request-id`` on every answer (streams too): the client's own, if sane, else a new one."""
+    """``x-request-id`` on every answer (streams too): the client's own, if sane, else a new one;
+    and a tenant's ``x-ratelimit-*`` headers (those a refusal set itself are fresher and kept)."""
     response.headers["x-request-id"] = new_request_id(request.headers.get("x-request-id"))
+    ratelimit = request.get(_RATELIMIT)
+    if ratelimit:
+        for name, value in ratelimit.items():
+            response.headers.setdefault(name, value)
 
 
 def make_app(gateway: Gateway) -> web.Application:
