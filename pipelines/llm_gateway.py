@@ -23,7 +23,8 @@ wrong one stops the start with a one-line error naming it). Defaults and meaning
 ``SCHEMA`` below and in README.md's table; the graph's bounds: ``queue_capacity`` (requests
 admitted and not running, counting what ``batch`` holds), ``max_num_seqs``, ``rate``/``burst``;
 the edge's: ``max_model_len``, ``max_body_bytes``, ``max_connections``, ``keepalive_timeout_s``,
-``header_timeout_s``, ``latency_budget_s``, ``key_rate``/``key_burst``; keys: ``api_keys`` —
+``header_timeout_s``, ``latency_budget_s``, ``key_rate``/``key_burst``; tenants: ``tenants_file``
+(weights, priorities, rpm/tpm and keys per tenant; SIGHUP reloads it); keys: ``api_keys`` —
 prefer the ``RXPIPE_API_KEYS`` environment variable (a command line is readable by every local
 user).
 

@@ -261,6 +261,9 @@ async def test_sighup_reloads_the_tenants_file_and_a_bad_file_keeps_the_old_one(
         assert re.search(r'rxpipe_tenant_admitted_total\{tenant="default"\} [1-9]', metrics)
         assert re.search(r'rxpipe_tenant_admitted_total\{tenant="t"\} [1-9]', metrics)
         assert 'tenant="nobody"' not in metrics
+        assert re.search(r'rxpipe_tenant_tokens_total\{direction="out",tenant="t"\} [1-9]', metrics)
+        assert re.search(r'rxpipe_tenant_queue_wait_seconds_count\{tenant="t"\} [1-9]', metrics)
+        assert 'rxpipe_tenant_refused_total{reason="rate_limited",tenant="t"} 0.0' in metrics
     finally:
         assert process.terminate() == 0
 

@@ -338,3 +338,18 @@ def test_a_departure_of_a_still_queued_item_withdraws_it_uncharged() -> None:
     ts.request(3)
     assert names(ts) == ["a2", "b1"]
     assert stage.virtual_token_counters() == {"a": 5.0, "b": 1.0}
+
+
+def test_items_dispatched_and_not_departed_still_take_their_tenants_share() -> None:
+    hook = Hooked()
+    pub = TestPublisher[Req]()
+    ts = TestSubscriber[Req]()
+    pub.pipe(fq(4, {"a": 1, "b": 1}, departure=hook)).subscribe(ts)
+    stage = ts.subscription.upstream  # type: ignore[union-attr]
+    pub.emit(Req("a1"), Req("a2"))
+    ts.request(10)  # both dispatched: a batch downstream holds them, the engine has not started them
+    assert names(ts) == ["a1", "a2"] and stage.statistics().buffered == 0
+    assert not stage.room_for("a")  # its share is in use downstream
+    assert stage.room_for("b") and stage.demand_for("b") == 2  # b's share was kept for it
+    hook.callbacks["a1"]()
+    assert stage.room_for("a") and stage.demand_for("b") == 2
