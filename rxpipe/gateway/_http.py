@@ -98,8 +98,9 @@ class _Edge:
         key_id = gateway.authenticate(request.headers.get("Authorization"))
         if key_id is None:
             return _unauthorized()
-        tenant = gateway.tenant_of(key_id, request.headers.get(TENANT_HEADER))
-        if tenant is not None:
+        tenant = None
+        if gateway.tenant_gate is not None:  # one tenant: no per-request cost
+            tenant = gateway.tenant_of(key_id, request.headers.get(TENANT_HEADER))
             request[_RATELIMIT] = gateway.ratelimit_headers(tenant)
         refusal = gateway.early_refusal(now)
         if refusal is not None:
