@@ -57,6 +57,10 @@ def p99(values: list[float]) -> float:
     return ordered[max(0, math.ceil(0.99 * len(ordered)) - 1)]
 
 
+def shown_p99(values: list[float]) -> str:
+    return f"{p99(values):.3f} s" if values else "none completed"
+
+
 # noisy and quiet ---------------------------------------------------------------------------------
 async def flood(url: str, duration_s: float) -> dict[str, Any]:
     """40 closed-loop clients of ``noisy`` (back off 0.2 s after a 429), and ``quiet`` and ``vip``
@@ -108,8 +112,8 @@ async def test_a_noisy_tenant_cannot_starve_a_quiet_one(tmp_path: Path, fair: bo
     completed = {t: statuses[t][200] for t in statuses}
     share = completed["noisy"] / sum(completed.values())
     figures = (f"{'fair_queue' if fair else 'edge_queue'}: quiet 429 = {statuses['quiet'][429]} of "
-               f"{sum(statuses['quiet'].values())}, quiet p99 = {p99(latencies['quiet'] or [math.inf]):.3f} s, "
-               f"vip 429 = {statuses['vip'][429]}, vip p99 = {p99(latencies['vip'] or [math.inf]):.3f} s, "
+               f"{sum(statuses['quiet'].values())}, quiet p99 = {shown_p99(latencies['quiet'])}, "
+               f"vip 429 = {statuses['vip'][429]}, vip p99 = {shown_p99(latencies['vip'])}, "
                f"noisy completed = {completed['noisy']} ({share:.0%} of completions), "
                f"noisy 429 = {statuses['noisy'][429]}")
     with capsys.disabled():
@@ -149,19 +153,20 @@ async def test_tpm_refuses_at_the_request_the_arithmetic_says_with_exact_headers
         status, refused, error = await post(http, url, body, headers)
         elapsed = time.monotonic() - started
         refill = math.ceil(elapsed * 2000 / 60)  # tokens the bucket regained meanwhile, at most
+        requests_refill = math.ceil(elapsed)  # rpm=60: one request a second (0 on a quick run)
         for k, response in enumerate(opened, start=1):
             assert response.status == 200
             assert response.headers["x-ratelimit-limit-tokens"] == "2000"
             assert 0 <= int(response.headers["x-ratelimit-remaining-tokens"]) - (2000 - k * need) <= refill
             assert response.headers["x-ratelimit-limit-requests"] == "60"
-            assert response.headers["x-ratelimit-remaining-requests"] == str(60 - k)
+            assert 0 <= int(response.headers["x-ratelimit-remaining-requests"]) - (60 - k) <= requests_refill
             reset = go_seconds(response.headers["x-ratelimit-reset-tokens"])
             assert k * need * 60 / 2000 - elapsed - 0.001 <= reset <= k * need * 60 / 2000 + 0.001
         # the 4th: 2000 − 3 × 501 = 497 tokens left < 501 → refused, ~0.12 s to fit → clamped to 1 s
         assert status == 429 and error["error"]["code"] == "rate_limited", error
         assert (refused["Retry-After"], refused["retry-after-ms"]) == ("1", "1000")
         assert 0 <= int(refused["x-ratelimit-remaining-tokens"]) - (2000 - 3 * need) <= refill
-        assert refused["x-ratelimit-remaining-requests"] == "57"
+        assert 0 <= int(refused["x-ratelimit-remaining-requests"]) - 57 <= requests_refill
         for response in opened:  # the streams finish with all 500 tokens
             text = (await response.read()).decode()
             assert text.endswith("data: [DONE]\n\n")
@@ -179,7 +184,8 @@ async def test_tpm_refuses_at_the_request_the_arithmetic_says_with_exact_headers
 
 # weighted shares -----------------------------------------------------------------------------
 @pytest.mark.timeout(120)
-async def test_weights_2_to_1_with_both_backlogged_give_2_to_1_completed_tokens(tmp_path: Path) -> None:
+async def test_weights_2_to_1_with_both_backlogged_give_2_to_1_completed_tokens(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     # shares of 12 places: heavy 6, light 3, default 3; 10 tokens at 10 ms: 0.1 s a request, 40/s
     pipeline = load_pipeline(GATEWAY, {"queue_capacity": 12, "max_num_seqs": 4, **FAST,
                                        "tenants_file": tenants_file(tmp_path, {"heavy": {"weight": 2},
@@ -202,6 +208,8 @@ async def test_weights_2_to_1_with_both_backlogged_give_2_to_1_completed_tokens(
 
         await asyncio.gather(*(client(t) for t in ("heavy", "light") for _ in range(10)))
     ratio = tokens["heavy"] / tokens["light"]
+    with capsys.disabled():
+        print(f"\nweights 2:1: completed tokens {dict(tokens)}, ratio {ratio:.2f}")
     assert 1.8 <= ratio <= 2.2, tokens
 
 
