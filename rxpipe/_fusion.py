@@ -23,7 +23,8 @@ import itertools
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Iterator
 
-from ._demand import EMPTY_SUBSCRIPTION, DrainSubscription, InternalSubscriber, log
+from ._demand import EMPTY_SUBSCRIPTION, DrainSubscription, log
+from ._link import LINK_SLOTS, UpstreamLink
 from ._protocol import UNBOUNDED, Subscriber, Subscription
 from .flowable import Flowable
 
@@ -330,16 +331,20 @@ def _known_exhausted(iterator: Iterator[Any]) -> bool:
     return hint is not None and hint() == 0
 
 
-class FusedSubscriber(InternalSubscriber, Subscription):
-    """A compiled chain running in subscriber mode over any Flowable (see module docstring)."""
+class FusedSubscriber(UpstreamLink, Subscription):
+    """A compiled chain running in subscriber mode over any Flowable (see module docstring).
 
-    __slots__ = ("downstream", "program", "upstream", "chain", "try_on_next", "done", "unbounded", "forwarded")
+    Demand passes through unchanged (no outstanding count on the hot path: the strict boundary
+    or the next stage's link checks §1.1); cancel-once and the terminal flag (``upstream_done``)
+    are :class:`~rxpipe.stage.UpstreamLink`'s.
+    """
+
+    __slots__ = (*LINK_SLOTS, "downstream", "program", "chain", "try_on_next", "unbounded", "forwarded")
 
     def __init__(self, downstream: Subscriber[Any], program: Program) -> None:
         self.downstream = downstream
         self.program = program
-        self.upstream: Subscription | None = None
-        self.done = False
+        self.link_upstream(None)
         self.unbounded = False
         self.forwarded = 0
         self.chain = program.instantiate(downstream.on_next, self._stage_failed, self._take_done)[0]
@@ -347,34 +352,26 @@ class FusedSubscriber(InternalSubscriber, Subscription):
         #: ``ConditionalSubscriber.tryOnNext``): a falsy result means the chain dropped the item,
         #: so it used no demand and no ``request(1)`` goes upstream. The chain itself, with no
         #: wrapper: those callers stop at once when this subscriber cancels them (their own
-        #: per-item ``cancelled`` check), so the ``done`` guard of ``on_next`` is not needed.
+        #: per-item ``cancelled`` check), so the terminal guard of ``on_next`` is not needed.
         self.try_on_next = self.chain
 
     # upstream → downstream
-    def on_subscribe(self, subscription: Subscription) -> None:
-        if self.upstream is not None:
-            subscription.cancel()
-            return
-        self.upstream = subscription
-        self.downstream.on_subscribe(self)
-
     def on_next(self, item: Any) -> None:
-        if self.done:
+        # Invariant: one chain call per item; a dropped item asks upstream for exactly one more
+        # (filter/skip, DESIGN §2), unless demand is unbounded or the chain ended the stream.
+        if self.upstream_done:
             return
-        if not self.chain(item) and not self.done and not self.unbounded:
-            self.upstream.request(1)  # type: ignore[union-attr]  # a dropped item asks one more
+        if not self.chain(item) and not self.upstream_done and not self.unbounded:
+            self.upstream.request(1)  # type: ignore[union-attr]
 
     def on_error(self, error: BaseException) -> None:
-        if self.done:
-            return
-        self.done = True
-        self.program.error_hooks(error)
-        self.downstream.on_error(error)
+        if self.upstream_terminated():
+            self.program.error_hooks(error)
+            self.downstream.on_error(error)
 
     def on_complete(self) -> None:
-        if self.done:
+        if not self.upstream_terminated():
             return
-        self.done = True
         error = self.program.complete_hooks()
         if error is not None:
             self.downstream.on_error(error)
@@ -383,7 +380,7 @@ class FusedSubscriber(InternalSubscriber, Subscription):
 
     # downstream → upstream
     def request(self, n: int) -> None:
-        if self.done:
+        if self.upstream_done:
             return
         take = self.program.take_count
         if type(n) is int and n > 0:
@@ -397,25 +394,19 @@ class FusedSubscriber(InternalSubscriber, Subscription):
         self.upstream.request(n)  # type: ignore[union-attr]
 
     def cancel(self) -> None:
-        if self.done:
-            return
-        self.done = True
-        if self.upstream is not None:
-            self.upstream.cancel()
+        self.cancel_upstream()
 
     # chain callbacks
     def _stage_failed(self, error: BaseException, stage: int) -> int:
-        if not self.done:
-            self.done = True
-            self.upstream.cancel()  # type: ignore[union-attr]
+        if not self.upstream_done:
+            self.cancel_upstream()
             self.program.error_hooks(error, stage)
             self.downstream.on_error(error)
         return 0
 
     def _take_done(self) -> None:
-        if not self.done:
-            self.done = True
-            self.upstream.cancel()  # type: ignore[union-attr]
+        if not self.upstream_done:
+            self.cancel_upstream()
             self.downstream.on_complete()
 
 
@@ -429,6 +420,12 @@ class FusedFlowable(Flowable[Any]):
         self.source = source
         self.stages = stages
         self._program: Program | None = None
+
+    @property
+    def passes_capabilities(self) -> bool:  # type: ignore[override]
+        """map, filter, take, skip and tap pass their upstream's items (a map is taken to map a
+        batch to a batch); a scan makes new ones, so a chain with one declares nothing."""
+        return all(stage.kind != "scan" for stage in self.stages)
 
     @property
     def program(self) -> Program:

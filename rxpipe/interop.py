@@ -20,6 +20,7 @@ import threading
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from ._demand import QueueDrainSubscription
+from ._link import shed
 from ._protocol import Subscriber
 from .errors import BufferOverflowError
 from .flowable import Flowable
@@ -105,20 +106,15 @@ class _ObservableSubscription(QueueDrainSubscription):
             queue.append(item)
             self.drain()
             return
-        # Full (no demand downstream, or it is inside on_next): shed without draining.
-        overflow = self.overflow
-        self.counters.drop(overflow)
-        if overflow == "drop_oldest":
-            queue.popleft()
-            queue.append(item)
-        elif overflow == "error":
+        # Full (no demand downstream, or it is inside on_next): shed without draining, and
+        # tell the dropped item (buffer's drop-and-tell, the one copy in rxpipe.stage.shed).
+        if shed(queue, item, self.overflow, self.counters):
             self._detach()
             self.error = BufferOverflowError(
                 f"stage {self.counters.stage!r}: the Observable pushed an item while "
                 f"{self.capacity} were buffered without demand (overflow='error')")
             self.finished = True
             self.drain()
-        # "drop_incoming": the arriving item is not kept
 
     def push_error(self, error: BaseException) -> None:
         if self._foreign_thread():
@@ -193,13 +189,14 @@ def from_observable(obs: reactivex.Observable[T], capacity: int, overflow: str =
     ``on_subscribe``). Pushes are buffered, at most ``capacity`` items, and delivered on demand:
     this stage is where push becomes pull. When an item arrives with the buffer full, ``overflow``
     decides what is shed (Reactor's ``onBackpressureBuffer``/``onBackpressureDrop`` meanings, as
-    ``buffer``): ``"drop_incoming"`` discards the arriving item, ``"drop_oldest"`` evicts the
-    oldest buffered one, ``"error"`` disposes the Observable's subscription, delivers what is
-    buffered, then signals ``BufferOverflowError``. Each shed item is counted under its strategy
-    name (``statistics().dropped``, metric ``rxpipe_stage_dropped_total``). An ``on_error`` from
-    the Observable is signalled after the buffered items. Cancelling disposes the Observable's
-    subscription and discards the buffer. Pushes from another thread (a reactivex scheduler)
-    hop to the event loop that subscribed.
+    ``buffer``): ``"drop_incoming"`` discards the arriving item, ``"drop_oldest"`` evicts the oldest
+    buffered one, ``"error"`` disposes the Observable's subscription, delivers what is buffered,
+    then signals ``BufferOverflowError``. Each shed item is told through its
+    ``on_discard(strategy)`` method if it has one (so a dropped request's reply fails instead of
+    pending forever) and counted under its strategy name (``statistics().dropped``, metric
+    ``rxpipe_stage_dropped_total``). An ``on_error`` from the Observable is signalled after the
+    buffered items. Cancelling disposes the Observable's subscription and discards the buffer.
+    Pushes from another thread (a reactivex scheduler) hop to the event loop that subscribed.
 
     Args:
         obs: a reactivex Observable (anything with ``subscribe(on_next=, on_error=, on_completed=)``

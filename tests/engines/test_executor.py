@@ -11,6 +11,7 @@ import rxpipe as rx
 from rxpipe import MissingBackpressureError
 from rxpipe import operators as ops
 from rxpipe.engines import Completion, CompletionRequest, EngineUnavailableError, ExecuteFlowable, SimulatedEngine
+from rxpipe.stage import Capabilities
 from rxpipe.testing import TestPublisher, TestSubscriber
 
 from .helpers import OVERHEAD, engine, req
@@ -91,12 +92,21 @@ async def test_unbatched_upstream_gets_exactly_the_free_slots() -> None:
     out.cancel()
 
 
+class _BatchingPublisher(TestPublisher[Any]):
+    """A hand-driven upstream declaring what ``ops.batch(max_size)`` declares."""
+
+    def __init__(self, max_size: int) -> None:
+        super().__init__()
+        self._declared = Capabilities(max_batch_size=max_size)
+
+    @property
+    def capabilities(self) -> Capabilities:
+        return self._declared
+
+
 def batching_publisher(max_size: int) -> TestPublisher[Any]:
     """A hand-driven upstream that looks like ``ops.batch(max_size)`` to the executor."""
-    pub = TestPublisher[Any]()
-    pub.kind = "batch"  # type: ignore[misc]
-    pub.max_size = max_size  # type: ignore[attr-defined]
-    return pub
+    return _BatchingPublisher(max_size)
 
 
 @pytest.mark.virtual

@@ -42,7 +42,7 @@ async def test_random_runs_keep_the_demand_invariant(seed: int, loop: asyncio.Ab
 
     def check() -> None:
         stage = out.subscription.upstream.upstream  # type: ignore[union-attr]  # strict boundary, tap, execute
-        assert stage.outstanding + len(stage.held) + e.running + e.waiting <= max_num_seqs
+        assert stage.upstream_outstanding + len(stage.held) + e.running + e.waiting <= max_num_seqs
 
     e.add_capacity_listener(check)
 
