@@ -98,7 +98,7 @@ def take(n: int, *, name: str | None = None) -> Operator:
     """Emit the first ``n`` items, then cancel upstream and complete.
 
         source:  -a-b-c-d-
-        output:  -a-b|           take(2): upstream sees cancel right after b
+        output:  -a-(b|)         take(2): completes with b; upstream sees cancel right after b
 
     Demand: never requests more than ``n`` in total from upstream (Reactor's
     ``take(n, limitRequest=true)``); ``take(0)`` completes at once without subscribing upstream.
