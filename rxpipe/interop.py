@@ -179,11 +179,11 @@ def from_observable(obs: reactivex.Observable[T], capacity: int, overflow: str =
                     name: str | None = None) -> Flowable[T]:
     """Adapt a reactivex Observable (push) to a Flowable (``request(n)`` pull).
 
-        observable:  (12345|)      five pushes and the end, before any demand
-        demand:      -^9
-        output:      -(12|)        capacity=2, overflow="drop_incoming"
-                     -(45|)        overflow="drop_oldest"
-                     -(12#)        overflow="error": BufferOverflowError after the buffered items
+        observable:     (12345|)    five pushes and the end, before any demand; capacity=2
+        demand:         -^9
+        drop_incoming:  -(12|)
+        drop_oldest:    -(45|)
+        error:          -(12#)      BufferOverflowError after the buffered items
 
     The Observable is subscribed inside each ``subscribe()`` (per subscriber, after its
     ``on_subscribe``). Pushes are buffered, at most ``capacity`` items, and delivered on demand:
