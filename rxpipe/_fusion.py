@@ -20,6 +20,8 @@ still allows (Reactor's ``take`` with ``limitRequest``).
 from __future__ import annotations
 
 import itertools
+import linecache
+import weakref
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Iterator
 
@@ -49,6 +51,26 @@ class Stage:
     on_complete: Callable[[], Any] | None = None
 
 
+#: numbers the compiled chains, so each has its own file name in ``linecache``
+_compiled = itertools.count()
+
+
+def _where(stage: Stage) -> str:
+    """A comment naming the stage and where its user function is defined (``file:line``), shown
+    on the generated line in a traceback."""
+    code = getattr(stage.fn, "__code__", None)
+    place = f"{code.co_filename}:{code.co_firstlineno}" if code is not None else repr(stage.fn)
+    return f"  # {stage.kind} {stage.name!r}: {place}"
+
+
+def _register_source(program: Program, filename: str, source: str) -> None:
+    """Put the generated source in ``linecache`` (mtime None: ``checkcache`` keeps it), so a
+    traceback through the fused chain shows its line and the user function it calls; the entry
+    goes when the compiled chain is collected."""
+    linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
+    weakref.finalize(program, linecache.cache.pop, filename, None)
+
+
 def _source_none_error() -> TypeError:
     return TypeError("the source iterable yielded None; items are never None (Reactive Streams §2.13)")
 
@@ -61,7 +83,7 @@ def _none_error(stage: Stage) -> TypeError:
 class Program:
     """A fused chain compiled to a factory of ``on_next(item) -> 0 | 1`` functions."""
 
-    __slots__ = ("stages", "_factory", "take_count", "has_hooks")
+    __slots__ = ("stages", "_factory", "take_count", "has_hooks", "__weakref__")
 
     def __init__(self, stages: tuple[Stage, ...]) -> None:
         self.stages = stages
@@ -103,14 +125,15 @@ class Program:
             for k, stage in enumerate(self.stages):
                 catch = ["except Exception as exc:", *("    " + line for line in fail(k, "exc"))]
                 none = ["if x is None:", *("    " + line for line in fail(k, f"none_error({k})"))]
+                where = _where(stage)
                 if stage.kind == "map":
-                    lines += ["try:", f"    x = f{k}(x)", *catch, *none]
+                    lines += ["try:", f"    x = f{k}(x){where}", *catch, *none]
                 elif stage.kind == "filter":
-                    lines += ["try:", f"    if not f{k}(x):", f"        {drop}", *catch]
+                    lines += ["try:", f"    if not f{k}(x):{where}", f"        {drop}", *catch]
                 elif stage.kind == "tap" and stage.fn is not None:
-                    lines += ["try:", f"    f{k}(x)", *catch]
+                    lines += ["try:", f"    f{k}(x){where}", *catch]
                 elif stage.kind == "scan":
-                    lines += ["try:", f"    x = acc{k} = f{k}(acc{k}, x)", *catch, *none]
+                    lines += ["try:", f"    x = acc{k} = f{k}(acc{k}, x){where}", *catch, *none]
                 elif stage.kind == "skip":
                     lines += [f"if c{k} < a{k}:", f"    c{k} += 1", f"    {drop}"]
                 elif stage.kind == "take":
@@ -131,8 +154,10 @@ class Program:
                  "        return e, True",
                  "    return on_next, run"]
         namespace: dict[str, Any] = {}
-        exec(compile("\n".join(lines), f"<rxpipe fused {'→'.join(s.name for s in self.stages)}>",
-                     "exec"), namespace)
+        source = "\n".join(lines) + "\n"
+        filename = f"<rxpipe fused {'→'.join(s.name for s in self.stages)} #{next(_compiled)}>"
+        exec(compile(source, filename, "exec"), namespace)
+        _register_source(self, filename, source)
         return namespace["factory"]  # type: ignore[no-any-return]
 
     def instantiate(self, down: Callable[[Any], Any], fail: Callable[[BaseException, int], int],
