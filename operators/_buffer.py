@@ -22,7 +22,7 @@ from rxpipe._protocol import UNBOUNDED, Subscriber
 from rxpipe.errors import BufferOverflowError
 from rxpipe.flowable import Flowable
 from rxpipe.metrics import StageStatistics
-from rxpipe.stage import LINK_SLOTS, QueueDrainSubscription, Replenisher, UpstreamLink, shed
+from rxpipe.stage import LINK_SLOTS, QueueDrainSubscription, Replenisher, UpstreamLink, offer
 
 __all__ = [
     "OVERFLOW_STRATEGIES",
@@ -54,25 +54,19 @@ class BufferSubscription(QueueDrainSubscription, UpstreamLink):
         self.link_upstream(name)
         self.replenisher = replenisher
 
-    # -- upstream signals ----------------------------------------------------------------------
-    def on_error(self, error: BaseException) -> None:
-        if self.upstream_terminated():
-            self.error = error  # delivered after the buffered items, like the "error" overflow
-            self.finished = True
-            self.drain()
-
-    def on_complete(self) -> None:
-        if self.upstream_terminated():
-            self.finished = True
-            self.drain()
+    # An upstream error or completion follows the buffered items (UpstreamLink's default).
 
     # -- for subclasses ------------------------------------------------------------------------
     def _held_items(self) -> Any:
         return self.queue
 
+    def _items_in(self) -> int:
+        """Items received from upstream so far."""
+        return self.received
+
     def _sync_counters(self) -> None:
         counters = self.counters
-        counters.items_in = self.received
+        counters.items_in = self._items_in()
         counters.items_out = self.emitted
 
     def _on_delivered(self, count: int) -> None:
@@ -88,7 +82,7 @@ class BufferSubscription(QueueDrainSubscription, UpstreamLink):
         """Demand (items), items buffered now, capacity, items in/out, drops by reason."""
         counters = self.counters
         return StageStatistics(counters.stage, self.requested, len(self.queue), self.capacity,
-                               self.received, self.emitted, dict(counters.dropped))
+                               self._items_in(), self.emitted, dict(counters.dropped))
 
 
 class BackpressureBufferSubscription(BufferSubscription):
@@ -101,6 +95,15 @@ class BackpressureBufferSubscription(BufferSubscription):
     def __init__(self, downstream: Subscriber[Any], replenisher: Replenisher, name: str) -> None:
         super().__init__(downstream, replenisher.initial, name, replenisher)
         self.prefetch_due = False
+
+    def _items_in(self) -> int:
+        # Not counted per item: a backpressured buffer drops nothing while it runs, so what it
+        # received is what it delivered plus what it holds (frozen into `received` at release).
+        return self.received if self._released else self.emitted + len(self.queue)
+
+    def _release(self) -> None:
+        self.received = self.emitted + len(self.queue)
+        super()._release()
 
     def _upstream_ready(self) -> None:
         self.prefetch_due = True
@@ -123,7 +126,6 @@ class BackpressureBufferSubscription(BufferSubscription):
             self.refuse(item)
             return
         self.upstream_outstanding = outstanding - 1
-        self.received += 1
         self.queue.append(item)
         # drain()'s own "already running → mark missed" exit, inlined (a synchronous upstream
         # emits its whole burst from inside our drain pass).
@@ -152,20 +154,11 @@ class SheddingBufferSubscription(BufferSubscription):
         self.request_upstream(UNBOUNDED)
 
     def on_next(self, item: Any) -> None:
-        if not self.accept(item):
-            return
-        self.received += 1
-        queue = self.queue
-        if len(queue) < self.capacity:
-            queue.append(item)
-            self.drain()
-        elif shed(queue, item, self.overflow, self.counters):  # full: shed without draining
+        if self.accept(item) and offer(self, item):
             self.cancel_upstream()
-            self.error = BufferOverflowError(
+            self.finish(BufferOverflowError(
                 f"stage {self.counters.stage!r} received an item while holding its capacity of "
-                f"{self.capacity} items (overflow='error')")
-            self.finished = True
-            self.drain()
+                f"{self.capacity} items (overflow='error')"))
 
 
 class BufferFlowable(Flowable[Any]):

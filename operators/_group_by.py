@@ -192,9 +192,7 @@ class GroupByMain(QueueDrainSubscription, UpstreamLink):
         # Each open group and the main stream get the signal after the items they hold.
         for group in list(self.groups.values()):
             group.terminate(error)
-        self.error = error
-        self.finished = True
-        self.drain()
+        self.finish(error)
 
     # -- credit --------------------------------------------------------------------------------
     def credit(self, count: int) -> None:

@@ -74,20 +74,9 @@ class RateLimitSubscription(QueueDrainSubscription, UpstreamLink):
         self.queue.append(item)
         self.drain()
 
-    def on_error(self, error: BaseException) -> None:
-        if not self.upstream_terminated():
-            return
+    def _upstream_finished(self, error: BaseException | None) -> None:
         self._stop_timer()
-        self.error = error
-        self.finished = True
-        self.drain()
-
-    def on_complete(self) -> None:
-        if not self.upstream_terminated():
-            return
-        self._stop_timer()
-        self.finished = True
-        self.drain()
+        self.finish(error)  # after the items already received
 
     def _stop_timer(self) -> None:
         timer = self.timer

@@ -83,20 +83,9 @@ class TimeoutSubscription(QueueDrainSubscription, UpstreamLink):
         self.queue.append(item)
         self.drain()
 
-    def on_error(self, error: BaseException) -> None:
-        if not self.upstream_terminated():
-            return
+    def _upstream_finished(self, error: BaseException | None) -> None:
         self._disarm()
-        self.error = error
-        self.finished = True
-        self.drain()
-
-    def on_complete(self) -> None:
-        if not self.upstream_terminated():
-            return
-        self._disarm()
-        self.finished = True
-        self.drain()
+        self.finish(error)  # after the items already received
 
     # -- downstream demand ---------------------------------------------------------------------
     def _on_request(self, n: int) -> None:

@@ -283,6 +283,12 @@ class QueueDrainSubscription(DrainSubscription):
             else:
                 self._complete()
 
+    def finish(self, error: BaseException | None = None) -> None:
+        """Upstream ended: signal ``on_complete`` (or ``on_error(error)``) after the queued items."""
+        self.error = error
+        self.finished = True
+        self.drain()
+
     def _on_delivered(self, count: int) -> None:
         """Called after a pass took ``count`` (>= 1) items off the queue."""
 

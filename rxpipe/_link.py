@@ -14,21 +14,22 @@ nowhere else:
 - *terminal flag* ``upstream_done``: set once upstream terminated or was cancelled; later
   upstream signals are ignored (§1.7, §3.12 items in flight after a cancel).
 
-Plus two helpers every shedding or serial stage needs: :func:`shed` / :func:`discard_all`
-(drop-and-tell) and :class:`SerialLoop` (a re-entrant call folded into the running one, §1.3).
+Plus the helpers every shedding or serial stage needs: :func:`offer` / :func:`shed` /
+:func:`discard_all` (queue or drop-and-tell) and :class:`SerialLoop` (a re-entrant call folded
+into the running one, §1.3).
 """
 
 from __future__ import annotations
 
 from collections import deque
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, Protocol
 
 from ._demand import InternalSubscriber, Replenisher, discard
 from ._protocol import UNBOUNDED, Subscription
 from .errors import MissingBackpressureError
 from .metrics import StageCounters, track
 
-__all__ = ["LINK_SLOTS", "UpstreamLink", "SerialLoop", "discard_all", "shed"]
+__all__ = ["LINK_SLOTS", "UpstreamLink", "SerialLoop", "SheddingStage", "discard_all", "offer", "shed"]
 
 #: The attributes :class:`UpstreamLink` keeps. A slotted stage lists them in its ``__slots__``
 #: (a slotted mixin cannot hold them); a stage without ``__slots__`` needs nothing.
@@ -55,8 +56,9 @@ class UpstreamLink(InternalSubscriber):
     Subscription too; set :attr:`hands_itself_downstream` False otherwise), then calls
     :meth:`_upstream_ready` (default: request the prefetch).
 
-    Hooks: :meth:`_upstream_ready`, :meth:`_held_items` (what an overrun drops besides the item),
-    :meth:`_upstream_overrun` (default: ``self.fail(error)`` of the drain subscription).
+    Hooks: :meth:`_upstream_ready`, :meth:`_upstream_finished` (upstream's terminal signal, once;
+    default: after the queued items), :meth:`_held_items` (what an overrun drops besides the
+    item), :meth:`_upstream_overrun` (default: ``self.fail(error)`` of the drain subscription).
     Anchor: Reactive Streams 1.0.4 §1.1, §2.5, §3.5–3.7, §3.12, §3.17; Reactor ``limitRate``.
     """
 
@@ -128,6 +130,14 @@ class UpstreamLink(InternalSubscriber):
         self._upstream_overrun(MissingBackpressureError(
             f"Reactive Streams §1.1: upstream of stage {stage!r} emitted {item!r} beyond demand"))
 
+    def on_error(self, error: BaseException) -> None:
+        if self.upstream_terminated():
+            self._upstream_finished(error)
+
+    def on_complete(self) -> None:
+        if self.upstream_terminated():
+            self._upstream_finished(None)
+
     def upstream_terminated(self) -> bool:
         """Mark upstream as done by its own terminal signal; True the first time only.
 
@@ -179,6 +189,11 @@ class UpstreamLink(InternalSubscriber):
         if replenisher is not None:
             self.request_upstream(replenisher.initial)
 
+    def _upstream_finished(self, error: BaseException | None) -> None:
+        """Upstream signalled ``on_complete`` (``error`` None) or ``on_error``, once. Default:
+        ``QueueDrainSubscription.finish`` — the signal follows the queued items."""
+        self.finish(error)  # type: ignore[attr-defined]
+
     def _held_items(self) -> Iterable[Any]:
         """Items the stage holds that an overrun drops with the arriving one (default: none)."""
         return ()
@@ -215,6 +230,36 @@ def shed(queue: deque[Any], item: Any, overflow: str, counters: StageCounters) -
         return False
     discard(item, overflow)
     return overflow == "error"
+
+
+class SheddingStage(Protocol):
+    """What :func:`offer` needs of a stage: a queue bounded by ``capacity``, an ``overflow``
+    strategy, ``counters``, a ``received`` count, and ``drain()``."""
+
+    queue: deque[Any]
+    capacity: int
+    overflow: str
+    counters: StageCounters
+    received: int
+
+    def drain(self) -> None: ...
+
+
+def offer(stage: SheddingStage, item: Any) -> bool:
+    """A shedding stage received ``item``: queue it and drain when there is room, else shed it
+    by ``stage.overflow`` without draining (:func:`shed`: drop-and-tell).
+
+    Returns True only for ``overflow="error"`` at a full queue: the caller then stops its
+    upstream and signals its overflow error after the queued items (``stage.finish(error)``).
+    Anchor: Reactor ``onBackpressureBuffer(maxSize, BufferOverflowStrategy)``.
+    """
+    stage.received += 1
+    queue = stage.queue
+    if len(queue) < stage.capacity:
+        queue.append(item)
+        stage.drain()
+        return False
+    return shed(queue, item, stage.overflow, stage.counters)  # full: downstream is behind
 
 
 class SerialLoop:

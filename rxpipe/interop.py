@@ -20,7 +20,7 @@ import threading
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from ._demand import QueueDrainSubscription
-from ._link import shed
+from ._link import offer
 from ._protocol import Subscriber
 from .errors import BufferOverflowError
 from .flowable import Flowable
@@ -100,21 +100,12 @@ class _ObservableSubscription(QueueDrainSubscription):
             self.fail(TypeError(f"stage {self.counters.stage!r}: the Observable pushed None; items "
                                 f"are never None (Reactive Streams §2.13)"))
             return
-        self.received += 1
-        queue = self.queue
-        if len(queue) < self.capacity:
-            queue.append(item)
-            self.drain()
-            return
-        # Full (no demand downstream, or it is inside on_next): shed without draining, and
-        # tell the dropped item (buffer's drop-and-tell, the one copy in rxpipe.stage.shed).
-        if shed(queue, item, self.overflow, self.counters):
+        # Queued while there is room; at capacity shed and told, as buffer does (one copy: offer).
+        if offer(self, item):
             self._detach()
-            self.error = BufferOverflowError(
+            self.finish(BufferOverflowError(
                 f"stage {self.counters.stage!r}: the Observable pushed an item while "
-                f"{self.capacity} were buffered without demand (overflow='error')")
-            self.finished = True
-            self.drain()
+                f"{self.capacity} were buffered without demand (overflow='error')"))
 
     def push_error(self, error: BaseException) -> None:
         if self._foreign_thread():
@@ -123,9 +114,7 @@ class _ObservableSubscription(QueueDrainSubscription):
         if self.detached:
             return
         self.detached = True  # the Observable is done; nothing to dispose
-        self.error = error  # delivered after the buffered items
-        self.finished = True
-        self.drain()
+        self.finish(error)  # delivered after the buffered items
 
     def push_complete(self) -> None:
         if self._foreign_thread():
@@ -134,8 +123,7 @@ class _ObservableSubscription(QueueDrainSubscription):
         if self.detached:
             return
         self.detached = True
-        self.finished = True
-        self.drain()
+        self.finish()
 
     # -- drain loop hooks ----------------------------------------------------------------------
     def _on_delivered(self, count: int) -> None:

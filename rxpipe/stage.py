@@ -9,10 +9,11 @@ halves, each written once in rxpipe and used by every built-in operator:
 - **toward upstream**: :class:`UpstreamLink` (the outstanding counter, the prefetch/replenish
   rule, ``MissingBackpressureError`` on overrun, cancel-once, the terminal flag).
 
-Shedding stages drop-and-tell with :func:`shed` / :func:`discard_all` (a dropped item learns
-it through ``on_discard(reason)``); a stage declares what it emits with :class:`Capabilities`
-(``Flowable.capabilities``) instead of being recognised by its name. A complete example is in
-the README ("Write your own operator"), the rules in ``docs/architecture.md``.
+Shedding stages queue-or-drop with :func:`offer` and drop-and-tell with :func:`shed` /
+:func:`discard_all` (a dropped item learns it through ``on_discard(reason)``); a stage declares what
+it emits with :class:`Capabilities` (``Flowable.capabilities``) instead of being recognised by its
+name. A complete example is in the README ("Write your own operator"), the rules in
+``docs/architecture.md``.
 
 Every signal is a plain synchronous call on the event loop's thread (Reactive Streams 1.0.4).
 """
@@ -31,7 +32,7 @@ from ._demand import (
     discard,
     valid_demand,
 )
-from ._link import LINK_SLOTS, SerialLoop, UpstreamLink, discard_all, shed
+from ._link import LINK_SLOTS, SerialLoop, SheddingStage, UpstreamLink, discard_all, offer, shed
 from .metrics import StageCounters, StageStatistics
 
 __all__ = [
@@ -41,7 +42,9 @@ __all__ = [
     "QueueDrainSubscription",
     "Replenisher",
     "SerialLoop",
+    "offer",
     "shed",
+    "SheddingStage",
     "discard",
     "discard_all",
     "Capabilities",

@@ -81,9 +81,7 @@ class _ExecuteSubscription(QueueDrainSubscription, UpstreamLink):
         if self.cancelled or not self.upstream_terminated():
             return
         self._fail_held(error)
-        self.error = error
-        self.finished = True
-        self.drain()
+        self.finish(error)
 
     def on_complete(self) -> None:
         if self.cancelled or not self.upstream_terminated():
