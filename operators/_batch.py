@@ -27,7 +27,7 @@ import asyncio
 from collections import deque
 from typing import Any, Callable
 
-from rxpipe._protocol import UNBOUNDED, Subscriber
+from rxpipe._protocol import Subscriber
 from rxpipe.flowable import Flowable
 from rxpipe.metrics import StageStatistics
 from rxpipe.stage import EMPTY_SUBSCRIPTION, LINK_SLOTS, Capabilities, DrainSubscription, UpstreamLink, discard_all
@@ -169,13 +169,11 @@ class BatchSubscription(DrainSubscription, UpstreamLink):
                 e += 1
                 if self.cancelled:
                     break
-            self.emitted += e
+            self._delivered(e, r)
             self.items_out += items
             counters = self.counters
             counters.items_in = self.received
             counters.items_out = self.items_out
-            if r != UNBOUNDED:
-                self.requested -= e
             if self.cancelled:
                 return
         if self.finished:

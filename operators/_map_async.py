@@ -20,7 +20,7 @@ import logging
 from collections import deque
 from typing import Any, Awaitable, Callable
 
-from rxpipe._protocol import UNBOUNDED, Subscriber
+from rxpipe._protocol import Subscriber
 from rxpipe.flowable import Flowable
 from rxpipe.metrics import StageStatistics
 from rxpipe.resilience import CircuitBreaker, Retry, resilient_call
@@ -193,10 +193,8 @@ class MapAsyncSubscription(DrainSubscription, UpstreamLink):
                 if self.cancelled:
                     break
         if e:
-            self.emitted += e
+            self._delivered(e, r)
             self.counters.items_out += e
-            if r != UNBOUNDED:
-                self.requested -= e
             if self.cancelled:
                 return
             if not self.upstream_done:

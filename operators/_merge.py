@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections import deque
 from typing import Any
 
-from rxpipe._protocol import UNBOUNDED, Subscriber
+from rxpipe._protocol import Subscriber
 from rxpipe.errors import MissingBackpressureError
 from rxpipe.flowable import Flowable
 from rxpipe.metrics import StageCounters, StageStatistics, track
@@ -139,10 +139,8 @@ class MergeSubscription(DrainSubscription):
                     if self.cancelled:
                         break
             self.cursor = i
-            self.emitted += e
+            self._delivered(e, r)
             self.counters.items_out += e
-            if r != UNBOUNDED:
-                self.requested -= e
             if self.cancelled:
                 return
             self._replenish()

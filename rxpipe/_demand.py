@@ -187,6 +187,13 @@ class DrainSubscription(Subscription):
         self.drain()
 
     # -- for subclasses ------------------------------------------------------------------------
+    def _delivered(self, e: int, r: int) -> None:
+        """Account for ``e`` items delivered by a pass that started with demand ``r`` (``e <= r``):
+        ``emitted`` grows; ``requested`` shrinks unless it is ``UNBOUNDED`` (never decremented)."""
+        self.emitted += e
+        if r != UNBOUNDED:
+            self.requested -= e
+
     @abstractmethod
     def _drain(self) -> None:
         """One pass: emit up to ``requested`` items, subtract them, terminate when due."""
