@@ -176,13 +176,8 @@ class BroadcastRun(UpstreamLink):
                 branch.queue.append(item)
                 branch.drain()
 
-    def on_error(self, error: BaseException) -> None:
-        if self.upstream_terminated():
-            self._terminate(error)
-
-    def on_complete(self) -> None:
-        if self.upstream_terminated():
-            self._terminate(None)
+    def _upstream_finished(self, error: BaseException | None) -> None:
+        self._terminate(error)
 
     def _upstream_overrun(self, error: MissingBackpressureError) -> None:
         self._terminate(error)

@@ -172,13 +172,8 @@ class GroupByMain(QueueDrainSubscription, UpstreamLink):
         else:
             group.push(item)
 
-    def on_error(self, error: BaseException) -> None:
-        if self.upstream_terminated():
-            self._terminate_all(error)
-
-    def on_complete(self) -> None:
-        if self.upstream_terminated():
-            self._terminate_all(None)
+    def _upstream_finished(self, error: BaseException | None) -> None:
+        self._terminate_all(error)
 
     def _stop(self, error: BaseException) -> None:
         """The stage itself fails: cancel upstream, then end every stream with ``error``."""

@@ -57,13 +57,11 @@ class MergeInner(UpstreamLink):
         if self.accept(item):
             self.parent._inner_next(self, item)
 
-    def on_error(self, error: BaseException) -> None:
-        if self.upstream_terminated():
-            self.parent._inner_error(error)
-
-    def on_complete(self) -> None:
-        if self.upstream_terminated():
+    def _upstream_finished(self, error: BaseException | None) -> None:
+        if error is None:
             self.parent._inner_complete()
+        else:
+            self.parent._inner_error(error)
 
     def _upstream_overrun(self, error: MissingBackpressureError) -> None:
         self.parent._inner_overrun(error)

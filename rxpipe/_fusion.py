@@ -389,15 +389,11 @@ class FusedSubscriber(UpstreamLink, Subscription):
         if not self.chain(item) and not self.upstream_done and not self.unbounded:
             self.upstream.request(1)  # type: ignore[union-attr]
 
-    def on_error(self, error: BaseException) -> None:
-        if self.upstream_terminated():
+    def _upstream_finished(self, error: BaseException | None) -> None:
+        if error is not None:
             self.program.error_hooks(error)
-            self.downstream.on_error(error)
-
-    def on_complete(self) -> None:
-        if not self.upstream_terminated():
-            return
-        error = self.program.complete_hooks()
+        else:
+            error = self.program.complete_hooks()  # a raising on_complete hook turns it into an error
         if error is not None:
             self.downstream.on_error(error)
         else:

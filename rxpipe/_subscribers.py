@@ -76,12 +76,9 @@ class StrictSubscriber(UpstreamLink, Subscription):
     def _upstream_overrun(self, error: MissingBackpressureError) -> None:
         self._deliver_error(error)
 
-    def on_error(self, error: BaseException) -> None:
-        if self.upstream_terminated():
+    def _upstream_finished(self, error: BaseException | None) -> None:
+        if error is not None:
             self._deliver_error(error)
-
-    def on_complete(self) -> None:
-        if not self.upstream_terminated():
             return
         try:
             self.actual.on_complete()

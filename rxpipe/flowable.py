@@ -253,13 +253,8 @@ class _IteratorSubscriber(UpstreamLink):
             if self.waiter is not None:
                 self._wake()
 
-    def on_error(self, error: BaseException) -> None:
-        if self.upstream_terminated():
-            self._end(error)
-
-    def on_complete(self) -> None:
-        if self.upstream_terminated():
-            self._end(None)
+    def _upstream_finished(self, error: BaseException | None) -> None:
+        self._end(error)
 
     def _upstream_overrun(self, error: MissingBackpressureError) -> None:
         self._end(error)  # after the items received before it

@@ -153,21 +153,13 @@ class _PublisherGuard(UpstreamLink, Subscription):
             error, self.deferred = self.deferred, None
             self.downstream.on_error(error)
 
-    def on_error(self, error: BaseException) -> None:
-        linked = self.upstream is not None
-        if not self.upstream_terminated():
-            return
-        if not linked:
+    def _upstream_finished(self, error: BaseException | None) -> None:
+        if self.upstream is None:  # terminal before on_subscribe (§1.9): give downstream one
             self.downstream.on_subscribe(EMPTY_SUBSCRIPTION)
-        self.downstream.on_error(error)
-
-    def on_complete(self) -> None:
-        linked = self.upstream is not None
-        if not self.upstream_terminated():
-            return
-        if not linked:
-            self.downstream.on_subscribe(EMPTY_SUBSCRIPTION)
-        self.downstream.on_complete()
+        if error is not None:
+            self.downstream.on_error(error)
+        else:
+            self.downstream.on_complete()
 
     def request(self, n: int) -> None:
         if self.upstream_done or self.upstream is None:
