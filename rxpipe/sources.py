@@ -190,12 +190,7 @@ class _PublisherFlowable(Flowable[Any]):
         try:
             self.publisher.subscribe(guard)
         except Exception as exc:
-            if guard.upstream is None and not guard.upstream_done:
-                guard.upstream_done = True
-                subscriber.on_subscribe(EMPTY_SUBSCRIPTION)
-                subscriber.on_error(exc)
-            else:
-                guard._violation(exc)
+            guard._violation(exc)  # before on_subscribe, the subscriber gets an empty one first
 
 
 def from_publisher(publisher: Publisher[T], *, name: str | None = None) -> Flowable[T]:
