@@ -1,12 +1,12 @@
 """Every marble diagram in a public docstring runs as a test (issue 16: a docstring that lies is a bug).
 
-The diagrams are read from the docstrings of every public callable of ``rxpipe`` and
-``rxpipe.operators``. A diagram is a block of indented ``label: diagram`` lines with a
-``source:`` (or ``observable:``) line; two or more spaces followed by anything but ``^`` (a
-request mark) start a comment.
-Each diagram has a runner in :data:`RUNNERS` that plays it: with the marble kit where the
-diagram is in its language, else by driving the stage step by step and comparing with the
-diagram's tokens. A diagram without a runner (or a runner without a diagram) fails the suite.
+The diagrams are read from the docstrings of every public callable of ``rxpipe``,
+``rxpipe.operators`` and ``rxpipe.testing``, and from the marble kit's manual. A diagram is a block
+of indented ``label: diagram`` lines with a ``source:`` (or ``observable:``) line; two or more
+spaces followed by anything but ``^`` (a request mark) start a comment. Each diagram has a runner in
+:data:`RUNNERS` that plays it: with the marble kit where the diagram is in its language, else by
+driving the stage step by step and comparing with the diagram's tokens. A diagram without a runner
+(or a runner without a diagram) fails the suite.
 """
 
 from __future__ import annotations
@@ -20,10 +20,11 @@ import pytest
 from reactivex.subject import Subject
 
 import rxpipe as rx
-from rxpipe import UNBOUNDED, BufferOverflowError, TooManyGroupsError
+from rxpipe import UNBOUNDED, BufferOverflowError, TooManyGroupsError, testing
 from rxpipe import operators as ops
 from rxpipe.engines import Completion, CompletionRequest, SimulatedEngine
 from rxpipe.testing import Marbles, TestPublisher, TestSubscriber, assert_marbles, parse_demand, run_virtual
+from rxpipe.testing import _marbles as marble_module
 
 _LABEL = re.compile(r"^\s{4,}(?P<label>[A-Za-z_][\w ,]*):(?P<rest>\s.*)?$")
 _COMMENT = re.compile(r"\s{2,}(?=[^\s^])")
@@ -62,8 +63,8 @@ def diagrams(doc: str) -> list[Block]:
 
 
 def _public_docs() -> dict[str, str]:
-    docs: dict[str, str] = {}
-    for module, prefix in ((ops, "ops."), (rx, "rx.")):
+    docs: dict[str, str] = {"testing (module)": marble_module.__doc__ or ""}  # the kit's manual
+    for module, prefix in ((ops, "ops."), (rx, "rx."), (testing, "testing.")):
         for name in module.__all__:
             obj = getattr(module, name)
             if callable(obj) and obj.__doc__:
@@ -233,6 +234,8 @@ RUNNERS: dict[tuple[str, int], Callable[[Block], None]] = {
     ("ops.group_by", 1): group_by,
     ("ops.execute", 0): execute,
     ("rx.from_observable", 0): from_observable,
+    ("testing.assert_marbles", 0): kit(lambda: ops.map(lambda x: x * 2)),
+    ("testing (module)", 0): kit(lambda: ops.filter(lambda x: x % 2 == 0)),
 }
 
 FOUND = {(name, k): block for name, doc in _public_docs().items() for k, block in enumerate(diagrams(doc))}
