@@ -208,6 +208,21 @@ def from_observable(block: Block) -> None:
         assert "-(" + "".join(ts.values) + end + ")" == block[overflow]
 
 
+def fair_queue(block: Block) -> None:
+    # items are tenant letter + number; an a item costs 3 tokens, a b item 1 (as the diagram says)
+    items = re.findall(r"[a-z]\d+", block["source"])
+    pub = TestPublisher[str]()
+    ts = TestSubscriber[str]()
+    pub.pipe(ops.fair_queue(16, tenant=lambda x: x[0], weight={"a": 1, "b": 1},
+                            cost=lambda x: 3 if x[0] == "a" else 1)).subscribe(ts)
+    pub.emit(*items)
+    pub.complete()
+    assert ts.values == []
+    ts.request(_requests(block["demand"])[0][1])
+    assert ts.values == re.findall(r"[a-z]\d+", block["output"])
+    assert ts.completed == block["output"].endswith("|")
+
+
 RUNNERS: dict[tuple[str, int], Callable[[Block], None]] = {
     ("ops.map", 0): kit(lambda: ops.map(lambda x: x * 2)),
     ("ops.filter", 0): kit(lambda: ops.filter(lambda x: x % 2 == 0)),
@@ -233,6 +248,7 @@ RUNNERS: dict[tuple[str, int], Callable[[Block], None]] = {
     ("ops.group_by", 0): group_by,
     ("ops.group_by", 1): group_by,
     ("ops.execute", 0): execute,
+    ("ops.fair_queue", 0): fair_queue,
     ("rx.from_observable", 0): from_observable,
     ("testing.assert_marbles", 0): kit(lambda: ops.map(lambda x: x * 2)),
     ("testing (module)", 0): kit(lambda: ops.filter(lambda x: x % 2 == 0)),

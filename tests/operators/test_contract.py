@@ -79,6 +79,7 @@ SPECS: dict[str, Spec] = {
     "skip": Spec(lambda s, _: s.pipe(ops.skip(0)), bound=0),
     "tap": Spec(lambda s, _: s.pipe(ops.tap(lambda x: None)), bound=0),
     "buffer": Spec(lambda s, _: s.pipe(ops.buffer(4)), bound=4),
+    "fair_queue": Spec(lambda s, _: s.pipe(ops.fair_queue(4, tenant=lambda x: x % 2, weight={0: 1, 1: 1})), bound=4),
     "limit_rate": Spec(lambda s, _: s.pipe(ops.limit_rate(4, 2)), bound=4),
     "batch": Spec(lambda s, _: s.pipe(ops.batch(3, max_delay_s=0.05)), bound=3, unpack=list),
     "rate_limit": Spec(lambda s, _: s.pipe(ops.rate_limit(1_000.0, burst=4)), bound=0),
