@@ -98,7 +98,7 @@ def take(n: int, *, name: str | None = None) -> Operator:
     """Emit the first ``n`` items, then cancel upstream and complete.
 
         source:  -a-b-c-d-
-        output:  -a-b|           take(2): upstream sees cancel right after b
+        output:  -a-(b|)         take(2): completes with b; upstream sees cancel right after b
 
     Demand: never requests more than ``n`` in total from upstream (Reactor's
     ``take(n, limitRequest=true)``); ``take(0)`` completes at once without subscribing upstream.
@@ -157,18 +157,18 @@ def buffer(capacity: int, overflow: str = "backpressure", *, name: str | None = 
     An async boundary (a queue stage). ``overflow="backpressure"`` (capacity=4: request(4) at
     subscribe, then request(3) each time 3 = 4 - 4 // 4 more items went downstream)::
 
-        upstream:  ^4        ^3
+        upstream:  ^4       ^3
         source:    -a-b-c-d----e-f-g-|
         demand:    ---------^3----------^9
-        output:    ---------abc---------defg|
+        output:    ---------(abc)-----------(defg|)
 
     Shedding strategies (capacity=2; upstream is asked for UNBOUNDED at subscribe)::
 
         source:         -a-b-c-d-|
         demand:         ----------^9
-        drop_incoming:  ----------ab|      c, d dropped on arrival
-        drop_oldest:    ----------cd|      a, b evicted by c, d
-        error:          ----------ab#      BufferOverflowError; upstream cancelled when c arrived
+        drop_incoming:  ----------(ab|)    c, d dropped on arrival
+        drop_oldest:    ----------(cd|)    a, b evicted by c, d
+        error:          ----------(ab#)    BufferOverflowError; upstream cancelled when c arrived
 
     Demand: ``"backpressure"`` prefetches ``capacity`` at subscribe whatever the downstream
     demand, then replenishes by the DESIGN §2 rule, so items emitted upstream but not yet
@@ -195,7 +195,7 @@ def buffer(capacity: int, overflow: str = "backpressure", *, name: str | None = 
 def limit_rate(high_tide: int, low_tide: int | None = None, *, name: str | None = None) -> Operator:
     """Reshape downstream demand into requests of ``high_tide`` then ``low_tide`` items.
 
-        upstream:  ^8           ^2          ^2        limit_rate(8, 2)
+        upstream:  ^8          ^2          ^2         limit_rate(8, 2)
         source:    -abcdefgh-----ij----------kl-
         demand:    ---------^1-^1-------^1-^1-
         output:    ---------a--b--------c--d--
@@ -226,15 +226,20 @@ def batch(max_size: int, max_delay_s: float | None = None, *, weight: Callable[[
 
         source:  -a-b-c----d---------e-|
         demand:  ^1-------^1------------^1
-        output:  -----[abc]----[d]------[e]|     batch(3, max_delay_s=4 ticks): [abc] by size,
-                                                 [d] by time, [e] at completion once demanded
+        output:  -----x--------y--------(z|)     batch(3, max_delay_s=4 columns)
+
+    ``x = [a, b, c]`` by size; ``y = [d]`` by time, 4 columns after ``d``; ``z = [e]`` at
+    completion, once demanded.
 
     A batch closes when it holds ``max_size`` items, when ``max_delay_s`` passed since its first
     item, or when the next item would push its weight over ``max_weight`` (that item starts the
     next batch; an item heavier than ``max_weight`` on its own goes alone)::
 
-        weight=len, max_weight=10:  "aaaa" "bbbb" "cc" "dddddddddddd" "e" |
-        output:                     [aaaa, bbbb, cc] [dddddddddddd] [e] |
+        source:  -a-b-c-d-e-|        a="aaaa" b="bbbb" c="cc" d="dddddddddddd" e="e"
+        demand:  ^*
+        output:  -----x-y---(z|)     batch(8, weight=len, max_weight=10)
+
+    ``x = [a, b, c]`` (weight 10 reached), ``y = [d]`` (12 > 10 alone), ``z = [e]``.
 
     Demand (Akka ``groupedWithin``): a batch is emitted only when downstream asked for one (one
     ``request(1)`` = one batch). A timer that fires without demand leaves the batch open: it
@@ -270,9 +275,9 @@ def batch(max_size: int, max_delay_s: float | None = None, *, weight: Callable[[
 def rate_limit(rate: float, burst: int = 1, *, name: str | None = None) -> Operator:
     """Shape the flow to at most ``rate`` items per second, with bursts of up to ``burst``.
 
-        source:   0 1 2 3 4 5 6 7 8 9|      rate_limit(20, burst=5), downstream ^UNBOUNDED
-        t (s):    0                0.05 0.10 0.15 0.20 0.25
-        output:   (01234)          5    6    7    8    9|
+        source:  (0123456789|)                   rate_limit(20, burst=5); one column = 10 ms
+        demand:  ^*
+        output:  (01234)----5----6----7----8----(9|)
 
     A token bucket on the loop clock: capacity ``burst`` tokens, full at start, refilled at
     ``rate`` tokens per second; an idle period or a forward clock jump never refills it beyond
@@ -309,9 +314,10 @@ def map_async(fn: Callable[[T], Awaitable[R]], concurrency: int = 1, ordered: bo
               name: str | None = None) -> Operator:
     """Transform each item with a coroutine function, at most ``concurrency`` calls at a time.
 
-        source:    -a-b-c|            concurrency=2; fn takes 4 s for a, 1 s for b and c
-        ordered:   -----(ab)c|        b, done at 4, waits for a: (ab) = the same instant (t=5)
-        unordered: ----bac|           ordered=False: completion order (t=4, 5, 6)
+        source:     -a-b-c|          concurrency=2, one column = 1 s; fn takes 4 s for a, 1 s for b, c
+        demand:     ^*
+        ordered:    -----(ab)(c|)    b, done at 4, waits for a: (ab) = the same instant (t=5)
+        unordered:  ----ba(c|)       ordered=False: completion order (t=4, 5, 6)
 
     ``fn``: ``async def fn(item) -> result``; one task per call, nothing else per item.
     Demand: a slot is taken when an item is requested upstream and freed when its result went
@@ -351,17 +357,23 @@ def map_async(fn: Callable[[T], Awaitable[R]], concurrency: int = 1, ordered: bo
 def timeout(seconds: float, mode: str = "idle", *, name: str | None = None) -> Operator:
     """Signal ``TimeoutError`` when a requested item is late; upstream is then cancelled.
 
-    seconds=5, one character = 1 s:
+    seconds=5, one column = 1 s. Idle mode: ``TimeoutError`` 5 s after ``a``, ``b`` still wanted::
 
-        idle:    demand:  ^2
-                 source:  -a------
-                 output:  -a----#          # = TimeoutError 5 s after a, b still wanted
-        idle:    demand:  ^1         ^1
-                 source:  -a-----------b|  nothing wanted from a to the second ^1:
-                 output:  -a-----------b|  that wait does not count
-        item:    demand:  ^2 ^1
-                 source:  -a--b----
-                 output:  -a--b---#        a, b due at 5 (in time); the third due at 3 + 5 = 8
+        demand:  ^2
+        source:  -a------
+        output:  -a----#
+
+    Idle mode: nothing is wanted from ``a`` to the second ``^1``, so that wait does not count::
+
+        demand:  ^1         ^1
+        source:  -a-----------b|
+        output:  -a-----------b|
+
+    Item mode: ``a``, ``b`` are due at 5 (in time); the third item is due at 3 + 5 = 8::
+
+        demand:  ^2 ^1
+        source:  -a--b----
+        output:  -a--b---#
 
     ``mode="idle"``: fails when no item arrives for ``seconds`` while downstream demand is
     outstanding. The clock runs only while some requested item has not arrived; it restarts at
@@ -399,7 +411,7 @@ def merge(*others: Flowable[Any], prefetch: int = DEFAULT_MERGE_PREFETCH, name: 
         source:  -a---b---c-|
         other:   --1-2-3-|
         demand:  ^3         ^9
-        output:  -a-1b------2c3|         round-robin over the inputs that have items
+        output:  -a1-2------(b3c|)       round-robin over the inputs that have items
 
     ``source.pipe(ops.merge(a, b))`` merges source, a and b.
     Demand: emits at most what downstream requested, in total over all inputs. Each input is a

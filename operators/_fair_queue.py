@@ -26,7 +26,7 @@ upstream terminal, cancel):
   queue holds still take their tenant's place. An item whose hook calls back while it is still
   queued (its client left) is withdrawn from its flow at once.
 - Upstream demand: ``capacity`` at subscribe, then one more per item that departed (or was
-  refused on arrival). Invariant: ``occupied + (upstream_requested − received) <= capacity``.
+  refused on arrival). Invariant: ``occupied + upstream_outstanding <= capacity``.
 """
 
 from __future__ import annotations
@@ -35,16 +35,13 @@ from collections import deque
 from collections.abc import Callable, Hashable, Mapping
 from typing import Any
 
-# -- the stage-writing kit -------------------------------------------------------------------------
-# The only names taken from rxpipe._demand (being published as ``rxpipe.stage``): the downstream
-# drain subscription, the upstream link mixin, and drop-and-tell. Porting = changing this import.
-from rxpipe._demand import DrainSubscription, StageLink, discard
-
 # ---------------------------------------------------------------------------------------------------
 from rxpipe._protocol import UNBOUNDED, Subscriber
-from rxpipe.errors import MissingBackpressureError
 from rxpipe.flowable import Flowable
 from rxpipe.metrics import StageStatistics
+
+# -- the stage-writing kit: the downstream drain subscription, the upstream link, drop-and-tell ------
+from rxpipe.stage import LINK_SLOTS, DrainSubscription, UpstreamLink, discard, discard_all
 
 __all__ = ["FairQueueFlowable", "FairQueueSubscription", "TENANT_FULL"]
 
@@ -93,14 +90,13 @@ def _zero(_: Any) -> int:
 _MISSING = object()
 
 
-class FairQueueSubscription(DrainSubscription, StageLink):
+class FairQueueSubscription(DrainSubscription, UpstreamLink):
     """Subscriber to upstream, subscription to downstream, and the per-tenant admission
     extension for upstream (:meth:`room_for`, :meth:`demand_for`) plus the completion hook
     (:meth:`reconcile`). See ``ops.fair_queue`` for the contract."""
 
-    __slots__ = ("upstream", "counters", "capacity", "tenant_of", "cost_of", "priority_of", "weights",
-                 "shares", "held", "total", "reserved", "bands", "active_bands", "received",
-                 "upstream_requested", "upstream_done", "due", "prefetch_due", "finished", "error",
+    __slots__ = (*LINK_SLOTS, "capacity", "tenant_of", "cost_of", "priority_of", "weights", "shares", "held",
+                 "total", "reserved", "bands", "active_bands", "received", "due", "prefetch_due", "finished", "error",
                  "departure", "occupied", "dispatched", "_departed")
 
     def __init__(self, downstream: Subscriber[Any], capacity: int, tenant: Callable[[Any], Hashable] | None,
@@ -126,16 +122,13 @@ class FairQueueSubscription(DrainSubscription, StageLink):
         self.bands: dict[int, _Band] = {}
         self.active_bands: set[int] = set()
         self.received = 0
-        #: total requested from upstream; -1 once upstream is done, so any item is "over"
-        self.upstream_requested = 0
-        self.upstream_done = False
         #: items that left (dispatched or refused) and are not yet asked for again upstream
         self.due = 0
         self.prefetch_due = False
         self.finished = False
         self.error: BaseException | None = None
         self.set_weights(weight or {})
-        self._link_stage(name)
+        self.link_upstream(name)
 
     # -- the admission extension (asked by an upstream that knows it, e.g. the HTTP edge) -------
     def fits(self, tenant: Hashable) -> bool:
@@ -151,7 +144,7 @@ class FairQueueSubscription(DrainSubscription, StageLink):
         """True iff an item for ``tenant`` emitted now is kept: there is outstanding demand and
         the tenant's share or the shared pool has room. A synchronous question on the loop: the
         answer holds until the next signal."""
-        if self.cancelled or self.upstream_done or self.upstream_requested - self.received <= 0:
+        if self.cancelled or self.upstream_outstanding <= 0:  # 0 once upstream is done
             return False
         return self.fits(tenant)
 
@@ -160,7 +153,7 @@ class FairQueueSubscription(DrainSubscription, StageLink):
         demand): its unused share plus the free shared pool."""
         if self.cancelled or self.upstream_done:
             return 0
-        outstanding = self.upstream_requested - self.received
+        outstanding = self.upstream_outstanding
         own = max(0, self.shares.get(tenant, 0) - self.held.get(tenant, 0))
         pool = max(0, self.capacity - self.occupied - self.reserved)
         return max(0, min(outstanding, own + pool, self.capacity - self.occupied))
@@ -195,15 +188,11 @@ class FairQueueSubscription(DrainSubscription, StageLink):
         self.drain()  # the first request is made from inside the drain loop
 
     def on_next(self, item: Any) -> None:
-        if self.upstream_done:
-            return  # in flight after a cancel (§3.12)
-        received = self.received + 1
-        if received > self.upstream_requested:
-            self._fail_holding(item, MissingBackpressureError(
-                f"Reactive Streams §1.1: upstream of stage {self.counters.stage!r} emitted {item!r} beyond "
-                f"the {self.upstream_requested} items requested"))
+        # accept(): late items are ignored (§3.12); an overrun (§1.1) drops-and-tells what is
+        # held and this item, cancels upstream and fails the stage (UpstreamLink's rule)
+        if not self.accept(item):
             return
-        self.received = received
+        self.received += 1
         try:
             tenant = self.tenant_of(item)
             priority = self.priority_of(item)
@@ -226,22 +215,17 @@ class FairQueueSubscription(DrainSubscription, StageLink):
             self.due += 1
         self.drain()
 
-    def on_error(self, error: BaseException) -> None:
-        if self.upstream_done:
-            return
-        self.upstream_done = True
-        self.upstream_requested = -1
+    def _upstream_finished(self, error: BaseException | None) -> None:
         self.error = error  # delivered after the held items, as buffer does
         self.finished = True
         self.drain()
 
-    def on_complete(self) -> None:
-        if self.upstream_done:
-            return
-        self.upstream_done = True
-        self.upstream_requested = -1
-        self.finished = True
-        self.drain()
+    def _held_items(self) -> list[Any]:
+        return [entry[0] for band in self.bands.values() for flow in band.active.values() for entry in flow.items]
+
+    def _upstream_overrun(self, error: BaseException) -> None:
+        self._clear()
+        self.fail(error)
 
     # -- queue ---------------------------------------------------------------------------------
     def _enqueue(self, tenant: Hashable, priority: int, item: Any, cost: float) -> None:
@@ -304,12 +288,14 @@ class FairQueueSubscription(DrainSubscription, StageLink):
     def _on_departure(self, item: Any) -> None:
         # Called by the departure hook, possibly from inside our own on_next call downstream
         # (the executor started the item): the drain below is then folded into the running pass.
-        if self.cancelled:
+        # Ignored once this stage was cancelled or cut off from upstream (failing: what it held
+        # is being told); after upstream merely completed, departures still free places.
+        if self.cancelled or (self.upstream_done and not self.finished):
             return
         tenant = self.dispatched.pop(id(item), _MISSING)
         if tenant is _MISSING:
             if not self._withdraw(item):
-                return  # not held any more (the stage was cleared)
+                return  # not held any more
             self.counters.drop("cancelled")
         else:
             self._vacate(tenant)
@@ -321,7 +307,7 @@ class FairQueueSubscription(DrainSubscription, StageLink):
         priority = self.priority_of(item)
         band = self.bands.get(priority)
         flow = band.active.get(self.tenant_of(item)) if band is not None else None
-        if flow is None:
+        if band is None or flow is None:
             return False
         for index, entry in enumerate(flow.items):
             if entry[0] is item:
@@ -330,7 +316,7 @@ class FairQueueSubscription(DrainSubscription, StageLink):
         else:
             return False
         if not flow.items:
-            self._deactivate(band, flow, priority)  # type: ignore[arg-type]
+            self._deactivate(band, flow, priority)
         self.total -= 1
         self._vacate(flow.tenant)
         return True
@@ -338,9 +324,7 @@ class FairQueueSubscription(DrainSubscription, StageLink):
     def _drain(self) -> None:
         if self.prefetch_due:
             self.prefetch_due = False
-            if not self.upstream_done:
-                self.upstream_requested = self.capacity
-                self.upstream.request(self.capacity)  # type: ignore[union-attr]
+            self.request_upstream(self.capacity)
         r = self.requested
         e = 0
         if r and self.total:
@@ -367,8 +351,7 @@ class FairQueueSubscription(DrainSubscription, StageLink):
         due = self.due
         if due and not self.upstream_done:
             self.due = 0
-            self.upstream_requested += due
-            self.upstream.request(due)  # type: ignore[union-attr]  # one more per item gone
+            self.request_upstream(due)  # one more per item gone
         if not self.total and self.finished:
             if self.error is not None:
                 self._error(self.error)
@@ -380,12 +363,10 @@ class FairQueueSubscription(DrainSubscription, StageLink):
         """Fail the stage: tell ``item`` and every held item (``"error"``), cancel upstream."""
         if self.upstream_done or self.cancelled:
             return
-        held = [entry[0] for band in self.bands.values() for flow in band.active.values() for entry in flow.items]
-        self.counters.drop("error", len(held) + 1)
+        self.cancel_upstream()
+        discard_all((*self._held_items(), item), "error", self.counters)
         self._clear()
         self.fail(error)
-        for dropped in (*held, item):  # after fail(): a departure hook calling back asks for nothing
-            discard(dropped, "error")
 
     def _clear(self) -> None:
         for band in self.bands.values():
@@ -400,11 +381,7 @@ class FairQueueSubscription(DrainSubscription, StageLink):
         self.reserved = sum(self.shares.values())
 
     def _release(self) -> None:
-        if not self.upstream_done:
-            self.upstream_done = True
-            self.upstream_requested = -1
-            if self.upstream is not None:
-                self.upstream.cancel()
+        self.cancel_upstream()
         self._clear()
         self.counters.items_in = self.received
         self.counters.items_out = self.emitted

@@ -34,6 +34,21 @@ def test_testing_section_example_passes(tmp_path: Path) -> None:
     assert "3 passed" in output
 
 
+def test_write_your_own_operator_example_passes(tmp_path: Path) -> None:
+    module, test_file = python_blocks("## Write your own operator")
+    (tmp_path / "conftest.py").write_text('pytest_plugins = ["rxpipe.testing.pytest_plugin"]\n')
+    (tmp_path / "pairs.py").write_text(module)
+    (tmp_path / "test_pairs.py").write_text(test_file)
+    code, output = run([sys.executable, "-m", "pytest", "-q", "-W", "error", "-p", "no:cacheprovider",
+                        "test_pairs.py"], tmp_path, tmp_path)
+    assert code == 0, output
+    assert "3 passed" in output
+
+
+def test_the_architecture_page_is_linked() -> None:
+    assert "(docs/architecture.md)" in README and (ROOT / "docs" / "architecture.md").is_file()
+
+
 def test_tour_examples_run(tmp_path: Path) -> None:
     blocks = [b for b in python_blocks("## A short tour") if "def pipeline(config" not in b]
     assert len(blocks) == 3

@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import logging
 from abc import ABC, abstractmethod
 from typing import Callable
 
-from .._demand import log
 from . import _metrics
 from .records import Completion, CompletionRequest
 
 __all__ = ["Engine"]
+
+log = logging.getLogger("rxpipe")
 
 
 class Engine(ABC):

@@ -18,10 +18,10 @@ import secrets
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
-from .._demand import EMPTY_SUBSCRIPTION, DrainSubscription
 from .._protocol import UNBOUNDED, Subscriber
 from ..errors import DroppedError, ProtocolViolationError
 from ..flowable import Flowable
+from ..stage import EMPTY_SUBSCRIPTION, DrainSubscription
 
 if TYPE_CHECKING:
     from .base import Engine

@@ -12,13 +12,13 @@ from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
-from .._demand import EMPTY_SUBSCRIPTION, DrainSubscription
 from .._protocol import UNBOUNDED, Subscriber
 from ..engines import Completion, CompletionRequest, CompletionResult
 from ..errors import EngineUnavailableError, RxPipeError
 from ..flowable import Flowable
 from ..metrics import StageCounters, StageStatistics, track
 from ..runtime import Service
+from ..stage import EMPTY_SUBSCRIPTION, DrainSubscription
 from ._config import GatewayConfig
 from ._metrics import count_finished, count_rejection, outcome_of
 from ._policy import DrainMeter, KeyBuckets, Refusal, clamp_retry_after

@@ -15,7 +15,8 @@ wherever they wait (this queue, ``batch``, the executor). An item without a ``re
 (or with a plain future) departs when it is delivered downstream (the queue then behaves as
 ``limit_rate(capacity, 1)``).
 
-State machine (one subscription): ``outstanding`` (requested, not arrived), ``unstarted``
+State machine (one subscription): ``upstream_outstanding`` (requested, not arrived; the
+:class:`~rxpipe.stage.UpstreamLink`'s counter, with its overrun, cancel-once and terminal rules), ``unstarted``
 (arrived, not departed), the FIFO ``queue`` of ``(item, tracked)``; on subscribe → request
 ``capacity``; on item → enqueue and drain; on departure → request one more; on downstream
 request → drain (deliver up to demand, skipping items whose client already left); on upstream
@@ -29,11 +30,10 @@ import logging
 from collections import deque
 from typing import Any, Callable
 
-from .._demand import DrainSubscription, StageLink, discard
 from .._protocol import UNBOUNDED, Subscriber
-from ..errors import MissingBackpressureError
 from ..flowable import Flowable, Operator
 from ..metrics import StageStatistics
+from ..stage import LINK_SLOTS, DrainSubscription, UpstreamLink
 
 __all__ = ["edge_queue", "EdgeQueueFlowable", "ReplyFuture", "reply_departure"]
 
@@ -90,16 +90,12 @@ def reply_departure(item: Any, callback: Callable[[Any], None]) -> bool:
     return True
 
 
-class _EdgeQueueSubscription(DrainSubscription, StageLink):
-    __slots__ = ("upstream", "upstream_done", "capacity", "outstanding", "unstarted", "received", "queue",
-                 "finished", "error", "counters", "_departed")
+class _EdgeQueueSubscription(DrainSubscription, UpstreamLink):
+    __slots__ = (*LINK_SLOTS, "capacity", "unstarted", "received", "queue", "finished", "error", "_departed")
 
     def __init__(self, downstream: Subscriber[Any], capacity: int, name: str) -> None:
         super().__init__(downstream)
-        self.upstream_done = False
         self.capacity = capacity
-        #: requested upstream and not yet arrived
-        self.outstanding = 0
         #: arrived and not yet departed (started, failed, dropped or abandoned)
         self.unstarted = 0
         self.received = 0
@@ -107,25 +103,18 @@ class _EdgeQueueSubscription(DrainSubscription, StageLink):
         self.finished = False
         self.error: BaseException | None = None
         self._departed = self._on_departure  # bound once: one callback object for every item
-        self._link_stage(name)
+        self.link_upstream(name)
 
     # -- upstream signals ----------------------------------------------------------------------
     def _upstream_ready(self) -> None:
         self._top_up()
 
     def on_next(self, item: Any) -> None:
-        if self.upstream_done:
-            return  # in flight after cancel (§3.12)
-        if self.outstanding <= 0:
-            held = [entry[0] for entry in self.queue] + [item]
-            self.counters.drop("error", len(held))
-            self.fail(MissingBackpressureError(
-                f"Reactive Streams §1.1: upstream of stage {self.counters.stage!r} emitted {item!r} beyond "
-                f"the {self.received} items requested"))
-            for request in held:  # after fail(): a settled reply must not ask upstream for more
-                discard(request, "error")  # each request's client gets an answer
+        # accept(): late items are ignored (§3.12); an overrun (§1.1) drops-and-tells the queued
+        # requests and this one (each client gets an answer; upstream is already cancelled, so
+        # the departures that settles ask for nothing more) and fails the stage
+        if not self.accept(item):
             return
-        self.outstanding -= 1
         self.received += 1
         self.unstarted += 1
         reply = getattr(item, "reply", None)
@@ -138,18 +127,12 @@ class _EdgeQueueSubscription(DrainSubscription, StageLink):
             self._purge()
         self.drain()
 
-    def on_error(self, error: BaseException) -> None:
-        if self.upstream_done:
-            return
-        self.upstream_done = True
-        self.error = error
-        self.finished = True
-        self.drain()
+    def _held_items(self) -> Any:
+        return [entry[0] for entry in self.queue]
 
-    def on_complete(self) -> None:
-        if self.upstream_done:
-            return
-        self.upstream_done = True
+    def _upstream_finished(self, error: BaseException | None) -> None:
+        # upstream's terminal signal follows the queued items, as buffer's does
+        self.error = error
         self.finished = True
         self.drain()
 
@@ -166,10 +149,9 @@ class _EdgeQueueSubscription(DrainSubscription, StageLink):
     def _top_up(self) -> None:
         if self.upstream_done or self.cancelled:
             return
-        n = self.capacity - self.outstanding - self.unstarted
+        n = self.capacity - self.upstream_outstanding - self.unstarted
         if n > 0:
-            self.outstanding += n  # before request(): a synchronous upstream re-enters on_next
-            self.upstream.request(n)  # type: ignore[union-attr]
+            self.request_upstream(n)
 
     def _purge(self) -> None:
         """Drop queued items whose client already left (their reply is settled): each of them
@@ -218,10 +200,7 @@ class _EdgeQueueSubscription(DrainSubscription, StageLink):
                 self._complete()
 
     def _release(self) -> None:
-        if not self.upstream_done:
-            self.upstream_done = True
-            if self.upstream is not None:
-                self.upstream.cancel()
+        self.cancel_upstream()
         self.queue.clear()
         counters = self.counters
         counters.items_in = self.received
