@@ -471,12 +471,7 @@ class Gateway(Flowable[CompletionRequest], Service):
         shown = f"[{bound_host}]" if ":" in bound_host else bound_host
         self.url = f"http://{shown}:{bound_port}"
         if self.tenant_gate is not None and not self._sighup:
-            try:
-                asyncio.get_running_loop().add_signal_handler(signal.SIGHUP, self.reload_tenants)
-                self._sighup = True
-            except (ValueError, RuntimeError, NotImplementedError):  # not the main thread, or no signals
-                log.warning("SIGHUP cannot reload the tenants file here (not the main thread); "
-                            "call Gateway.reload_tenants() instead")
+            self._sighup = _on_sighup(self, True)
         return self.url
 
     async def drain(self, timeout_s: float) -> None:
@@ -518,8 +513,36 @@ class Gateway(Flowable[CompletionRequest], Service):
 
     async def stop(self) -> None:
         if self._sighup:
-            self._sighup = False
-            asyncio.get_running_loop().remove_signal_handler(signal.SIGHUP)
+            self._sighup = _on_sighup(self, False)
         if self._runner is not None:
             runner, self._runner = self._runner, None
             await runner.cleanup()
+
+
+#: gateways serving with a tenants file: one SIGHUP reloads each of them
+_RELOADING: set[Gateway] = set()
+
+
+def _reload_all() -> None:
+    for gateway in list(_RELOADING):
+        gateway.reload_tenants()
+
+
+def _on_sighup(gateway: Gateway, on: bool) -> bool:
+    """Register (``on``) or unregister ``gateway`` for SIGHUP; the loop's handler is installed
+    with the first and removed with the last. Returns whether ``gateway`` is registered."""
+    loop = asyncio.get_running_loop()
+    if not on:
+        _RELOADING.discard(gateway)
+        if not _RELOADING:
+            loop.remove_signal_handler(signal.SIGHUP)
+        return False
+    if not _RELOADING:
+        try:
+            loop.add_signal_handler(signal.SIGHUP, _reload_all)
+        except (ValueError, RuntimeError, NotImplementedError):  # not the main thread, or no signals
+            log.warning("SIGHUP cannot reload the tenants file here (not the main thread); "
+                        "call Gateway.reload_tenants() instead")
+            return False
+    _RELOADING.add(gateway)
+    return True

@@ -178,6 +178,10 @@ async def test_tpm_refuses_at_the_request_the_arithmetic_says_with_exact_headers
         assert f"needs {prompt_tokens + 2500} tokens" in error["error"]["message"]
         assert "limit of 2000 tokens per minute" in error["error"]["message"]
         assert too_big["Retry-After"] == "60"
+        # every answer carries them, a 400 too
+        status, invalid, error = await post(http, url, {"prompt": "hi", "max_tokens": 9000}, headers)
+        assert status == 400 and error["error"]["code"] == "context_length_exceeded"
+        assert invalid["x-ratelimit-limit-tokens"] == "2000" and "x-ratelimit-remaining-tokens" in invalid
         # an unlimited tenant (the default) gets no x-ratelimit headers
         status, free, _ = await post(http, url, {"prompt": "hi", "max_tokens": 5})
         assert status == 200 and not any(h.lower().startswith("x-ratelimit") for h in free)
@@ -341,3 +345,19 @@ async def test_a_request_whose_client_leaves_before_it_starts_gives_its_tokens_b
     assert status == 200
     # 2000 − (need + 60) − (need + 1), plus a little refill; the 900 tokens came back
     assert 0 <= int(answer["x-ratelimit-remaining-tokens"]) - (2000 - 2 * need - 61) <= 40
+
+
+async def test_one_sighup_reloads_every_gateway_of_the_process(tmp_path: Path) -> None:
+    paths = [Path(tenants_file(tmp_path, {"t": {}}, f"t{i}.json")) for i in range(2)]
+    pipelines = [load_pipeline(GATEWAY, {"tenants_file": str(path), **FAST}) for path in paths]
+    async with pipelines[0].start(port=0) as first, pipelines[1].start(port=0) as second, session() as http:
+        for path in paths:
+            path.write_text(json.dumps({"t": {"rpm": 3}}))
+        assert signal.getsignal(signal.SIGHUP) not in (signal.SIG_DFL, None)  # the loop handles it
+        signal.raise_signal(signal.SIGHUP)
+        await asyncio.sleep(0.05)  # the loop runs the handler
+        for running in (first, second):
+            status, headers, _ = await post(http, running.url or "", {"prompt": "hi", "max_tokens": 1},
+                                            {"x-rxpipe-tenant": "t"})
+            assert status == 200 and headers["x-ratelimit-limit-requests"] == "3"
+    assert signal.getsignal(signal.SIGHUP) == signal.SIG_DFL  # both stopped: the handler is gone
