@@ -353,3 +353,46 @@ def test_items_dispatched_and_not_departed_still_take_their_tenants_share() -> N
     assert stage.room_for("b") and stage.demand_for("b") == 2  # b's share was kept for it
     hook.callbacks["a1"]()
     assert stage.room_for("a") and stage.demand_for("b") == 2
+
+
+@settings(max_examples=200, deadline=None)
+@given(steps=st.lists(st.tuples(st.sampled_from(["emit", "request", "start", "leave"]),
+                                st.sampled_from(["a", "b", "c"]), st.integers(0, 7)), max_size=80))
+def test_with_departures_the_bound_and_the_shares_hold_whatever_happens(steps: list[tuple[str, str, int]]) -> None:
+    """An edge that asks ``room_for`` before emitting, a consumer that requests, requests that start
+    downstream, clients that leave while queued: at every step, items received and not departed
+    plus outstanding demand stay within capacity, a tenant under its share has room, and nothing
+    is ever shed."""
+    hook = Hooked()
+    pub = TestPublisher[Req]()
+    ts = TestSubscriber[Req]()
+    capacity, shares = 6, {"a": 3, "b": 3}  # weights a 1, b 1; c is unnamed: the pool only
+    pub.pipe(fq(capacity, {"a": 1, "b": 1}, departure=hook)).subscribe(ts)
+    stage = ts.subscription.upstream  # type: ignore[union-attr]
+    emitted: list[Req] = []
+    departed: set[str] = set()
+    for number, (action, tenant, n) in enumerate(steps):
+        if action == "emit" and stage.room_for(tenant):
+            item = Req(f"{tenant}{number}", tenant=tenant)
+            emitted.append(item)
+            pub.emit(item)
+        elif action == "request" and n:
+            ts.request(n)
+        elif action in ("start", "leave"):
+            # start: a dispatched item starts downstream; leave: a queued item's client leaves
+            dispatched = {r.name for r in ts.values}
+            pool = [r for r in emitted if r.name not in departed and (r.name in dispatched) == (action == "start")]
+            if pool:
+                chosen = pool[n % len(pool)]
+                departed.add(chosen.name)
+                hook.callbacks[chosen.name]()
+        outstanding = pub.total_requested - len(emitted)
+        alive = len(emitted) - len(departed)
+        assert alive + outstanding <= capacity
+        assert stage.occupied == alive
+        for t, share in shares.items():
+            held = sum(1 for r in emitted if r.tenant == t and r.name not in departed)
+            if held < share:
+                assert stage.room_for(t), (t, held)
+    assert all(not r.discarded for r in emitted)
+    assert stage.statistics().dropped.get("tenant_full", 0) == 0
