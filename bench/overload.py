@@ -3,7 +3,7 @@
     .venv/bin/python bench/overload.py [--duration 15] [--warmup 10] [--scenario default budget ...]
 
 What runs. For each scenario a fresh server process, ``rxpipe run bench/overload_pipeline.py``
-(``pipelines/llm_gateway.py``'s graph gateway → rate_limit → buffer → batch → execute, on
+(``pipelines/llm_gateway.py``'s graph gateway → rate_limit → edge_queue → batch → execute, on
 ``SimulatedEngine.per_request(slots=8, base_s=0.02, per_token_s=0.002, tokens=(16, 64))``: a request
 of n tokens holds one of 8 slots for 0.02 + 0.002·n s, so capacity = 8 / 0.1 s = 80 req/s), output
 in a log file. This process is the load generator: open-loop Poisson arrivals (aiohttp,
@@ -11,16 +11,16 @@ in a log file. This process is the load generator: open-loop Poisson arrivals (a
 ``max_tokens`` (the engine draws 16–64 tokens), no retries. ``--warmup`` seconds of load fill the
 queue first; the next ``--duration`` seconds are measured: every answer that arrives inside that
 window counts, whenever its request was sent (a rate of answers, like the server's throughput;
-counting by send time instead would be off by up to one queue refill, 75 requests, because the
-buffer asks its upstream for 75 at a time and the gateway admits them in a burst).
+counting by send time instead would be off by up to one queue's worth of requests admitted ahead
+of their answers).
 
 Scenarios (``--scenario``, default all):
     default  5× capacity (400 req/s), queue_capacity=100 (the pipeline's default), no latency budget
     budget   5× capacity, latency_budget_s=0.5 (429 deadline when the estimated queue wait is over it)
     queue64  5× capacity, DESIGN's baseline "a fixed 64-deep queue": queue_capacity=64, no budget
     fifo64   5× capacity, the same baseline taken literally: a 64-deep FIFO kept full (the queue
-             stage is ``limit_rate(64, 1)``, which asks for one more after every departure, instead
-             of ``buffer(64)``, which refills 48 at a time and so holds 16–64 under overload)
+             stage is ``limit_rate(64, 1)``, which asks for one more after every item that leaves
+             it, where the default ``edge_queue(64)`` counts a request until it starts running)
     sanity   1× capacity (80 req/s), queue_capacity=100, no budget
 
 Options: ``--set KEY=VALUE`` adds a server setting to every scenario (any key of

@@ -5,7 +5,7 @@
 The graph is the one of ``pipelines/llm_gateway.py`` stage for stage, with the same names and the
 same defaults (its ``settings()`` fills them in)::
 
-    gateway ─> rate_limit(rate, burst) ─> buffer(queue_capacity) ─> batch(batch_max_size,
+    gateway ─> rate_limit(rate, burst) ─> edge_queue(queue_capacity) ─> batch(batch_max_size,
         batch_max_delay_s) ─> execute(SimulatedEngine.per_request(slots, base_s, per_token_s, tokens))
 
 Only the engine differs: DESIGN §10's overload model, ``slots`` independent slots where a request
@@ -17,9 +17,9 @@ Settings (``--set key=value``), besides every key of ``pipelines/llm_gateway.py`
 
     slots=8, base_s=0.02, per_token_s=0.002, tokens=[16, 64], seed=0   the engine (s, s, tokens)
     server_timing=true      add the benchmark's timing middleware (below)
-    queue_low_tide=null     null: the queue is ``buffer(queue_capacity)`` as in the gateway pipeline
-                            (it refills by the prefetch rule, ``capacity - capacity // 4`` at a time,
-                            so under overload it holds between a quarter of and all its capacity);
+    queue_low_tide=null     null: the queue is ``edge_queue(queue_capacity)`` as in the gateway
+                            pipeline (one more per request that starts: full under overload, and
+                            counting what ``batch`` holds);
                             an int: ``limit_rate(queue_capacity, queue_low_tide)`` instead; 1 makes a
                             plain FIFO that is topped up after every departure (always full under
                             overload), the "fixed 64-deep queue" of DESIGN §10 with queue_capacity=64

@@ -10,7 +10,7 @@ Marble legend: ``-`` time, letters items, ``|`` completion, ``#`` error, ``^n`` 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Awaitable, Callable, Hashable, TypeVar
+from typing import TYPE_CHECKING, Any, Awaitable, Callable, Hashable, Mapping, TypeVar
 
 from rxpipe._fusion import fuse
 from rxpipe.flowable import DEFAULT_PREFETCH, Flowable, Operator
@@ -31,7 +31,7 @@ if TYPE_CHECKING:
 
 __all__ = ["map", "filter", "scan", "take", "skip", "tap", "buffer", "limit_rate", "batch", "rate_limit",
            "map_async", "timeout", "merge", "broadcast", "group_by", "Retry", "CircuitBreaker",
-           "GroupedFlowable", "execute"]
+           "GroupedFlowable", "execute", "fair_queue"]
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -98,7 +98,7 @@ def take(n: int, *, name: str | None = None) -> Operator:
     """Emit the first ``n`` items, then cancel upstream and complete.
 
         source:  -a-b-c-d-
-        output:  -a-b|           take(2): upstream sees cancel right after b
+        output:  -a-(b|)         take(2): completes with b; upstream sees cancel right after b
 
     Demand: never requests more than ``n`` in total from upstream (Reactor's
     ``take(n, limitRequest=true)``); ``take(0)`` completes at once without subscribing upstream.
@@ -157,18 +157,18 @@ def buffer(capacity: int, overflow: str = "backpressure", *, name: str | None = 
     An async boundary (a queue stage). ``overflow="backpressure"`` (capacity=4: request(4) at
     subscribe, then request(3) each time 3 = 4 - 4 // 4 more items went downstream)::
 
-        upstream:  ^4        ^3
+        upstream:  ^4       ^3
         source:    -a-b-c-d----e-f-g-|
         demand:    ---------^3----------^9
-        output:    ---------abc---------defg|
+        output:    ---------(abc)-----------(defg|)
 
     Shedding strategies (capacity=2; upstream is asked for UNBOUNDED at subscribe)::
 
         source:         -a-b-c-d-|
         demand:         ----------^9
-        drop_incoming:  ----------ab|      c, d dropped on arrival
-        drop_oldest:    ----------cd|      a, b evicted by c, d
-        error:          ----------ab#      BufferOverflowError; upstream cancelled when c arrived
+        drop_incoming:  ----------(ab|)    c, d dropped on arrival
+        drop_oldest:    ----------(cd|)    a, b evicted by c, d
+        error:          ----------(ab#)    BufferOverflowError; upstream cancelled when c arrived
 
     Demand: ``"backpressure"`` prefetches ``capacity`` at subscribe whatever the downstream
     demand, then replenishes by the DESIGN §2 rule, so items emitted upstream but not yet
@@ -195,7 +195,7 @@ def buffer(capacity: int, overflow: str = "backpressure", *, name: str | None = 
 def limit_rate(high_tide: int, low_tide: int | None = None, *, name: str | None = None) -> Operator:
     """Reshape downstream demand into requests of ``high_tide`` then ``low_tide`` items.
 
-        upstream:  ^8           ^2          ^2        limit_rate(8, 2)
+        upstream:  ^8          ^2          ^2         limit_rate(8, 2)
         source:    -abcdefgh-----ij----------kl-
         demand:    ---------^1-^1-------^1-^1-
         output:    ---------a--b--------c--d--
@@ -226,15 +226,20 @@ def batch(max_size: int, max_delay_s: float | None = None, *, weight: Callable[[
 
         source:  -a-b-c----d---------e-|
         demand:  ^1-------^1------------^1
-        output:  -----[abc]----[d]------[e]|     batch(3, max_delay_s=4 ticks): [abc] by size,
-                                                 [d] by time, [e] at completion once demanded
+        output:  -----x--------y--------(z|)     batch(3, max_delay_s=4 columns)
+
+    ``x = [a, b, c]`` by size; ``y = [d]`` by time, 4 columns after ``d``; ``z = [e]`` at
+    completion, once demanded.
 
     A batch closes when it holds ``max_size`` items, when ``max_delay_s`` passed since its first
     item, or when the next item would push its weight over ``max_weight`` (that item starts the
     next batch; an item heavier than ``max_weight`` on its own goes alone)::
 
-        weight=len, max_weight=10:  "aaaa" "bbbb" "cc" "dddddddddddd" "e" |
-        output:                     [aaaa, bbbb, cc] [dddddddddddd] [e] |
+        source:  -a-b-c-d-e-|        a="aaaa" b="bbbb" c="cc" d="dddddddddddd" e="e"
+        demand:  ^*
+        output:  -----x-y---(z|)     batch(8, weight=len, max_weight=10)
+
+    ``x = [a, b, c]`` (weight 10 reached), ``y = [d]`` (12 > 10 alone), ``z = [e]``.
 
     Demand (Akka ``groupedWithin``): a batch is emitted only when downstream asked for one (one
     ``request(1)`` = one batch). A timer that fires without demand leaves the batch open: it
@@ -270,9 +275,9 @@ def batch(max_size: int, max_delay_s: float | None = None, *, weight: Callable[[
 def rate_limit(rate: float, burst: int = 1, *, name: str | None = None) -> Operator:
     """Shape the flow to at most ``rate`` items per second, with bursts of up to ``burst``.
 
-        source:   0 1 2 3 4 5 6 7 8 9|      rate_limit(20, burst=5), downstream ^UNBOUNDED
-        t (s):    0                0.05 0.10 0.15 0.20 0.25
-        output:   (01234)          5    6    7    8    9|
+        source:  (0123456789|)                   rate_limit(20, burst=5); one column = 10 ms
+        demand:  ^*
+        output:  (01234)----5----6----7----8----(9|)
 
     A token bucket on the loop clock: capacity ``burst`` tokens, full at start, refilled at
     ``rate`` tokens per second; an idle period or a forward clock jump never refills it beyond
@@ -309,9 +314,10 @@ def map_async(fn: Callable[[T], Awaitable[R]], concurrency: int = 1, ordered: bo
               name: str | None = None) -> Operator:
     """Transform each item with a coroutine function, at most ``concurrency`` calls at a time.
 
-        source:    -a-b-c|            concurrency=2; fn takes 4 s for a, 1 s for b and c
-        ordered:   -----(ab)c|        b, done at 4, waits for a: (ab) = the same instant (t=5)
-        unordered: ----bac|           ordered=False: completion order (t=4, 5, 6)
+        source:     -a-b-c|          concurrency=2, one column = 1 s; fn takes 4 s for a, 1 s for b, c
+        demand:     ^*
+        ordered:    -----(ab)(c|)    b, done at 4, waits for a: (ab) = the same instant (t=5)
+        unordered:  ----ba(c|)       ordered=False: completion order (t=4, 5, 6)
 
     ``fn``: ``async def fn(item) -> result``; one task per call, nothing else per item.
     Demand: a slot is taken when an item is requested upstream and freed when its result went
@@ -351,17 +357,23 @@ def map_async(fn: Callable[[T], Awaitable[R]], concurrency: int = 1, ordered: bo
 def timeout(seconds: float, mode: str = "idle", *, name: str | None = None) -> Operator:
     """Signal ``TimeoutError`` when a requested item is late; upstream is then cancelled.
 
-    seconds=5, one character = 1 s:
+    seconds=5, one column = 1 s. Idle mode: ``TimeoutError`` 5 s after ``a``, ``b`` still wanted::
 
-        idle:    demand:  ^2
-                 source:  -a------
-                 output:  -a----#          # = TimeoutError 5 s after a, b still wanted
-        idle:    demand:  ^1         ^1
-                 source:  -a-----------b|  nothing wanted from a to the second ^1:
-                 output:  -a-----------b|  that wait does not count
-        item:    demand:  ^2 ^1
-                 source:  -a--b----
-                 output:  -a--b---#        a, b due at 5 (in time); the third due at 3 + 5 = 8
+        demand:  ^2
+        source:  -a------
+        output:  -a----#
+
+    Idle mode: nothing is wanted from ``a`` to the second ``^1``, so that wait does not count::
+
+        demand:  ^1         ^1
+        source:  -a-----------b|
+        output:  -a-----------b|
+
+    Item mode: ``a``, ``b`` are due at 5 (in time); the third item is due at 3 + 5 = 8::
+
+        demand:  ^2 ^1
+        source:  -a--b----
+        output:  -a--b---#
 
     ``mode="idle"``: fails when no item arrives for ``seconds`` while downstream demand is
     outstanding. The clock runs only while some requested item has not arrived; it restarts at
@@ -399,7 +411,7 @@ def merge(*others: Flowable[Any], prefetch: int = DEFAULT_MERGE_PREFETCH, name: 
         source:  -a---b---c-|
         other:   --1-2-3-|
         demand:  ^3         ^9
-        output:  -a-1b------2c3|         round-robin over the inputs that have items
+        output:  -a1-2------(b3c|)       round-robin over the inputs that have items
 
     ``source.pipe(ops.merge(a, b))`` merges source, a and b.
     Demand: emits at most what downstream requested, in total over all inputs. Each input is a
@@ -525,3 +537,100 @@ def execute(engine: Engine, *, name: str | None = None) -> Operator:
     from rxpipe.engines.executor import execute as _execute
 
     return _execute(engine, name=name)
+
+
+# -- many tenants ----------------------------------------------------------------------------------
+def fair_queue(capacity: int, *, tenant: Callable[[Any], Hashable] | None = None,
+               weight: Mapping[Hashable, float] | None = None, cost: Callable[[Any], float] | None = None,
+               priority: Callable[[Any], int] | None = None,
+               departure: Callable[[Any, Callable[[Any], None]], bool] | None = None,
+               name: str | None = None) -> Operator:
+    """A bounded queue shared fairly by tenants: strict priority bands, weighted shares of the
+    queue, and the Virtual Token Counter's service order within a band.
+
+        capacity=16, weight={"a": 1, "b": 1}, cost: 3 tokens per a item, 1 per b item
+        source:  -a1-a2-b1-b2-b3-b4-b5-b6-|
+        demand:  ----------------------------^8
+        output:  ----------------------------a1-b1-b2-b3-a2-b4-b5-b6|
+                 (counters after each: a 3; b 1, 2, 3; tie at 3 → a, activated first: a 6; b 4, 5, 6)
+
+    Service order: the highest ``priority(item)`` band that holds items is served first, always
+    (strict bands, as the Kubernetes inference gateway's flow control). Within a band, flows are
+    keyed by tenant and served lowest Virtual Token Counter first (Sheng et al., "Fairness in
+    Serving Large Language Models", OSDI 2024, weighted VTC): dispatching an item adds
+    ``cost(item) / weight[tenant]`` to its tenant's counter; ties go to the flow that became
+    active first. A tenant whose flow becomes active (had nothing queued) is lifted to the
+    minimum counter of the band's active tenants (or, in an idle band, to the counter of the
+    last one that left), so idle time earns no credit. ``cost`` is an estimate charged at
+    dispatch (for LLM requests: prompt tokens + 2 × max or expected output tokens); the real
+    count corrects it at completion through the hook ``reconcile(item, actual_cost)`` on the
+    stage's subscription. Bound (the paper's, in this stage's terms): while two tenants of one
+    band both have items queued, the weighted service they get between any two instants —
+    the sum of ``cost / weight`` of their dispatched items — differs by at most 2 × the largest
+    ``cost / weight`` of one item (before reconciliation).
+
+    Shares: a tenant named in ``weight`` owns ``floor(capacity × w / Σw)`` places of the queue.
+    An item is kept iff its tenant holds fewer than its share, or the shared pool (capacity minus
+    the items held and minus every tenant's *unused* share) has a place. So a tenant within its
+    weighted share is never refused because another tenant filled the queue, and the queue never
+    holds more than ``capacity`` items. Tenants not in ``weight`` have weight 1 and share 0 (only
+    the pool). With ``weight=None`` there are no shares: a bounded VTC queue.
+
+    Demand and the admission extension. Toward downstream it is an ordinary queue stage: it
+    emits only what was requested. Toward upstream it requests ``capacity`` at subscribe, then
+    exactly one more per item that left it (dispatched downstream, or refused on arrival as
+    below) — the smooth one-per-departure rule of the HTTP edge — so held items plus outstanding
+    upstream demand never exceed ``capacity``. Per-tenant admission is a small extension of that
+    protocol: the subscription this stage hands upstream (the stage itself) also answers
+    ``room_for(tenant) -> bool`` (there is outstanding demand *and* an item for that tenant would
+    be kept) and ``demand_for(tenant) -> int`` (how many in a row would be kept, <= the
+    outstanding demand). Both are synchronous questions on the loop thread whose answers hold
+    until the next signal, so "ask, then ``on_next``" is atomic. They refine ``request(n)``, never
+    replace it: §1.1 still holds (an upstream may emit at most what was requested in total,
+    whatever it asked), and an upstream that does not know the extension just sees ordinary
+    ``request(n)`` demand. An item emitted within demand for a tenant without room is not a
+    protocol violation, so it is not answered with ``MissingBackpressureError``; keeping it
+    would take another tenant's reserved place, so it is shed with a tell —
+    ``on_discard("tenant_full")`` on the item (a ``CompletionRequest``'s client gets its answer),
+    counted as dropped with reason ``tenant_full`` — and its unit of demand is requested again.
+    An upstream that asks ``room_for`` first never has an item shed.
+
+    Departure (the exact bound at an HTTP edge). By default an item departs — frees its place
+    and its tenant's share, and lets one more in upstream — when it is dispatched downstream.
+    With ``departure``, the stage calls ``departure(item, callback)`` for each item it keeps; if
+    that returns True the item departs only when ``callback(item)`` is called (once), and until
+    then it still counts against the capacity and its tenant's share, wherever it waits
+    downstream. The gateway passes :func:`rxpipe.gateway.reply_departure`, which calls back when
+    the request starts on the engine (or fails, or its client leaves), so admitted and not
+    running requests never exceed ``capacity``, counting what ``batch`` holds — the bound
+    :func:`rxpipe.gateway.edge_queue` keeps for one tenant. A callback for an item still queued
+    (its client left) withdraws it (no VTC charge; counted as dropped, reason ``cancelled``).
+
+    Args: capacity (items, int >= 1); tenant (item -> hashable tenant; default: one tenant);
+        weight (tenant -> weight > 0, e.g. ``Tenants.weights``); cost (item -> tokens >= 0,
+        default 1 per item); priority (item -> int, higher served first; default 0);
+        departure ((item, callback) -> bool, see above; default: departs when dispatched).
+        ``tenant``, ``priority`` and ``cost`` must be pure (``reconcile`` calls them again) and
+        tenants should come from a bounded set (one flow per tenant and band is kept).
+    Signals: ValueError/TypeError (raised here) for a bad capacity, weight or non-callable. A
+        raising ``tenant``/``priority``/``cost``, a negative or non-number cost or a non-int
+        priority cancels upstream, tells the held items and the item ``on_discard("error")`` and
+        signals the exception. An upstream emitting beyond what was requested signals
+        ``MissingBackpressureError`` the same way. An upstream error or completion is signalled
+        after the held items. Cancel travels upstream and frees the queue.
+    Anchor: Sheng et al., OSDI 2024 (VTC); llm-d / Gateway API Inference Extension flow control
+        (flows keyed by tenant and priority, strict bands); buffer sharing with guaranteed
+        minimums (static partitioning plus a shared pool) in switch buffer management.
+    """
+    from ._fair_queue import FairQueueFlowable
+
+    _check_int("fair_queue", "capacity", capacity, 1)
+    for arg, fn in (("tenant", tenant), ("cost", cost), ("priority", priority), ("departure", departure)):
+        if fn is not None and not callable(fn):
+            raise TypeError(f"fair_queue({arg}=) needs a callable, got {fn!r}")
+    if weight is not None:
+        if not isinstance(weight, Mapping):
+            raise TypeError(f"fair_queue(weight=) needs a mapping tenant -> weight, got {weight!r}")
+        for key, w in weight.items():
+            _check_positive("fair_queue", f"weight[{key!r}]", w)
+    return lambda source: FairQueueFlowable(source, capacity, tenant, weight, cost, priority, name, departure)

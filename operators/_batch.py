@@ -27,27 +27,25 @@ import asyncio
 from collections import deque
 from typing import Any, Callable
 
-from rxpipe._demand import EMPTY_SUBSCRIPTION, DrainSubscription, StageLink, discard
-from rxpipe._protocol import UNBOUNDED, Subscriber
-from rxpipe.errors import MissingBackpressureError
+from rxpipe._protocol import Subscriber
 from rxpipe.flowable import Flowable
 from rxpipe.metrics import StageStatistics
+from rxpipe.stage import EMPTY_SUBSCRIPTION, LINK_SLOTS, Capabilities, DrainSubscription, UpstreamLink, discard_all
 
 __all__ = ["BatchFlowable", "BatchSubscription"]
 
 
-class BatchSubscription(DrainSubscription, StageLink):
+class BatchSubscription(DrainSubscription, UpstreamLink):
     """One run of ``batch``: see the module docstring for the state machine."""
 
-    __slots__ = ("upstream", "upstream_done", "max_size", "max_delay_s", "weight", "max_weight", "loop",
+    __slots__ = (*LINK_SLOTS, "max_size", "max_delay_s", "weight", "max_weight", "loop",
                  "timer", "current", "current_weight", "expired", "ready", "finished",
-                 "upstream_requested", "received", "items_out", "counters")
+                 "received", "items_out")
 
     def __init__(self, downstream: Subscriber[Any], max_size: int, max_delay_s: float | None,
                  weight: Callable[[Any], float] | None, max_weight: float | None,
                  loop: asyncio.AbstractEventLoop | None, name: str) -> None:
         super().__init__(downstream)
-        self.upstream_done = False
         self.max_size = max_size
         self.max_delay_s = max_delay_s
         self.weight = weight
@@ -59,23 +57,19 @@ class BatchSubscription(DrainSubscription, StageLink):
         self.expired = False
         self.ready: deque[list[Any]] = deque()
         self.finished = False
-        #: items requested upstream in total; -1 once upstream is done (any item is then "over")
-        self.upstream_requested = 0
         self.received = 0
         #: items (not batches) delivered downstream; ``emitted`` counts batches
         self.items_out = 0
-        self._link_stage(name)
+        self.link_upstream(name)
 
     # -- upstream signals ----------------------------------------------------------------------
     def _upstream_ready(self) -> None:
         self.drain()  # requests the look-ahead batch
 
     def on_next(self, item: Any) -> None:
-        r = self.received + 1
-        if r > self.upstream_requested:
-            self._overrun(item)
+        if not self.accept(item):
             return
-        self.received = r
+        self.received += 1
         current = self.current
         if self.weight is not None:
             self._add_weighted(item)
@@ -97,7 +91,8 @@ class BatchSubscription(DrainSubscription, StageLink):
                 self._close()
                 closed = True
         except Exception as error:
-            self._discard(1)
+            self.cancel_upstream()
+            discard_all((*self._held_items(), item), "error", self.counters)
             self.fail(error)
             return
         current = self.current
@@ -112,31 +107,18 @@ class BatchSubscription(DrainSubscription, StageLink):
             self.drain()
 
     def on_error(self, error: BaseException) -> None:
-        if self.upstream_done:
+        if not self.upstream_terminated():
             return
-        self.upstream_done = True
-        self.upstream_requested = -1
-        self._discard(0)
+        discard_all(self._held_items(), "error", self.counters)
         self.fail(error)  # at once, ahead of ready batches (Akka and Reactor fail fast here)
 
     def on_complete(self) -> None:
-        if self.upstream_done:
+        if not self.upstream_terminated():
             return
-        self.upstream_done = True
-        self.upstream_requested = -1
         if self.current:
             self._close()
         self.finished = True
         self.drain()
-
-    def _overrun(self, item: Any) -> None:
-        if self.upstream_done or self.cancelled:
-            return  # in flight after cancel, or after termination: ignored
-        requested = self.upstream_requested
-        self._discard(1)
-        self.fail(MissingBackpressureError(
-            f"Reactive Streams §1.1: upstream of stage {self.counters.stage!r} emitted {item!r} beyond "
-            f"the {requested} items requested"))
 
     # -- timer ---------------------------------------------------------------------------------
     def _start_timer(self) -> None:
@@ -166,14 +148,8 @@ class BatchSubscription(DrainSubscription, StageLink):
     def _held(self) -> int:
         return len(self.current) + sum(len(b) for b in self.ready)
 
-    def _discard(self, extra: int) -> None:
-        """Count everything held (plus ``extra`` items in hand) as dropped for an error."""
-        count = self._held() + extra
-        if count:
-            self.counters.drop("error", count)
-            for batch in (self.current, *self.ready):
-                for item in batch:
-                    discard(item, "error")
+    def _held_items(self) -> list[Any]:
+        return [item for batch in (self.current, *self.ready) for item in batch]
 
     # -- drain pass ----------------------------------------------------------------------------
     def _drain(self) -> None:
@@ -193,13 +169,11 @@ class BatchSubscription(DrainSubscription, StageLink):
                 e += 1
                 if self.cancelled:
                     break
-            self.emitted += e
+            self._delivered(e, r)
             self.items_out += items
             counters = self.counters
             counters.items_in = self.received
             counters.items_out = self.items_out
-            if r != UNBOUNDED:
-                self.requested -= e
             if self.cancelled:
                 return
         if self.finished:
@@ -207,20 +181,15 @@ class BatchSubscription(DrainSubscription, StageLink):
                 self._complete()
             return
         if not self.upstream_done:
-            # Outstanding upstream + held = upstream_requested - items_out; top it up to the
-            # allowance: one batch of look-ahead, plus one more while a batch is demanded.
+            # Top outstanding upstream + held up to the allowance: one batch of look-ahead, plus
+            # one more while a batch is demanded.
             allowance = self.max_size * (2 if self.requested else 1)
-            deficit = allowance - (self.upstream_requested - self.items_out)
+            deficit = allowance - self.upstream_outstanding - (self.received - self.items_out)
             if deficit > 0:
-                self.upstream_requested += deficit
-                self.upstream.request(deficit)  # type: ignore[union-attr]
+                self.request_upstream(deficit)
 
     def _release(self) -> None:
-        if not self.upstream_done:
-            self.upstream_done = True
-            self.upstream_requested = -1
-            if self.upstream is not None:
-                self.upstream.cancel()
+        self.cancel_upstream()
         timer = self.timer
         if timer is not None:
             self.timer = None
@@ -243,8 +212,8 @@ class BatchSubscription(DrainSubscription, StageLink):
 class BatchFlowable(Flowable[Any]):
     """The stage ``batch(max_size, max_delay_s, weight=, max_weight=)``.
 
-    ``max_size``, ``max_delay_s``, ``weight`` and ``max_weight`` are public: a downstream
-    executor reads ``max_size`` to request a batch only when it has room for a whole one.
+    It declares ``Capabilities(max_batch_size=max_size)``: a downstream executor (through any
+    pass-through stages) reads it to request a batch only when it has room for a whole one.
     """
 
     kind = "batch"
@@ -257,6 +226,11 @@ class BatchFlowable(Flowable[Any]):
         self.max_delay_s = max_delay_s
         self.weight = weight
         self.max_weight = max_weight
+
+    @property
+    def capabilities(self) -> Capabilities:
+        """Items are lists of at most ``max_size`` elements."""
+        return Capabilities(max_batch_size=self.max_size)
 
     def _subscribe(self, subscriber: Subscriber[Any]) -> None:
         loop: asyncio.AbstractEventLoop | None = None

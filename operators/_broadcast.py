@@ -15,11 +15,11 @@ from __future__ import annotations
 
 from typing import Any, Iterator
 
-from rxpipe._demand import EMPTY_SUBSCRIPTION, InternalSubscriber, QueueDrainSubscription, add_demand
-from rxpipe._protocol import UNBOUNDED, Subscriber, Subscription
+from rxpipe._protocol import UNBOUNDED, Subscriber
 from rxpipe.errors import MissingBackpressureError, ProtocolViolationError
 from rxpipe.flowable import Flowable
-from rxpipe.metrics import StageCounters, StageStatistics, track
+from rxpipe.metrics import StageStatistics
+from rxpipe.stage import EMPTY_SUBSCRIPTION, LINK_SLOTS, QueueDrainSubscription, UpstreamLink, add_demand
 
 __all__ = ["BroadcastFlowable", "BroadcastBranch", "BroadcastRun", "BranchSubscription"]
 
@@ -97,32 +97,29 @@ class BranchSubscription(QueueDrainSubscription):
         self.run.branch_released(self)
 
 
-class BroadcastRun(InternalSubscriber):
-    """One connection: the branches' subscriptions and the single upstream subscription.
+class BroadcastRun(UpstreamLink):
+    """One connection: the branches' subscriptions and the single upstream link.
 
     State: ``branches`` (slot ``k`` → its subscription, None until subscribed), ``attached``,
-    ``upstream``, ``sent`` (total requested upstream), ``received``, ``done`` (terminated).
+    ``live``, ``sent`` (total requested upstream), and the link's ``upstream_done`` (the run
+    ended: terminated, or cancelled when every branch cancelled).
     """
 
-    __slots__ = ("stage", "branches", "attached", "live", "upstream", "sent", "received", "done",
-                 "counters", "__weakref__")
+    __slots__ = (*LINK_SLOTS, "stage", "branches", "attached", "live", "sent", "__weakref__")
+    hands_itself_downstream = False
 
     def __init__(self, stage: BroadcastFlowable) -> None:
         self.stage = stage
         self.branches: list[BranchSubscription | None] = [None] * stage.n
         self.attached = 0
         self.live = 0
-        self.upstream: Subscription | None = None
         self.sent = 0
-        self.received = 0
-        self.done = False
-        self.counters = StageCounters(stage.name)
-        track(self)
+        self.link_upstream(stage.name)
 
     @property
     def closed(self) -> bool:
         """Ended: terminated, or every branch subscribed and none left live."""
-        return self.done or (self.attached == len(self.branches) and self.live == 0)
+        return self.upstream_done or (self.attached == len(self.branches) and self.live == 0)
 
     def attach(self, k: int, subscriber: Subscriber[Any]) -> None:
         if self.branches[k] is not None:
@@ -140,13 +137,12 @@ class BroadcastRun(InternalSubscriber):
             if self.live:
                 self.stage.source._subscribe_safely(self)
             else:
-                self.done = True  # every branch cancelled before the run could start
+                self.cancel_upstream()  # every branch cancelled before the run could start
 
     # -- demand --------------------------------------------------------------------------------
     def update_demand(self) -> None:
         """Bring upstream's total request up to the minimum total over the live branches."""
-        upstream = self.upstream
-        if upstream is None or self.done or self.sent == UNBOUNDED:
+        if self.upstream is None or self.upstream_done or self.sent == UNBOUNDED:
             return
         target = UNBOUNDED
         for branch in self.branches:
@@ -155,55 +151,38 @@ class BroadcastRun(InternalSubscriber):
         if target > self.sent:
             n = UNBOUNDED if target == UNBOUNDED else target - self.sent
             self.sent = target
-            upstream.request(n)
+            self.request_upstream(n)
 
     def branch_released(self, branch: BranchSubscription) -> None:
-        if self.done:
+        if self.upstream_done:
             return  # released by the run's own terminal signal
         self.live -= 1
         if self.live == 0:
             if self.attached == len(self.branches):
-                self.done = True
-                if self.upstream is not None:
-                    self.upstream.cancel()
+                self.cancel_upstream()
         else:
             self.update_demand()  # the others may now get more
 
     # -- upstream signals ----------------------------------------------------------------------
-    def on_subscribe(self, subscription: Subscription) -> None:
-        if self.upstream is not None or self.done:
-            subscription.cancel()
-            return
-        self.upstream = subscription
+    def _upstream_ready(self) -> None:
         self.update_demand()
 
     def on_next(self, item: Any) -> None:
-        if self.done:
+        if not self.accept(item):
             return
-        if self.received >= self.sent:
-            if self.upstream is not None:
-                self.upstream.cancel()
-            self._terminate(MissingBackpressureError(
-                f"Reactive Streams §1.1: upstream of stage {self.stage.name!r} emitted {item!r} "
-                f"beyond the {self.sent} items requested"))
-            return
-        self.received += 1
         self.counters.items_in += 1
         for branch in self.branches:
             if branch is not None and not branch.cancelled:
                 branch.queue.append(item)
                 branch.drain()
 
-    def on_error(self, error: BaseException) -> None:
+    def _upstream_finished(self, error: BaseException | None) -> None:
         self._terminate(error)
 
-    def on_complete(self) -> None:
-        self._terminate(None)
+    def _upstream_overrun(self, error: MissingBackpressureError) -> None:
+        self._terminate(error)
 
     def _terminate(self, error: BaseException | None) -> None:
-        if self.done:
-            return
-        self.done = True
         for branch in self.branches:
             if branch is not None and not branch.cancelled:
                 branch.error = error

@@ -3,14 +3,14 @@
 Two state machines share one base (upstream link, counters, statistics, release):
 
 - :class:`BackpressureBufferSubscription` (``"backpressure"``, and ``limit_rate``): requests the
-  prefetch at subscribe and replenishes by the :class:`~rxpipe._demand.Replenisher` rule, so
+  prefetch at subscribe and replenishes by the :class:`~rxpipe.stage.Replenisher` rule, so
   items received but not yet delivered never exceed the prefetch. An upstream that emits beyond
   what was requested broke §1.1: ``MissingBackpressureError`` cuts ahead, upstream is cancelled.
 - :class:`SheddingBufferSubscription` (``"drop_incoming"``, ``"drop_oldest"``, ``"error"``):
   requests ``UNBOUNDED`` and sheds when ``capacity`` items are held (Reactor's
   ``onBackpressureBuffer``/``onBackpressureDrop``), counting drops by strategy name.
 
-Both deliver through :class:`~rxpipe._demand.QueueDrainSubscription`'s pass; counters are synced
+Both deliver through :class:`~rxpipe.stage.QueueDrainSubscription`'s pass; counters are synced
 once per pass, never per item.
 """
 
@@ -18,11 +18,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from rxpipe._demand import QueueDrainSubscription, Replenisher, StageLink, discard
 from rxpipe._protocol import UNBOUNDED, Subscriber
-from rxpipe.errors import BufferOverflowError, MissingBackpressureError
+from rxpipe.errors import BufferOverflowError
 from rxpipe.flowable import Flowable
 from rxpipe.metrics import StageStatistics
+from rxpipe.stage import LINK_SLOTS, QueueDrainSubscription, Replenisher, UpstreamLink, offer
 
 __all__ = [
     "OVERFLOW_STRATEGIES",
@@ -36,79 +36,74 @@ __all__ = [
 OVERFLOW_STRATEGIES = ("backpressure", "drop_incoming", "drop_oldest", "error")
 
 
-class BufferSubscription(QueueDrainSubscription, StageLink):
+class BufferSubscription(QueueDrainSubscription, UpstreamLink):
     """Base: subscriber to upstream, subscription to downstream, FIFO of at most ``capacity``.
 
-    ``upstream_done`` turns true once upstream terminated or was cancelled by this stage; later
-    upstream signals are ignored (§3.12 allows items in flight after a cancel).
+    The link to upstream (outstanding counter, replenish rule, overrun, cancel-once, terminal
+    flag) is :class:`~rxpipe.stage.UpstreamLink`'s.
     """
 
-    __slots__ = ("upstream", "upstream_done", "capacity", "received", "counters")
+    __slots__ = (*LINK_SLOTS, "capacity", "received")
 
-    def __init__(self, downstream: Subscriber[Any], capacity: int, name: str) -> None:
+    def __init__(self, downstream: Subscriber[Any], capacity: int, name: str,
+                 replenisher: Replenisher | None = None) -> None:
         super().__init__(downstream)
-        self.upstream_done = False
         self.capacity = capacity
         #: items received from upstream (synced into ``counters`` once per pass)
         self.received = 0
-        self._link_stage(name)
+        self.link_upstream(name)
+        self.replenisher = replenisher
 
-    # -- upstream signals ----------------------------------------------------------------------
-    def on_error(self, error: BaseException) -> None:
-        if self.upstream_done:
-            return
-        self.upstream_done = True
-        self.error = error  # delivered after the buffered items, like the "error" overflow
-        self.finished = True
-        self.drain()
-
-    def on_complete(self) -> None:
-        if self.upstream_done:
-            return
-        self.upstream_done = True
-        self.finished = True
-        self.drain()
+    # An upstream error or completion follows the buffered items (UpstreamLink's default).
 
     # -- for subclasses ------------------------------------------------------------------------
-    def _cancel_upstream(self) -> None:
-        if not self.upstream_done:
-            self.upstream_done = True
-            if self.upstream is not None:
-                self.upstream.cancel()
+    def _held_items(self) -> Any:
+        return self.queue
+
+    def _items_in(self) -> int:
+        """Items received from upstream so far."""
+        return self.received
+
+    def _sync_counters(self) -> None:
+        counters = self.counters
+        counters.items_in = self._items_in()
+        counters.items_out = self.emitted
 
     def _on_delivered(self, count: int) -> None:
-        counters = self.counters
-        counters.items_in = self.received
-        counters.items_out = self.emitted
+        self._sync_counters()
 
     def _release(self) -> None:
-        self._cancel_upstream()
+        self.cancel_upstream()
         self.queue.clear()
-        counters = self.counters
-        counters.items_in = self.received
-        counters.items_out = self.emitted
+        self._sync_counters()
 
     # -- introspection -------------------------------------------------------------------------
     def statistics(self) -> StageStatistics:
         """Demand (items), items buffered now, capacity, items in/out, drops by reason."""
         counters = self.counters
         return StageStatistics(counters.stage, self.requested, len(self.queue), self.capacity,
-                               self.received, self.emitted, dict(counters.dropped))
+                               self._items_in(), self.emitted, dict(counters.dropped))
 
 
 class BackpressureBufferSubscription(BufferSubscription):
     """Prefetch ``replenisher.initial`` at subscribe, then ``replenisher.limit`` per ``limit``
     items delivered. Invariant: ``received - emitted <= capacity`` (the prefetch), because
-    ``upstream_requested <= capacity + emitted``; so the queue never needs a bound check."""
+    outstanding + queued <= prefetch; so the queue never needs a bound check."""
 
-    __slots__ = ("replenisher", "upstream_requested", "prefetch_due")
+    __slots__ = ("prefetch_due",)
 
     def __init__(self, downstream: Subscriber[Any], replenisher: Replenisher, name: str) -> None:
-        super().__init__(downstream, replenisher.initial, name)
-        self.replenisher = replenisher
+        super().__init__(downstream, replenisher.initial, name, replenisher)
         self.prefetch_due = False
-        #: total requested from upstream; -1 once upstream is done, so any item is "over"
-        self.upstream_requested = 0
+
+    def _items_in(self) -> int:
+        # Not counted per item: a backpressured buffer drops nothing while it runs, so what it
+        # received is what it delivered plus what it holds (frozen into `received` at release).
+        return self.received if self._released else self.emitted + len(self.queue)
+
+    def _release(self) -> None:
+        self.received = self.emitted + len(self.queue)
+        super()._release()
 
     def _upstream_ready(self) -> None:
         self.prefetch_due = True
@@ -120,61 +115,28 @@ class BackpressureBufferSubscription(BufferSubscription):
         # passes of up to `limit`, instead of one pass per item driven by the upstream's loop.
         if self.prefetch_due:
             self.prefetch_due = False
-            if not self.upstream_done:
-                self.upstream_requested = self.replenisher.initial
-                self.upstream.request(self.replenisher.initial)  # type: ignore[union-attr]
+            UpstreamLink._upstream_ready(self)
         super()._drain()
 
     def on_next(self, item: Any) -> None:
-        r = self.received + 1
-        if r > self.upstream_requested:
-            self._overrun(item)
+        # UpstreamLink.accept's fast path, inlined on the hottest line of a boundary. Never
+        # UNBOUNDED here (the prefetch is finite), so no saturation check; 0 = overrun or late.
+        outstanding = self.upstream_outstanding
+        if not outstanding:
+            self.refuse(item)
             return
-        self.received = r
+        self.upstream_outstanding = outstanding - 1
         self.queue.append(item)
-        # The hottest line of a boundary: drain()'s own "already running → mark missed" exit,
-        # inlined (a synchronous upstream emits its whole burst from inside our drain pass).
+        # drain()'s own "already running → mark missed" exit, inlined (a synchronous upstream
+        # emits its whole burst from inside our drain pass).
         if self._wip:
             self._missed = True
         else:
             self.drain()
 
-    def _overrun(self, item: Any) -> None:
-        if self.upstream_done or self.cancelled:
-            return  # in flight after cancel or after termination: ignored
-        self.counters.drop("error", len(self.queue) + 1)
-        for held in (*self.queue, item):
-            discard(held, "error")
-        self.fail(MissingBackpressureError(
-            f"Reactive Streams §1.1: upstream of stage {self.counters.stage!r} emitted {item!r} beyond "
-            f"the {self.upstream_requested} items requested"))
-
-    def _cancel_upstream(self) -> None:
-        self.upstream_requested = -1
-        super()._cancel_upstream()
-
-    def on_error(self, error: BaseException) -> None:
-        self.upstream_requested = -1
-        super().on_error(error)
-
-    def on_complete(self) -> None:
-        self.upstream_requested = -1
-        super().on_complete()
-
     def _on_delivered(self, count: int) -> None:
-        counters = self.counters
-        counters.items_in = self.received
-        counters.items_out = self.emitted
-        due = self.replenisher.consumed(count)
-        if due and not self.upstream_done:
-            limit = self.replenisher.limit
-            upstream = self.upstream
-            assert upstream is not None
-            for _ in range(due):  # one request(limit) per limit items, as the rule reads
-                self.upstream_requested += limit
-                upstream.request(limit)
-                if self.upstream_done:
-                    break
+        self._sync_counters()
+        self.replenish(count)
 
 
 class SheddingBufferSubscription(BufferSubscription):
@@ -189,39 +151,21 @@ class SheddingBufferSubscription(BufferSubscription):
     def _upstream_ready(self) -> None:
         # Outside the drain loop on purpose: a synchronous upstream then delivers each item while
         # there is demand, and sheds only when downstream really is behind.
-        self.upstream.request(UNBOUNDED)  # type: ignore[union-attr]
+        self.request_upstream(UNBOUNDED)
 
     def on_next(self, item: Any) -> None:
-        if self.upstream_done:
-            return
-        self.received += 1
-        queue = self.queue
-        if len(queue) < self.capacity:
-            queue.append(item)
-            self.drain()
-            return
-        # Full: downstream has no demand (or is inside its on_next); shed without draining.
-        overflow = self.overflow
-        self.counters.drop(overflow)
-        if overflow == "drop_oldest":
-            discard(queue.popleft(), overflow)
-            queue.append(item)
-            return
-        discard(item, overflow)
-        if overflow == "error":
-            self._cancel_upstream()
-            self.error = BufferOverflowError(
+        if self.accept(item) and offer(self, item):
+            self.cancel_upstream()
+            self.finish(BufferOverflowError(
                 f"stage {self.counters.stage!r} received an item while holding its capacity of "
-                f"{self.capacity} items (overflow='error')")
-            self.finished = True
-            self.drain()
-        # "drop_incoming": the arriving item is simply not kept
+                f"{self.capacity} items (overflow='error')"))
 
 
 class BufferFlowable(Flowable[Any]):
     """The stage ``buffer(capacity, overflow)``."""
 
     kind = "buffer"
+    passes_capabilities = True
 
     def __init__(self, source: Flowable[Any], capacity: int, overflow: str, name: str | None) -> None:
         super().__init__(name=name, upstreams=(source,))

@@ -3,7 +3,7 @@
 Reactor's GroupedFlux model with Akka's bound on open substreams. :class:`GroupByMain` is the
 main stream's subscription (its queue holds groups not yet emitted) and the only upstream
 subscriber; each :class:`GroupSubscription` queues its group's items until its subscriber asks.
-Upstream credit follows the §2 :class:`~rxpipe._demand.Replenisher` rule over items *consumed*
+Upstream credit follows the §2 :class:`~rxpipe.stage.Replenisher` rule over items *consumed*
 (delivered by any group, or dropped), so the items held over all groups plus those requested
 upstream never exceed ``prefetch``: every group's queue is bounded by it.
 
@@ -15,11 +15,11 @@ from __future__ import annotations
 
 from typing import Any, Callable, Hashable
 
-from rxpipe._demand import EMPTY_SUBSCRIPTION, QueueDrainSubscription, Replenisher, StageLink, discard
-from rxpipe._protocol import Subscriber, Subscription
+from rxpipe._protocol import Subscriber
 from rxpipe.errors import MissingBackpressureError, ProtocolViolationError, TooManyGroupsError
 from rxpipe.flowable import Flowable
 from rxpipe.metrics import StageStatistics
+from rxpipe.stage import EMPTY_SUBSCRIPTION, LINK_SLOTS, QueueDrainSubscription, UpstreamLink, discard_all
 
 __all__ = ["GroupByFlowable", "GroupedFlowable", "GroupByMain", "GroupSubscription"]
 
@@ -123,17 +123,16 @@ class GroupSubscription(QueueDrainSubscription):
         self.main.group_released(self)
 
 
-class GroupByMain(QueueDrainSubscription, StageLink):
+class GroupByMain(QueueDrainSubscription, UpstreamLink):
     """The main stream (groups, in order of first key appearance) and the upstream subscriber.
 
-    State: ``groups`` (key → open group), ``queue`` (groups not yet emitted), ``upstream``,
-    ``upstream_done``, ``outstanding`` (requested upstream, not yet received), ``replenisher``.
+    State: ``groups`` (key → open group), ``queue`` (groups not yet emitted), and the
+    :class:`~rxpipe.stage.UpstreamLink` with the prefetch rule.
     Cancelling the main stream stops new groups; upstream stays subscribed while a group emitted
     before is open (Reactor), and items of new keys are then dropped (reason ``"no_group"``).
     """
 
-    __slots__ = ("stage", "key_fn", "max_groups", "groups", "upstream", "upstream_done", "outstanding",
-                 "replenisher", "counters")
+    __slots__ = (*LINK_SLOTS, "stage", "key_fn", "max_groups", "groups")
 
     def __init__(self, downstream: Subscriber[Any], stage: GroupByFlowable) -> None:
         super().__init__(downstream)
@@ -141,31 +140,12 @@ class GroupByMain(QueueDrainSubscription, StageLink):
         self.key_fn = stage.key
         self.max_groups = stage.max_groups
         self.groups: dict[Hashable, GroupSubscription] = {}
-        self.upstream_done = False
-        self.outstanding = 0
-        self.replenisher = Replenisher(stage.prefetch)
-        self._link_stage(stage.name)
+        self.link_upstream(stage.name, stage.prefetch)
 
     # -- upstream signals ----------------------------------------------------------------------
-    def on_subscribe(self, subscription: Subscription) -> None:
-        if self.upstream is not None:
-            subscription.cancel()  # §2.5
-            return
-        self.upstream = subscription
-        self.downstream.on_subscribe(self)
-        if not self.upstream_done:
-            self.outstanding = self.replenisher.initial
-            subscription.request(self.replenisher.initial)
-
     def on_next(self, item: Any) -> None:
-        if self.upstream_done:
-            return  # in flight after a cancel (§3.12)
-        if self.outstanding == 0:
-            self._stop(MissingBackpressureError(
-                f"Reactive Streams §1.1: upstream of stage {self.counters.stage!r} emitted {item!r} "
-                f"beyond the {self.replenisher.initial} items of prefetch"))
+        if not self.accept(item):
             return
-        self.outstanding -= 1
         self.counters.items_in += 1
         try:
             key = self.key_fn(item)
@@ -175,13 +155,11 @@ class GroupByMain(QueueDrainSubscription, StageLink):
             return
         if group is None:
             if self.cancelled:
-                self.counters.drop("no_group")
-                discard(item, "no_group")
+                discard_all((item,), "no_group", self.counters)
                 self.credit(1)
                 return
             if len(self.groups) >= self.max_groups:
-                self.counters.drop("too_many_groups")
-                discard(item, "too_many_groups")
+                discard_all((item,), "too_many_groups", self.counters)
                 self._stop(TooManyGroupsError(
                     f"stage {self.counters.stage!r}: key {key!r} would open group {self.max_groups + 1} "
                     f"of max_groups={self.max_groups}", key, self.max_groups))
@@ -194,51 +172,34 @@ class GroupByMain(QueueDrainSubscription, StageLink):
         else:
             group.push(item)
 
-    def on_error(self, error: BaseException) -> None:
-        if not self.upstream_done:
-            self.upstream_done = True
-            self._terminate_all(error)
-
-    def on_complete(self) -> None:
-        if not self.upstream_done:
-            self.upstream_done = True
-            self._terminate_all(None)
+    def _upstream_finished(self, error: BaseException | None) -> None:
+        self._terminate_all(error)
 
     def _stop(self, error: BaseException) -> None:
         """The stage itself fails: cancel upstream, then end every stream with ``error``."""
-        self._cancel_upstream()
+        self.cancel_upstream()
         self._terminate_all(error)
+
+    def _upstream_overrun(self, error: MissingBackpressureError) -> None:
+        self._terminate_all(error)  # upstream is already cancelled
 
     def _terminate_all(self, error: BaseException | None) -> None:
         # Each open group and the main stream get the signal after the items they hold.
         for group in list(self.groups.values()):
             group.terminate(error)
-        self.error = error
-        self.finished = True
-        self.drain()
-
-    def _cancel_upstream(self) -> None:
-        if not self.upstream_done:
-            self.upstream_done = True
-            if self.upstream is not None:
-                self.upstream.cancel()
+        self.finish(error)
 
     # -- credit --------------------------------------------------------------------------------
     def credit(self, count: int) -> None:
         """``count`` items left the stage (delivered or dropped): replenish upstream by §2."""
-        due = self.replenisher.consumed(count)
-        if due and not self.upstream_done and self.upstream is not None:
-            limit = self.replenisher.limit
-            for _ in range(due):
-                self.outstanding += limit
-                self.upstream.request(limit)
+        self.replenish(count)
 
     def group_released(self, group: GroupSubscription) -> None:
         """A group ended (cancelled or terminated): its key may open a new group later."""
         if self.groups.get(group.key) is group:
             del self.groups[group.key]
         if self.cancelled and not self.groups:
-            self._cancel_upstream()
+            self.cancel_upstream()
 
     # -- main stream ---------------------------------------------------------------------------
     def _release(self) -> None:
@@ -246,15 +207,15 @@ class GroupByMain(QueueDrainSubscription, StageLink):
         pending = list(self.queue)
         self.queue.clear()
         if len(pending) == len(self.groups):
-            self._cancel_upstream()  # no group is left to consume anything: no credit to hand back
+            self.cancel_upstream()  # no group is left to consume anything: no credit to hand back
         for flowable in pending:
             flowable._group.cancel()
         if not self.groups:
-            self._cancel_upstream()
+            self.cancel_upstream()
 
     def statistics(self) -> StageStatistics:
         """Demand (groups), items held over all groups, capacity (= prefetch), in/out, drops."""
         counters = self.counters
         held = sum(len(group.queue) for group in self.groups.values())
-        return StageStatistics(counters.stage, self.requested, held, self.replenisher.initial,
+        return StageStatistics(counters.stage, self.requested, held, self.replenisher.initial,  # type: ignore[union-attr]
                                counters.items_in, counters.items_out, dict(counters.dropped))

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from rxpipe._demand import Replenisher
 from rxpipe._protocol import Subscriber
 from rxpipe.flowable import Flowable
+from rxpipe.stage import Replenisher
 
 from ._buffer import BackpressureBufferSubscription
 
@@ -22,6 +22,7 @@ class LimitRateFlowable(Flowable[Any]):
     """The stage ``limit_rate(high_tide, low_tide)``."""
 
     kind = "limit_rate"
+    passes_capabilities = True
 
     def __init__(self, source: Flowable[Any], high_tide: int, low_tide: int, name: str | None) -> None:
         super().__init__(name=name, upstreams=(source,))

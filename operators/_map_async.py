@@ -16,17 +16,19 @@ drain loop.
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections import deque
 from typing import Any, Awaitable, Callable
 
-from rxpipe._demand import DrainSubscription, StageLink
-from rxpipe._protocol import UNBOUNDED, Subscriber
-from rxpipe.errors import MissingBackpressureError
+from rxpipe._protocol import Subscriber
 from rxpipe.flowable import Flowable
 from rxpipe.metrics import StageStatistics
 from rxpipe.resilience import CircuitBreaker, Retry, resilient_call
+from rxpipe.stage import LINK_SLOTS, DrainSubscription, UpstreamLink
 
 __all__ = ["MapAsyncFlowable", "MapAsyncSubscription"]
+
+log = logging.getLogger("rxpipe")
 
 
 class MapAsyncFlowable(Flowable[Any]):
@@ -71,7 +73,7 @@ def _call_error(task: asyncio.Future[Any]) -> BaseException | None:
     return None
 
 
-class MapAsyncSubscription(DrainSubscription, StageLink):
+class MapAsyncSubscription(DrainSubscription, UpstreamLink):
     """Runs up to ``concurrency`` calls; delivers results on demand (input order if ``ordered``).
 
     State: ``calls`` (ordered: every held call in input order, running or done; unordered: the
@@ -79,15 +81,12 @@ class MapAsyncSubscription(DrainSubscription, StageLink):
     (items requested from upstream, not yet received), ``upstream_done``.
     """
 
-    __slots__ = ("upstream", "upstream_done", "upstream_outstanding", "loop", "fn", "concurrency",
-                 "ordered", "retry", "breaker", "timeout_s", "calls", "ready", "counters",
-                 "_on_call_done")
+    __slots__ = (*LINK_SLOTS, "loop", "fn", "concurrency", "ordered", "retry", "breaker", "timeout_s",
+                 "calls", "ready", "_on_call_done")
 
     def __init__(self, downstream: Subscriber[Any], stage: MapAsyncFlowable,
                  loop: asyncio.AbstractEventLoop) -> None:
         super().__init__(downstream)
-        self.upstream_done = False
-        self.upstream_outstanding = 0
         self.loop = loop
         self.fn = stage.fn
         self.concurrency = stage.concurrency
@@ -97,23 +96,16 @@ class MapAsyncSubscription(DrainSubscription, StageLink):
         self.timeout_s = stage.item_timeout_s
         self.calls: deque[asyncio.Future[Any]] | set[asyncio.Future[Any]] = deque() if stage.ordered else set()
         self.ready: deque[Any] = deque()
-        self._link_stage(stage.name)
+        self.link_upstream(stage.name)
         self._on_call_done = self._call_done if stage.ordered else self._call_done_unordered
 
     # -- upstream signals ----------------------------------------------------------------------
     def _upstream_ready(self) -> None:
-        self.upstream_outstanding = self.concurrency
-        self.upstream.request(self.concurrency)  # type: ignore[union-attr]
+        self.request_upstream(self.concurrency)
 
     def on_next(self, item: Any) -> None:
-        if self.cancelled or self.upstream_done:
-            return  # in flight after a cancel (§3.12)
-        if self.upstream_outstanding == 0:
-            self.fail(MissingBackpressureError(
-                f"Reactive Streams §1.1: upstream of stage {self.counters.stage!r} emitted {item!r} "
-                f"beyond the free slots it was given ({self.concurrency} calls)"))
+        if not self.accept(item):
             return
-        self.upstream_outstanding -= 1
         self.counters.items_in += 1
         try:
             if self.retry is None and self.breaker is None and self.timeout_s is None:
@@ -132,22 +124,17 @@ class MapAsyncSubscription(DrainSubscription, StageLink):
         task.add_done_callback(self._on_call_done)
 
     def on_error(self, error: BaseException) -> None:
-        if self.upstream_done:
-            return
-        self.upstream_done = True
-        self.fail(error)  # Reactor flatMap without delayError: cuts ahead, cancels the calls
+        if self.upstream_terminated():
+            self.fail(error)  # Reactor flatMap without delayError: cuts ahead, cancels the calls
 
     def on_complete(self) -> None:
-        if self.upstream_done:
-            return
-        self.upstream_done = True
-        self.drain()
+        if self.upstream_terminated():
+            self.drain()
 
     # -- call completions ----------------------------------------------------------------------
     def _call_done(self, task: asyncio.Future[Any]) -> None:
         if self.cancelled:
-            if not task.cancelled():
-                task.exception()  # mark retrieved: nobody will read it
+            self._call_done_after_cancel(task)
             return
         error = _call_error(task)
         if error is not None:
@@ -159,8 +146,7 @@ class MapAsyncSubscription(DrainSubscription, StageLink):
 
     def _call_done_unordered(self, task: asyncio.Future[Any]) -> None:
         if self.cancelled:
-            if not task.cancelled():
-                task.exception()
+            self._call_done_after_cancel(task)
             return
         error = _call_error(task)
         if error is not None:
@@ -169,6 +155,17 @@ class MapAsyncSubscription(DrainSubscription, StageLink):
         self.calls.discard(task)  # type: ignore[union-attr]
         self.ready.append(task.result())
         self.drain()
+
+    def _call_done_after_cancel(self, task: asyncio.Future[Any]) -> None:
+        """A call ended after the stage was cancelled. Nobody downstream can receive its error,
+        so an exception it raised (typically from the user function's cleanup while being
+        cancelled) is logged on the ``rxpipe`` logger, never swallowed (DESIGN §2)."""
+        if task.cancelled():
+            return
+        error = task.exception()
+        if error is not None:
+            log.error("map_async stage %r: a call raised after the stage was cancelled",
+                      self.counters.stage, exc_info=error)
 
     # -- downstream ----------------------------------------------------------------------------
     def _drain(self) -> None:
@@ -196,26 +193,20 @@ class MapAsyncSubscription(DrainSubscription, StageLink):
                 if self.cancelled:
                     break
         if e:
-            self.emitted += e
+            self._delivered(e, r)
             self.counters.items_out += e
-            if r != UNBOUNDED:
-                self.requested -= e
             if self.cancelled:
                 return
             if not self.upstream_done:
                 # e slots freed: ask for exactly that many (never more than the free slots)
-                self.upstream_outstanding += e
-                self.upstream.request(e)  # type: ignore[union-attr]
+                self.request_upstream(e)
                 if self.cancelled:
                     return
         if self.upstream_done and not self.calls and not self.ready:
             self._complete()
 
     def _release(self) -> None:
-        if not self.upstream_done:
-            self.upstream_done = True
-            if self.upstream is not None:
-                self.upstream.cancel()
+        self.cancel_upstream()
         calls = list(self.calls)
         self.calls.clear()
         self.ready.clear()

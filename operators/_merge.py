@@ -1,7 +1,7 @@
 """``merge``: fair fan-in of several Flowables, never beyond downstream demand (DESIGN §3).
 
 :class:`MergeSubscription` owns one :class:`MergeInner` per input. Each inner is a bounded
-prefetch boundary (the §2 :class:`~rxpipe._demand.Replenisher` rule, default 32 items), so what
+prefetch boundary (the §2 :class:`~rxpipe.stage.Replenisher` rule, default 32 items), so what
 an input may have outstanding plus what waits in its queue never exceeds its prefetch. One drain
 pass serves the inputs round-robin, one item each in turn, starting after the input served last
 by the previous pass, so a fast input cannot starve a slow one.
@@ -12,11 +12,11 @@ from __future__ import annotations
 from collections import deque
 from typing import Any
 
-from rxpipe._demand import DrainSubscription, InternalSubscriber, Replenisher
-from rxpipe._protocol import UNBOUNDED, Subscriber, Subscription
+from rxpipe._protocol import Subscriber
 from rxpipe.errors import MissingBackpressureError
 from rxpipe.flowable import Flowable
 from rxpipe.metrics import StageCounters, StageStatistics, track
+from rxpipe.stage import LINK_SLOTS, DrainSubscription, UpstreamLink
 
 __all__ = ["MergeFlowable", "MergeSubscription", "MergeInner", "DEFAULT_MERGE_PREFETCH"]
 
@@ -38,50 +38,33 @@ class MergeFlowable(Flowable[Any]):
         subscription.start(self.sources)
 
 
-class MergeInner(InternalSubscriber):
-    """The subscriber to one input: a queue of at most ``prefetch`` items and its credit."""
+class MergeInner(UpstreamLink):
+    """The subscriber to one input: a queue of at most ``prefetch`` items and its link (the
+    prefetch rule of :class:`~rxpipe.stage.UpstreamLink`; an overrun fails the whole merge)."""
 
-    __slots__ = ("parent", "queue", "subscription", "outstanding", "done", "replenisher", "delivered")
+    __slots__ = (*LINK_SLOTS, "parent", "queue", "delivered")
+    hands_itself_downstream = False
 
     def __init__(self, parent: MergeSubscription, prefetch: int) -> None:
         self.parent = parent
         self.queue: deque[Any] = deque()
-        self.subscription: Subscription | None = None
-        #: requested from this input, not yet received
-        self.outstanding = 0
-        self.done = False
-        self.replenisher = Replenisher(prefetch)
+        self.link_upstream(None, prefetch)
+        self.counters = parent.counters
         #: items of this input delivered downstream in the current pass
         self.delivered = 0
 
-    def on_subscribe(self, subscription: Subscription) -> None:
-        if self.subscription is not None or self.done:
-            subscription.cancel()  # §2.5, or the merge already ended
-            return
-        self.subscription = subscription
-        self.outstanding = self.replenisher.initial
-        subscription.request(self.replenisher.initial)
-
     def on_next(self, item: Any) -> None:
-        self.parent._inner_next(self, item)
+        if self.accept(item):
+            self.parent._inner_next(self, item)
 
-    def on_error(self, error: BaseException) -> None:
-        if self.done:
-            return
-        self.done = True
-        self.parent._inner_error(error)
+    def _upstream_finished(self, error: BaseException | None) -> None:
+        if error is None:
+            self.parent._inner_complete()
+        else:
+            self.parent._inner_error(error)
 
-    def on_complete(self) -> None:
-        if self.done:
-            return
-        self.done = True
-        self.parent._inner_complete()
-
-    def cancel(self) -> None:
-        if not self.done:
-            self.done = True
-            if self.subscription is not None:
-                self.subscription.cancel()
+    def _upstream_overrun(self, error: MissingBackpressureError) -> None:
+        self.parent._inner_overrun(error)
 
 
 class MergeSubscription(DrainSubscription):
@@ -95,12 +78,12 @@ class MergeSubscription(DrainSubscription):
 
     def __init__(self, downstream: Subscriber[Any], inputs: int, prefetch: int, name: str) -> None:
         super().__init__(downstream)
+        self.counters = StageCounters(name)
         self.inners = [MergeInner(self, prefetch) for _ in range(inputs)]
         self.cursor = 0
         self.active = inputs
         self.buffered = 0
         self.prefetch = prefetch
-        self.counters = StageCounters(name)
         track(self)
 
     def start(self, sources: tuple[Flowable[Any], ...]) -> None:
@@ -114,14 +97,6 @@ class MergeSubscription(DrainSubscription):
 
     # -- inputs --------------------------------------------------------------------------------
     def _inner_next(self, inner: MergeInner, item: Any) -> None:
-        if inner.done or self.cancelled:
-            return  # in flight after a cancel (§3.12)
-        if inner.outstanding == 0:
-            self.fail(MissingBackpressureError(
-                f"Reactive Streams §1.1: an input of stage {self.counters.stage!r} emitted {item!r} "
-                f"beyond the {self.prefetch} items of prefetch it was given"))
-            return
-        inner.outstanding -= 1
         inner.queue.append(item)
         self.buffered += 1
         self.counters.items_in += 1
@@ -134,6 +109,10 @@ class MergeSubscription(DrainSubscription):
     def _inner_complete(self) -> None:
         self.active -= 1
         self.drain()
+
+    def _inner_overrun(self, error: MissingBackpressureError) -> None:
+        self.active -= 1
+        self.fail(error)
 
     # -- downstream ----------------------------------------------------------------------------
     def _drain(self) -> None:
@@ -158,10 +137,8 @@ class MergeSubscription(DrainSubscription):
                     if self.cancelled:
                         break
             self.cursor = i
-            self.emitted += e
+            self._delivered(e, r)
             self.counters.items_out += e
-            if r != UNBOUNDED:
-                self.requested -= e
             if self.cancelled:
                 return
             self._replenish()
@@ -176,16 +153,11 @@ class MergeSubscription(DrainSubscription):
             if not count:
                 continue
             inner.delivered = 0
-            due = inner.replenisher.consumed(count)
-            if due and not inner.done and inner.subscription is not None:
-                limit = inner.replenisher.limit
-                for _ in range(due):
-                    inner.outstanding += limit
-                    inner.subscription.request(limit)
+            inner.replenish(count)
 
     def _release(self) -> None:
         for inner in self.inners:
-            inner.cancel()
+            inner.cancel_upstream()
             inner.queue.clear()
         self.buffered = 0
 

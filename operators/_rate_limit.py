@@ -20,11 +20,10 @@ import asyncio
 import math
 from typing import Any
 
-from rxpipe._demand import EMPTY_SUBSCRIPTION, QueueDrainSubscription, StageLink
 from rxpipe._protocol import Subscriber
-from rxpipe.errors import MissingBackpressureError
 from rxpipe.flowable import Flowable
 from rxpipe.metrics import StageStatistics
+from rxpipe.stage import EMPTY_SUBSCRIPTION, LINK_SLOTS, QueueDrainSubscription, UpstreamLink
 from rxpipe.token_bucket import TokenBucket
 
 __all__ = ["RateLimitFlowable", "RateLimitSubscription"]
@@ -47,61 +46,39 @@ def _deadline(now: float, delay: float, rate: float) -> float:
     return snapped if abs(snapped - deadline) * rate <= 1e-10 else deadline
 
 
-class RateLimitSubscription(QueueDrainSubscription, StageLink):
+class RateLimitSubscription(QueueDrainSubscription, UpstreamLink):
     """One run of ``rate_limit``: see the module docstring."""
 
-    __slots__ = ("upstream", "upstream_done", "bucket", "loop", "timer", "outstanding", "uncharged",
-                 "received", "counters")
+    __slots__ = (*LINK_SLOTS, "bucket", "loop", "timer", "uncharged", "received")
 
     def __init__(self, downstream: Subscriber[Any], bucket: TokenBucket, loop: asyncio.AbstractEventLoop,
                  name: str) -> None:
         super().__init__(downstream)
-        self.upstream_done = False
         self.bucket = bucket
         self.loop = loop
         self.timer: asyncio.TimerHandle | None = None
-        #: requested upstream and not yet received
-        self.outstanding = 0
         #: received items whose token is not taken yet (taken once per pass)
         self.uncharged = 0
         self.received = 0
-        self._link_stage(name)
+        self.link_upstream(name)
 
     # -- upstream signals ----------------------------------------------------------------------
     def _upstream_ready(self) -> None:
         self.drain()
 
     def on_next(self, item: Any) -> None:
-        if self.outstanding == 0:
-            if not self.upstream_done and not self.cancelled:
-                self.fail(MissingBackpressureError(
-                    f"Reactive Streams §1.1: upstream of stage {self.counters.stage!r} emitted {item!r} "
-                    f"beyond demand"))
+        if not self.accept(item):
             return
-        self.outstanding -= 1
         self.uncharged += 1
         self.received += 1
         self.queue.append(item)
         self.drain()
 
-    def on_error(self, error: BaseException) -> None:
-        if self.upstream_done:
-            return
-        self._upstream_gone()
-        self.error = error
-        self.finished = True
-        self.drain()
+    def _upstream_finished(self, error: BaseException | None) -> None:
+        self._stop_timer()
+        self.finish(error)  # after the items already received
 
-    def on_complete(self) -> None:
-        if self.upstream_done:
-            return
-        self._upstream_gone()
-        self.finished = True
-        self.drain()
-
-    def _upstream_gone(self) -> None:
-        self.upstream_done = True
-        self.outstanding = 0
+    def _stop_timer(self) -> None:
         timer = self.timer
         if timer is not None:
             self.timer = None
@@ -123,18 +100,18 @@ class RateLimitSubscription(QueueDrainSubscription, StageLink):
         if self.uncharged:
             bucket.take_whole(now, self.uncharged)  # each had a whole token reserved when requested
             self.uncharged = 0
-        wanted = self.requested - self.outstanding - len(self.queue)
+        outstanding = self.upstream_outstanding
+        wanted = self.requested - outstanding - len(self.queue)
         if wanted <= 0:
             return
         # Invariant: outstanding <= whole tokens. Items in flight are paid for on arrival.
-        budget = math.floor(bucket.refill(now) + _EPSILON) - self.outstanding
+        budget = math.floor(bucket.refill(now) + _EPSILON) - outstanding
         if budget > 0:
             n = min(wanted, budget)
-            self.outstanding += n
-            self.upstream.request(n)  # type: ignore[union-attr]  # a synchronous upstream re-enters: drain marked missed
+            self.request_upstream(n)  # a synchronous upstream re-enters: drain marked missed
             if n == wanted or self.upstream_done or self.uncharged:
                 return  # all wanted, or items arrived synchronously: the next pass charges them
-        need = self.outstanding + 1
+        need = self.upstream_outstanding + 1
         if self.timer is None and need <= bucket.burst:
             # Arrivals do not move this moment (each takes a token and owes one less), so one timer
             # serves until it fires; with `burst` owed, the next arrival re-evaluates instead.
@@ -147,10 +124,8 @@ class RateLimitSubscription(QueueDrainSubscription, StageLink):
         counters.items_out = self.emitted
 
     def _release(self) -> None:
-        if not self.upstream_done:
-            self._upstream_gone()
-            if self.upstream is not None:
-                self.upstream.cancel()
+        self._stop_timer()
+        self.cancel_upstream()
         self.queue.clear()
         counters = self.counters
         counters.items_in = self.received
@@ -169,6 +144,7 @@ class RateLimitFlowable(Flowable[Any]):
     """The stage ``rate_limit(rate, burst)``."""
 
     kind = "rate_limit"
+    passes_capabilities = True
 
     def __init__(self, source: Flowable[Any], rate: float, burst: int, name: str | None) -> None:
         super().__init__(name=name, upstreams=(source,))

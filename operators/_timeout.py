@@ -19,11 +19,10 @@ import asyncio
 from collections import deque
 from typing import Any
 
-from rxpipe._demand import QueueDrainSubscription, StageLink, add_demand
 from rxpipe._protocol import UNBOUNDED, Subscriber
-from rxpipe.errors import MissingBackpressureError
 from rxpipe.flowable import Flowable
 from rxpipe.metrics import StageStatistics
+from rxpipe.stage import LINK_SLOTS, QueueDrainSubscription, UpstreamLink
 
 __all__ = ["TimeoutFlowable", "TimeoutSubscription", "TIMEOUT_MODES"]
 
@@ -35,6 +34,7 @@ _EARLY_S = 1e-6
 
 class TimeoutFlowable(Flowable[Any]):
     kind = "timeout"
+    passes_capabilities = True
 
     def __init__(self, source: Flowable[Any], seconds: float, mode: str, name: str | None) -> None:
         super().__init__(name=name, upstreams=(source,))
@@ -47,7 +47,7 @@ class TimeoutFlowable(Flowable[Any]):
         self.source._subscribe(TimeoutSubscription(subscriber, self, loop))
 
 
-class TimeoutSubscription(QueueDrainSubscription, StageLink):
+class TimeoutSubscription(QueueDrainSubscription, UpstreamLink):
     """Forwards demand and items; one timer watches the oldest pending deadline.
 
     State: ``upstream_outstanding`` (requested upstream, not yet received), ``idle_since`` (idle
@@ -55,34 +55,23 @@ class TimeoutSubscription(QueueDrainSubscription, StageLink):
     request, oldest first), ``handle`` (the timer, armed no later than the earliest deadline).
     """
 
-    __slots__ = ("upstream", "upstream_done", "upstream_outstanding", "loop", "seconds", "idle",
-                 "idle_since", "deadlines", "handle", "counters")
+    __slots__ = (*LINK_SLOTS, "loop", "seconds", "idle", "idle_since", "deadlines", "handle")
 
     def __init__(self, downstream: Subscriber[Any], stage: TimeoutFlowable,
                  loop: asyncio.AbstractEventLoop) -> None:
         super().__init__(downstream)
-        self.upstream_done = False
-        self.upstream_outstanding = 0
         self.loop = loop
         self.seconds = stage.seconds
         self.idle = stage.mode == "idle"
         self.idle_since = 0.0
         self.deadlines: deque[list[float]] = deque()
         self.handle: asyncio.TimerHandle | None = None
-        self._link_stage(stage.name)
+        self.link_upstream(stage.name)
 
     # -- upstream signals ----------------------------------------------------------------------
     def on_next(self, item: Any) -> None:
-        if self.upstream_done:
+        if not self.accept(item):
             return
-        outstanding = self.upstream_outstanding
-        if outstanding == 0:
-            self.fail(MissingBackpressureError(
-                f"Reactive Streams §1.1: upstream of stage {self.counters.stage!r} emitted {item!r} "
-                f"beyond demand"))
-            return
-        if outstanding != UNBOUNDED:
-            self.upstream_outstanding = outstanding - 1
         if self.idle:
             self.idle_since = self.loop.time()
         else:
@@ -94,22 +83,9 @@ class TimeoutSubscription(QueueDrainSubscription, StageLink):
         self.queue.append(item)
         self.drain()
 
-    def on_error(self, error: BaseException) -> None:
-        if self.upstream_done:
-            return
-        self.upstream_done = True
+    def _upstream_finished(self, error: BaseException | None) -> None:
         self._disarm()
-        self.error = error
-        self.finished = True
-        self.drain()
-
-    def on_complete(self) -> None:
-        if self.upstream_done:
-            return
-        self.upstream_done = True
-        self._disarm()
-        self.finished = True
-        self.drain()
+        self.finish(error)  # after the items already received
 
     # -- downstream demand ---------------------------------------------------------------------
     def _on_request(self, n: int) -> None:
@@ -122,10 +98,9 @@ class TimeoutSubscription(QueueDrainSubscription, StageLink):
                 self.idle_since = now  # the wait starts now: time without demand did not count
         elif self.upstream_outstanding != UNBOUNDED:
             self.deadlines.append([due, UNBOUNDED if n >= UNBOUNDED else n])
-        self.upstream_outstanding = add_demand(self.upstream_outstanding, n)
         if self.handle is None:
             self.handle = self.loop.call_at(due, self._fire)
-        self.upstream.request(n)  # type: ignore[union-attr]
+        self.request_upstream(n)
 
     # -- timer ---------------------------------------------------------------------------------
     def _fire(self) -> None:
@@ -161,10 +136,7 @@ class TimeoutSubscription(QueueDrainSubscription, StageLink):
 
     def _release(self) -> None:
         self._disarm()
-        if not self.upstream_done:
-            self.upstream_done = True
-            if self.upstream is not None:
-                self.upstream.cancel()
+        self.cancel_upstream()
         self.queue.clear()
         self.deadlines.clear()
 

@@ -50,8 +50,7 @@ class _AsyncIterableSubscription(QueueDrainSubscription):
                 try:
                     item = await anext(iterator)
                 except StopAsyncIteration:
-                    self.finished = True
-                    self.drain()
+                    self.finish()
                     return
                 if item is None:
                     raise TypeError("from_async_iterable: the iterator yielded None; items are "
@@ -61,9 +60,7 @@ class _AsyncIterableSubscription(QueueDrainSubscription):
         except asyncio.CancelledError:
             raise
         except Exception as error:
-            self.error = error
-            self.finished = True
-            self.drain()
+            self.finish(error)
         finally:
             aclose = getattr(iterator, "aclose", None)
             if aclose is not None:

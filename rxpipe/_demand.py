@@ -27,7 +27,6 @@ from collections import deque
 from typing import Any
 
 from ._protocol import UNBOUNDED, Subscriber, Subscription
-from .metrics import StageCounters, track
 
 __all__ = [
     "add_demand",
@@ -40,7 +39,6 @@ __all__ = [
     "EmptySubscription",
     "EMPTY_SUBSCRIPTION",
     "InternalSubscriber",
-    "StageLink",
     "log",
 ]
 
@@ -88,42 +86,6 @@ class InternalSubscriber(Subscriber[Any]):
 
     __slots__ = ()
     _rx_internal = True
-
-
-class StageLink(InternalSubscriber):
-    """Mixin for an operator's running stage: the subscriber of its upstream, while the
-    :class:`DrainSubscription` it is mixed with is the subscription of its downstream.
-
-    ``class MyStage(QueueDrainSubscription, StageLink)``; declare the slots ``upstream`` and
-    ``counters`` and call :meth:`_link_stage` in ``__init__``. ``on_subscribe`` keeps §2.5 (a
-    second subscription is cancelled), hands this stage downstream, then — unless downstream
-    cancelled meanwhile — calls :meth:`_upstream_ready` to make the first upstream request.
-    """
-
-    __slots__ = ()
-    upstream: Subscription | None
-    counters: StageCounters
-    downstream: Subscriber[Any]
-    cancelled: bool
-
-    def _link_stage(self, name: str) -> None:
-        """Set up the upstream link and the stage's metrics (``counters``, exported while alive)."""
-        # The slots are declared by the concrete class (a slotted mixin cannot hold them).
-        self.upstream = None  # type: ignore[misc]
-        self.counters = StageCounters(name)  # type: ignore[misc]
-        track(self)  # type: ignore[arg-type]  # the concrete class provides statistics()
-
-    def on_subscribe(self, subscription: Subscription) -> None:
-        if self.upstream is not None:
-            subscription.cancel()  # Reactive Streams §2.5
-            return
-        self.upstream = subscription  # type: ignore[misc]
-        self.downstream.on_subscribe(self)  # type: ignore[arg-type]  # self is the Subscription too
-        if not self.cancelled:
-            self._upstream_ready()
-
-    def _upstream_ready(self) -> None:
-        """Upstream is linked and downstream has this subscription: make the first request."""
 
 
 class EmptySubscription(Subscription):
@@ -225,6 +187,13 @@ class DrainSubscription(Subscription):
         self.drain()
 
     # -- for subclasses ------------------------------------------------------------------------
+    def _delivered(self, e: int, r: int) -> None:
+        """Account for ``e`` items delivered by a pass that started with demand ``r`` (``e <= r``):
+        ``emitted`` grows; ``requested`` shrinks unless it is ``UNBOUNDED`` (never decremented)."""
+        self.emitted += e
+        if r != UNBOUNDED:
+            self.requested -= e
+
     @abstractmethod
     def _drain(self) -> None:
         """One pass: emit up to ``requested`` items, subtract them, terminate when due."""
@@ -320,6 +289,12 @@ class QueueDrainSubscription(DrainSubscription):
                 self._error(self.error)
             else:
                 self._complete()
+
+    def finish(self, error: BaseException | None = None) -> None:
+        """Upstream ended: signal ``on_complete`` (or ``on_error(error)``) after the queued items."""
+        self.error = error
+        self.finished = True
+        self.drain()
 
     def _on_delivered(self, count: int) -> None:
         """Called after a pass took ``count`` (>= 1) items off the queue."""

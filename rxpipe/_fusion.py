@@ -20,10 +20,13 @@ still allows (Reactor's ``take`` with ``limitRequest``).
 from __future__ import annotations
 
 import itertools
+import linecache
+import weakref
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Iterator
 
-from ._demand import EMPTY_SUBSCRIPTION, DrainSubscription, InternalSubscriber, log
+from ._demand import EMPTY_SUBSCRIPTION, DrainSubscription, log
+from ._link import LINK_SLOTS, UpstreamLink
 from ._protocol import UNBOUNDED, Subscriber, Subscription
 from .flowable import Flowable
 
@@ -48,6 +51,26 @@ class Stage:
     on_complete: Callable[[], Any] | None = None
 
 
+#: numbers the compiled chains, so each has its own file name in ``linecache``
+_compiled = itertools.count()
+
+
+def _where(stage: Stage) -> str:
+    """A comment naming the stage and where its user function is defined (``file:line``), shown
+    on the generated line in a traceback."""
+    code = getattr(stage.fn, "__code__", None)
+    place = f"{code.co_filename}:{code.co_firstlineno}" if code is not None else repr(stage.fn)
+    return f"  # {stage.kind} {stage.name!r}: {place}"
+
+
+def _register_source(program: Program, filename: str, source: str) -> None:
+    """Put the generated source in ``linecache`` (mtime None: ``checkcache`` keeps it), so a
+    traceback through the fused chain shows its line and the user function it calls; the entry
+    goes when the compiled chain is collected."""
+    linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
+    weakref.finalize(program, linecache.cache.pop, filename, None)
+
+
 def _source_none_error() -> TypeError:
     return TypeError("the source iterable yielded None; items are never None (Reactive Streams §2.13)")
 
@@ -60,7 +83,7 @@ def _none_error(stage: Stage) -> TypeError:
 class Program:
     """A fused chain compiled to a factory of ``on_next(item) -> 0 | 1`` functions."""
 
-    __slots__ = ("stages", "_factory", "take_count", "has_hooks")
+    __slots__ = ("stages", "_factory", "take_count", "has_hooks", "__weakref__")
 
     def __init__(self, stages: tuple[Stage, ...]) -> None:
         self.stages = stages
@@ -102,14 +125,15 @@ class Program:
             for k, stage in enumerate(self.stages):
                 catch = ["except Exception as exc:", *("    " + line for line in fail(k, "exc"))]
                 none = ["if x is None:", *("    " + line for line in fail(k, f"none_error({k})"))]
+                where = _where(stage)
                 if stage.kind == "map":
-                    lines += ["try:", f"    x = f{k}(x)", *catch, *none]
+                    lines += ["try:", f"    x = f{k}(x){where}", *catch, *none]
                 elif stage.kind == "filter":
-                    lines += ["try:", f"    if not f{k}(x):", f"        {drop}", *catch]
+                    lines += ["try:", f"    if not f{k}(x):{where}", f"        {drop}", *catch]
                 elif stage.kind == "tap" and stage.fn is not None:
-                    lines += ["try:", f"    f{k}(x)", *catch]
+                    lines += ["try:", f"    f{k}(x){where}", *catch]
                 elif stage.kind == "scan":
-                    lines += ["try:", f"    x = acc{k} = f{k}(acc{k}, x)", *catch, *none]
+                    lines += ["try:", f"    x = acc{k} = f{k}(acc{k}, x){where}", *catch, *none]
                 elif stage.kind == "skip":
                     lines += [f"if c{k} < a{k}:", f"    c{k} += 1", f"    {drop}"]
                 elif stage.kind == "take":
@@ -130,8 +154,10 @@ class Program:
                  "        return e, True",
                  "    return on_next, run"]
         namespace: dict[str, Any] = {}
-        exec(compile("\n".join(lines), f"<rxpipe fused {'→'.join(s.name for s in self.stages)}>",
-                     "exec"), namespace)
+        source = "\n".join(lines) + "\n"
+        filename = f"<rxpipe fused {'→'.join(s.name for s in self.stages)} #{next(_compiled)}>"
+        exec(compile(source, filename, "exec"), namespace)
+        _register_source(self, filename, source)
         return namespace["factory"]  # type: ignore[no-any-return]
 
     def instantiate(self, down: Callable[[Any], Any], fail: Callable[[BaseException, int], int],
@@ -330,16 +356,20 @@ def _known_exhausted(iterator: Iterator[Any]) -> bool:
     return hint is not None and hint() == 0
 
 
-class FusedSubscriber(InternalSubscriber, Subscription):
-    """A compiled chain running in subscriber mode over any Flowable (see module docstring)."""
+class FusedSubscriber(UpstreamLink, Subscription):
+    """A compiled chain running in subscriber mode over any Flowable (see module docstring).
 
-    __slots__ = ("downstream", "program", "upstream", "chain", "try_on_next", "done", "unbounded", "forwarded")
+    Demand passes through unchanged (no outstanding count on the hot path: the strict boundary
+    or the next stage's link checks §1.1); cancel-once and the terminal flag (``upstream_done``)
+    are :class:`~rxpipe.stage.UpstreamLink`'s.
+    """
+
+    __slots__ = (*LINK_SLOTS, "downstream", "program", "chain", "try_on_next", "unbounded", "forwarded")
 
     def __init__(self, downstream: Subscriber[Any], program: Program) -> None:
         self.downstream = downstream
         self.program = program
-        self.upstream: Subscription | None = None
-        self.done = False
+        self.link_upstream(None)
         self.unbounded = False
         self.forwarded = 0
         self.chain = program.instantiate(downstream.on_next, self._stage_failed, self._take_done)[0]
@@ -347,35 +377,23 @@ class FusedSubscriber(InternalSubscriber, Subscription):
         #: ``ConditionalSubscriber.tryOnNext``): a falsy result means the chain dropped the item,
         #: so it used no demand and no ``request(1)`` goes upstream. The chain itself, with no
         #: wrapper: those callers stop at once when this subscriber cancels them (their own
-        #: per-item ``cancelled`` check), so the ``done`` guard of ``on_next`` is not needed.
+        #: per-item ``cancelled`` check), so the terminal guard of ``on_next`` is not needed.
         self.try_on_next = self.chain
 
     # upstream → downstream
-    def on_subscribe(self, subscription: Subscription) -> None:
-        if self.upstream is not None:
-            subscription.cancel()
-            return
-        self.upstream = subscription
-        self.downstream.on_subscribe(self)
-
     def on_next(self, item: Any) -> None:
-        if self.done:
+        # Invariant: one chain call per item; a dropped item asks upstream for exactly one more
+        # (filter/skip, DESIGN §2), unless demand is unbounded or the chain ended the stream.
+        if self.upstream_done:
             return
-        if not self.chain(item) and not self.done and not self.unbounded:
-            self.upstream.request(1)  # type: ignore[union-attr]  # a dropped item asks one more
+        if not self.chain(item) and not self.upstream_done and not self.unbounded:
+            self.upstream.request(1)  # type: ignore[union-attr]
 
-    def on_error(self, error: BaseException) -> None:
-        if self.done:
-            return
-        self.done = True
-        self.program.error_hooks(error)
-        self.downstream.on_error(error)
-
-    def on_complete(self) -> None:
-        if self.done:
-            return
-        self.done = True
-        error = self.program.complete_hooks()
+    def _upstream_finished(self, error: BaseException | None) -> None:
+        if error is not None:
+            self.program.error_hooks(error)
+        else:
+            error = self.program.complete_hooks()  # a raising on_complete hook turns it into an error
         if error is not None:
             self.downstream.on_error(error)
         else:
@@ -383,7 +401,7 @@ class FusedSubscriber(InternalSubscriber, Subscription):
 
     # downstream → upstream
     def request(self, n: int) -> None:
-        if self.done:
+        if self.upstream_done:
             return
         take = self.program.take_count
         if type(n) is int and n > 0:
@@ -397,25 +415,19 @@ class FusedSubscriber(InternalSubscriber, Subscription):
         self.upstream.request(n)  # type: ignore[union-attr]
 
     def cancel(self) -> None:
-        if self.done:
-            return
-        self.done = True
-        if self.upstream is not None:
-            self.upstream.cancel()
+        self.cancel_upstream()
 
     # chain callbacks
     def _stage_failed(self, error: BaseException, stage: int) -> int:
-        if not self.done:
-            self.done = True
-            self.upstream.cancel()  # type: ignore[union-attr]
+        if not self.upstream_done:
+            self.cancel_upstream()
             self.program.error_hooks(error, stage)
             self.downstream.on_error(error)
         return 0
 
     def _take_done(self) -> None:
-        if not self.done:
-            self.done = True
-            self.upstream.cancel()  # type: ignore[union-attr]
+        if not self.upstream_done:
+            self.cancel_upstream()
             self.downstream.on_complete()
 
 
@@ -429,6 +441,12 @@ class FusedFlowable(Flowable[Any]):
         self.source = source
         self.stages = stages
         self._program: Program | None = None
+
+    @property
+    def passes_capabilities(self) -> bool:  # type: ignore[override]
+        """map, filter, take, skip and tap pass their upstream's items (a map is taken to map a
+        batch to a batch); a scan makes new ones, so a chain with one declares nothing."""
+        return all(stage.kind != "scan" for stage in self.stages)
 
     @property
     def program(self) -> Program:

@@ -4,14 +4,15 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from ._demand import InternalSubscriber, add_demand, log, valid_demand
+from ._demand import InternalSubscriber, log, valid_demand
+from ._link import LINK_SLOTS, UpstreamLink
 from ._protocol import UNBOUNDED, Subscriber, Subscription
 from .errors import MissingBackpressureError
 
 __all__ = ["StrictSubscriber", "LambdaSubscriber"]
 
 
-class StrictSubscriber(InternalSubscriber, Subscription):
+class StrictSubscriber(UpstreamLink, Subscription):
     """Wraps a user's :class:`~rxpipe.Subscriber` so it gets every Reactive Streams guarantee.
 
     - §1.1: an ``on_next`` beyond the total requested cancels upstream and signals
@@ -24,19 +25,25 @@ class StrictSubscriber(InternalSubscriber, Subscription):
     The user sees this object as its :class:`~rxpipe.Subscription`.
     """
 
-    __slots__ = ("actual", "upstream", "outstanding", "done")
+    __slots__ = (*LINK_SLOTS, "actual")
 
     def __init__(self, actual: Subscriber[Any]) -> None:
         self.actual = actual
-        self.upstream: Subscription | None = None
-        self.outstanding = 0
-        self.done = False
+        self.link_upstream(None)
+
+    @property
+    def done(self) -> bool:
+        """True after a terminal signal, a cancel or a protocol violation."""
+        return self.upstream_done
 
     def on_subscribe(self, subscription: Subscription) -> None:
         if self.upstream is not None:
             subscription.cancel()
             log.warning("Reactive Streams §2.5: %r subscribed twice; second subscription cancelled",
                         self.actual)
+            return
+        if self.upstream_done:
+            subscription.cancel()
             return
         self.upstream = subscription
         try:
@@ -46,32 +53,19 @@ class StrictSubscriber(InternalSubscriber, Subscription):
             self.cancel()
 
     def request(self, n: int) -> None:
-        if self.done or self.upstream is None:
+        if self.upstream_done or self.upstream is None:
             return
         if valid_demand(n):
-            self.outstanding = add_demand(self.outstanding, n)
-        self.upstream.request(n)  # an invalid n makes upstream signal §3.9's ValueError
+            self.request_upstream(n)
+        else:
+            self.upstream.request(n)  # an invalid n makes upstream signal §3.9's ValueError
 
     def cancel(self) -> None:
-        if self.done:
-            return
-        self.done = True
-        if self.upstream is not None:
-            self.upstream.cancel()
+        self.cancel_upstream()
 
     def on_next(self, item: Any) -> None:
-        if self.done:
+        if not self.accept(item):  # late (ignored) or beyond demand (§1.1: the link's overrun rule)
             return
-        outstanding = self.outstanding
-        if outstanding != UNBOUNDED:
-            if outstanding == 0:
-                self.done = True
-                if self.upstream is not None:
-                    self.upstream.cancel()
-                self._deliver_error(MissingBackpressureError(
-                    f"Reactive Streams §1.1: on_next({item!r}) without outstanding demand"))
-                return
-            self.outstanding = outstanding - 1
         try:
             self.actual.on_next(item)
         except Exception:
@@ -79,16 +73,13 @@ class StrictSubscriber(InternalSubscriber, Subscription):
                           self.actual)
             self.cancel()
 
-    def on_error(self, error: BaseException) -> None:
-        if self.done:
-            return
-        self.done = True
+    def _upstream_overrun(self, error: MissingBackpressureError) -> None:
         self._deliver_error(error)
 
-    def on_complete(self) -> None:
-        if self.done:
+    def _upstream_finished(self, error: BaseException | None) -> None:
+        if error is not None:
+            self._deliver_error(error)
             return
-        self.done = True
         try:
             self.actual.on_complete()
         except Exception:

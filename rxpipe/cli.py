@@ -1,4 +1,5 @@
-"""The ``rxpipe`` command line: ``rxpipe run FILE[:NAME]`` and ``rxpipe graph FILE[:NAME]``."""
+"""The ``rxpipe`` command line: ``rxpipe run FILE[:NAME]``, ``rxpipe graph FILE[:NAME]`` and
+``rxpipe load [BASE_URL]`` (the load generator, :mod:`rxpipe.load`)."""
 
 from __future__ import annotations
 
@@ -169,6 +170,15 @@ def _expand(pipeline: Pipeline) -> list[tuple[str, str, list[str]]]:
         else:
             rows.append((stage.name, stage.kind, ups))
     return rows
+
+
+def _add_load_command() -> None:
+    from .load._cli import load
+
+    main.add_command(load)
+
+
+_add_load_command()
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -7,9 +7,12 @@ from abc import abstractmethod
 from collections import deque
 from typing import TYPE_CHECKING, Any, AsyncIterator, Callable, Generic, TypeVar, overload
 
-from ._demand import EMPTY_SUBSCRIPTION, InternalSubscriber, Replenisher
+from ._capabilities import NO_CAPABILITIES, Capabilities
+from ._demand import EMPTY_SUBSCRIPTION, InternalSubscriber
+from ._link import LINK_SLOTS, UpstreamLink
 from ._protocol import UNBOUNDED, Publisher, Subscriber, Subscription
 from ._subscribers import LambdaSubscriber, StrictSubscriber
+from .errors import MissingBackpressureError
 
 if TYPE_CHECKING:
     import reactivex
@@ -36,11 +39,22 @@ class Flowable(Publisher[T], Generic[T]):
     """
 
     kind = "flowable"
+    #: True for a stage whose items are its first upstream's items, passed along (tap, filter,
+    #: buffer, timeout, ...): it shows that upstream's :attr:`capabilities`.
+    passes_capabilities = False
 
     def __init__(self, *, name: str | None = None, upstreams: tuple[Flowable[Any], ...] = ()) -> None:
         self.upstreams = upstreams
         self.index: int = 1 + max((u.index for u in upstreams), default=-1)
         self.name = name or f"{self.kind}_{self.index}"
+
+    @property
+    def capabilities(self) -> Capabilities:
+        """What this stage declares about its items (e.g. "batches of at most N"); a
+        pass-through stage shows its upstream's, through any number of pass-through stages."""
+        if self.passes_capabilities and self.upstreams:
+            return self.upstreams[0].capabilities
+        return NO_CAPABILITIES
 
     # -- subscribing ---------------------------------------------------------------------------
     @overload
@@ -206,23 +220,25 @@ class _ListCollector(InternalSubscriber):
             self.subscription.cancel()
 
 
-class _IteratorSubscriber(InternalSubscriber):
-    """Receives into a queue for :class:`FlowableIterator`; never references the iterator."""
+class _IteratorSubscriber(UpstreamLink):
+    """Receives into a queue for :class:`FlowableIterator`; never references the iterator.
 
-    __slots__ = ("queue", "subscription", "finished", "error", "waiter", "replenisher", "__weakref__")
+    Its link (prefetch and replenish rule, overrun, cancel-once) is :class:`UpstreamLink`'s.
+    """
+
+    __slots__ = (*LINK_SLOTS, "queue", "finished", "error", "waiter", "__weakref__")
+    hands_itself_downstream = False
 
     def __init__(self, prefetch: int) -> None:
         self.queue: deque[Any] = deque()
-        self.subscription: Subscription | None = None
         self.finished = False
         self.error: BaseException | None = None
         self.waiter: asyncio.Future[None] | None = None
-        self.replenisher = Replenisher(prefetch)
+        self.link_upstream(None, prefetch)
 
-    def on_subscribe(self, subscription: Subscription) -> None:
-        self.queue = deque()
-        self.subscription = subscription
-        subscription.request(self.replenisher.initial)
+    @property
+    def subscription(self) -> Subscription | None:
+        return self.upstream
 
     def _wake(self) -> None:
         waiter = self.waiter
@@ -232,16 +248,19 @@ class _IteratorSubscriber(InternalSubscriber):
                 waiter.set_result(None)
 
     def on_next(self, item: Any) -> None:
-        self.queue.append(item)
-        if self.waiter is not None:
-            self._wake()
+        if self.accept(item):
+            self.queue.append(item)
+            if self.waiter is not None:
+                self._wake()
 
-    def on_error(self, error: BaseException) -> None:
+    def _upstream_finished(self, error: BaseException | None) -> None:
+        self._end(error)
+
+    def _upstream_overrun(self, error: MissingBackpressureError) -> None:
+        self._end(error)  # after the items received before it
+
+    def _end(self, error: BaseException | None) -> None:
         self.error = error
-        self.finished = True
-        self._wake()
-
-    def on_complete(self) -> None:
         self.finished = True
         self._wake()
 
@@ -262,9 +281,8 @@ class FlowableIterator(AsyncIterator[T]):
 
     def grant(self, n: int = 1) -> None:
         """Give upstream ``n`` more items of credit (``credit=True`` iterators)."""
-        receiver = self._receiver
-        if not self._closed and not receiver.finished and receiver.subscription is not None:
-            receiver.subscription.request(n)
+        if not self._closed:
+            self._receiver.request_upstream(n)
 
     def __aiter__(self) -> FlowableIterator[T]:
         return self
@@ -278,29 +296,26 @@ class FlowableIterator(AsyncIterator[T]):
                 if receiver.error is not None:
                     raise receiver.error
                 raise StopAsyncIteration
-            receiver.waiter = asyncio.get_running_loop().create_future()
+            waiter = receiver.waiter = asyncio.get_running_loop().create_future()
             try:
-                await receiver.waiter
-            except BaseException:
-                self._close()
+                await waiter
+            except asyncio.CancelledError:
+                # A cancelled __anext__ (e.g. asyncio.wait_for timing out) is not leaving the
+                # loop: the subscription and what was received stay for the next __anext__.
+                # Leaving cancels upstream through aclose() or when the iterator is collected.
+                if receiver.waiter is waiter:
+                    receiver.waiter = None
                 raise
         item = queue.popleft()
-        if self._credit:
-            return item
-        replenisher = receiver.replenisher
-        due = replenisher.consumed(1)
-        if due and receiver.subscription is not None and not receiver.finished:
-            limit = replenisher.limit
-            for _ in range(due):
-                receiver.subscription.request(limit)
+        if not self._credit:
+            receiver.replenish(1)
         return item
 
     def _close(self) -> None:
         if not self._closed:
             self._closed = True
             receiver = self._receiver
-            if not receiver.finished and receiver.subscription is not None:
-                receiver.subscription.cancel()
+            receiver.cancel_upstream()
             receiver.queue.clear()
 
     async def aclose(self) -> None:

@@ -20,6 +20,7 @@ import threading
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from ._demand import QueueDrainSubscription
+from ._link import offer
 from ._protocol import Subscriber
 from .errors import BufferOverflowError
 from .flowable import Flowable
@@ -99,26 +100,12 @@ class _ObservableSubscription(QueueDrainSubscription):
             self.fail(TypeError(f"stage {self.counters.stage!r}: the Observable pushed None; items "
                                 f"are never None (Reactive Streams §2.13)"))
             return
-        self.received += 1
-        queue = self.queue
-        if len(queue) < self.capacity:
-            queue.append(item)
-            self.drain()
-            return
-        # Full (no demand downstream, or it is inside on_next): shed without draining.
-        overflow = self.overflow
-        self.counters.drop(overflow)
-        if overflow == "drop_oldest":
-            queue.popleft()
-            queue.append(item)
-        elif overflow == "error":
+        # Queued while there is room; at capacity shed and told, as buffer does (one copy: offer).
+        if offer(self, item):
             self._detach()
-            self.error = BufferOverflowError(
+            self.finish(BufferOverflowError(
                 f"stage {self.counters.stage!r}: the Observable pushed an item while "
-                f"{self.capacity} were buffered without demand (overflow='error')")
-            self.finished = True
-            self.drain()
-        # "drop_incoming": the arriving item is not kept
+                f"{self.capacity} were buffered without demand (overflow='error')"))
 
     def push_error(self, error: BaseException) -> None:
         if self._foreign_thread():
@@ -127,9 +114,7 @@ class _ObservableSubscription(QueueDrainSubscription):
         if self.detached:
             return
         self.detached = True  # the Observable is done; nothing to dispose
-        self.error = error  # delivered after the buffered items
-        self.finished = True
-        self.drain()
+        self.finish(error)  # delivered after the buffered items
 
     def push_complete(self) -> None:
         if self._foreign_thread():
@@ -138,8 +123,7 @@ class _ObservableSubscription(QueueDrainSubscription):
         if self.detached:
             return
         self.detached = True
-        self.finished = True
-        self.drain()
+        self.finish()
 
     # -- drain loop hooks ----------------------------------------------------------------------
     def _on_delivered(self, count: int) -> None:
@@ -183,23 +167,24 @@ def from_observable(obs: reactivex.Observable[T], capacity: int, overflow: str =
                     name: str | None = None) -> Flowable[T]:
     """Adapt a reactivex Observable (push) to a Flowable (``request(n)`` pull).
 
-        observable:  (12345|)      five pushes and the end, before any demand
-        demand:      -^9
-        output:      -(12|)        capacity=2, overflow="drop_incoming"
-                     -(45|)        overflow="drop_oldest"
-                     -(12#)        overflow="error": BufferOverflowError after the buffered items
+        observable:     (12345|)    five pushes and the end, before any demand; capacity=2
+        demand:         -^9
+        drop_incoming:  -(12|)
+        drop_oldest:    -(45|)
+        error:          -(12#)      BufferOverflowError after the buffered items
 
     The Observable is subscribed inside each ``subscribe()`` (per subscriber, after its
     ``on_subscribe``). Pushes are buffered, at most ``capacity`` items, and delivered on demand:
     this stage is where push becomes pull. When an item arrives with the buffer full, ``overflow``
     decides what is shed (Reactor's ``onBackpressureBuffer``/``onBackpressureDrop`` meanings, as
-    ``buffer``): ``"drop_incoming"`` discards the arriving item, ``"drop_oldest"`` evicts the
-    oldest buffered one, ``"error"`` disposes the Observable's subscription, delivers what is
-    buffered, then signals ``BufferOverflowError``. Each shed item is counted under its strategy
-    name (``statistics().dropped``, metric ``rxpipe_stage_dropped_total``). An ``on_error`` from
-    the Observable is signalled after the buffered items. Cancelling disposes the Observable's
-    subscription and discards the buffer. Pushes from another thread (a reactivex scheduler)
-    hop to the event loop that subscribed.
+    ``buffer``): ``"drop_incoming"`` discards the arriving item, ``"drop_oldest"`` evicts the oldest
+    buffered one, ``"error"`` disposes the Observable's subscription, delivers what is buffered,
+    then signals ``BufferOverflowError``. Each shed item is told through its
+    ``on_discard(strategy)`` method if it has one (so a dropped request's reply fails instead of
+    pending forever) and counted under its strategy name (``statistics().dropped``, metric
+    ``rxpipe_stage_dropped_total``). An ``on_error`` from the Observable is signalled after the
+    buffered items. Cancelling disposes the Observable's subscription and discards the buffer.
+    Pushes from another thread (a reactivex scheduler) hop to the event loop that subscribed.
 
     Args:
         obs: a reactivex Observable (anything with ``subscribe(on_next=, on_error=, on_completed=)``

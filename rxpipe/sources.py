@@ -5,9 +5,10 @@ from __future__ import annotations
 import builtins
 from typing import Any, Callable, Iterable, TypeVar
 
-from ._demand import EMPTY_SUBSCRIPTION, InternalSubscriber, add_demand, bad_request, valid_demand
+from ._demand import EMPTY_SUBSCRIPTION, bad_request, valid_demand
 from ._fusion import SyncSource
-from ._protocol import UNBOUNDED, Publisher, Subscriber, Subscription
+from ._link import LINK_SLOTS, UpstreamLink
+from ._protocol import Publisher, Subscriber, Subscription
 from .errors import MissingBackpressureError, ProtocolViolationError
 from .flowable import Flowable
 
@@ -108,39 +109,32 @@ def defer(factory: Callable[[], Flowable[T] | Publisher[T] | Iterable[T]], *,
     return _DeferFlowable(factory, name)
 
 
-class _PublisherGuard(InternalSubscriber, Subscription):
+class _PublisherGuard(UpstreamLink, Subscription):
     """Passes signals through unchanged and synchronously, enforcing the rules a foreign
-    Publisher may break: §1.1 (beyond demand → MissingBackpressureError), §1.7, §1.9, §2.5,
-    §2.13 (None → TypeError) and §3.9 (``request(n <= 0)`` → ValueError, even if the publisher
-    would ignore it)."""
+    Publisher may break: §1.1 (beyond demand → MissingBackpressureError, the link's overrun
+    rule), §1.7, §1.9, §2.5, §2.13 (None → TypeError) and §3.9 (``request(n <= 0)`` →
+    ValueError, even if the publisher would ignore it). ``upstream_done`` is the terminal flag."""
 
-    __slots__ = ("downstream", "upstream", "outstanding", "done", "in_next", "deferred")
+    __slots__ = (*LINK_SLOTS, "downstream", "in_next", "deferred")
 
     def __init__(self, downstream: Subscriber[Any]) -> None:
         self.downstream = downstream
-        self.upstream: Subscription | None = None
-        self.outstanding = 0
-        self.done = False
         self.in_next = False
         self.deferred: BaseException | None = None
-
-    def on_subscribe(self, subscription: Subscription) -> None:
-        if self.upstream is not None or self.done:
-            subscription.cancel()  # §2.5
-            return
-        self.upstream = subscription
-        self.downstream.on_subscribe(self)
+        self.link_upstream(None)
 
     def _violation(self, error: BaseException) -> None:
-        self.done = True
-        if self.upstream is not None:
-            self.upstream.cancel()
-        if self.upstream is None:
+        linked = self.upstream is not None
+        self.cancel_upstream()
+        if not linked:
             self.downstream.on_subscribe(EMPTY_SUBSCRIPTION)
         self.downstream.on_error(error)
 
+    def _upstream_overrun(self, error: MissingBackpressureError) -> None:
+        self.downstream.on_error(error)  # upstream is already cancelled
+
     def on_next(self, item: Any) -> None:
-        if self.done:
+        if self.upstream_done:
             return
         if self.upstream is None:
             self._violation(ProtocolViolationError("Reactive Streams §1.9: on_next before on_subscribe"))
@@ -148,59 +142,40 @@ class _PublisherGuard(InternalSubscriber, Subscription):
         if item is None:
             self._violation(TypeError("Reactive Streams §2.13: the publisher emitted None"))
             return
-        outstanding = self.outstanding
-        if outstanding != UNBOUNDED:
-            if outstanding == 0:
-                self._violation(MissingBackpressureError(
-                    f"Reactive Streams §1.1: the publisher emitted {item!r} beyond demand"))
-                return
-            self.outstanding = outstanding - 1
+        if not self.accept(item):
+            return
         self.in_next = True
         try:
             self.downstream.on_next(item)
         finally:
             self.in_next = False
-        if self.deferred is not None and not self.done:
+        if self.deferred is not None:  # a §3.9 request made inside on_next (upstream cancelled)
             error, self.deferred = self.deferred, None
-            self.done = True
             self.downstream.on_error(error)
 
-    def on_error(self, error: BaseException) -> None:
-        if self.done:
-            return
-        if self.upstream is None:
+    def _upstream_finished(self, error: BaseException | None) -> None:
+        if self.upstream is None:  # terminal before on_subscribe (§1.9): give downstream one
             self.downstream.on_subscribe(EMPTY_SUBSCRIPTION)
-        self.done = True
-        self.downstream.on_error(error)
-
-    def on_complete(self) -> None:
-        if self.done:
-            return
-        if self.upstream is None:
-            self.downstream.on_subscribe(EMPTY_SUBSCRIPTION)
-        self.done = True
-        self.downstream.on_complete()
+        if error is not None:
+            self.downstream.on_error(error)
+        else:
+            self.downstream.on_complete()
 
     def request(self, n: int) -> None:
-        if self.done or self.upstream is None:
+        if self.upstream_done or self.upstream is None:
             return
         if not valid_demand(n):
-            self.upstream.cancel()
+            self.cancel_upstream()
             if self.in_next:
                 self.deferred = bad_request(n)  # delivered once on_next returns (§1.3)
             else:
-                self.done = True
                 self.downstream.on_error(bad_request(n))
             return
-        self.outstanding = add_demand(self.outstanding, n)
-        self.upstream.request(n)
+        self.request_upstream(n)
 
     def cancel(self) -> None:
-        if self.done:
-            return
-        self.done = True
-        if self.upstream is not None:
-            self.upstream.cancel()
+        self.deferred = None  # a cancel withdraws a pending §3.9 error too
+        self.cancel_upstream()
 
 
 class _PublisherFlowable(Flowable[Any]):
@@ -215,12 +190,7 @@ class _PublisherFlowable(Flowable[Any]):
         try:
             self.publisher.subscribe(guard)
         except Exception as exc:
-            if guard.upstream is None and not guard.done:
-                guard.done = True
-                subscriber.on_subscribe(EMPTY_SUBSCRIPTION)
-                subscriber.on_error(exc)
-            else:
-                guard._violation(exc)
+            guard._violation(exc)  # before on_subscribe, the subscriber gets an empty one first
 
 
 def from_publisher(publisher: Publisher[T], *, name: str | None = None) -> Flowable[T]:

@@ -27,6 +27,39 @@ async def test_async_for_prefetches_256_then_replenishes_192() -> None:
     assert pub.cancelled
 
 
+async def test_a_timed_out_anext_is_not_leaving_the_loop() -> None:
+    async def producer() -> Any:
+        for i in range(6):
+            yield i
+            if i == 3:
+                await asyncio.sleep(0.05)  # a pause longer than the consumer's timeout
+
+    iterator = rx.from_async_iterable(producer()).__aiter__()
+    got: list[int] = []
+    timeouts = 0
+    while True:
+        try:
+            got.append(await asyncio.wait_for(iterator.__anext__(), 0.01))
+        except TimeoutError:
+            timeouts += 1  # the stream goes on: the next __anext__ gets the next item
+        except StopAsyncIteration:
+            break
+    assert got == [0, 1, 2, 3, 4, 5] and timeouts >= 1
+
+
+async def test_a_timed_out_anext_keeps_the_subscription_and_what_was_received() -> None:
+    pub = TestPublisher[int]()
+    iterator = pub.__aiter__()
+    with pytest.raises(TimeoutError):
+        await asyncio.wait_for(iterator.__anext__(), 0.001)
+    assert not pub.cancelled
+    pub.emit(7, 8)
+    pub.complete()
+    assert [await iterator.__anext__(), await iterator.__anext__()] == [7, 8]
+    with pytest.raises(StopAsyncIteration):
+        await iterator.__anext__()
+
+
 async def test_async_for_break_cancels_upstream_at_once() -> None:
     pub = TestPublisher[int]()
     pub_values = list(range(10))

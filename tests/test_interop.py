@@ -49,6 +49,35 @@ def test_pushes_before_any_demand_are_shed_by_the_overflow_strategy(overflow: st
     assert ts.values == values and ts.completed
 
 
+class Told:
+    """An item that records the reasons it was dropped for (``on_discard``)."""
+
+    def __init__(self, n: int, log: list[tuple[int, str]]) -> None:
+        self.n = n
+        self.log = log
+
+    def on_discard(self, reason: str) -> None:
+        self.log.append((self.n, reason))
+
+
+@pytest.mark.parametrize("overflow, dropped, kept", [
+    ("drop_incoming", [(3, "drop_incoming"), (4, "drop_incoming"), (5, "drop_incoming")], [1, 2]),
+    ("drop_oldest", [(1, "drop_oldest"), (2, "drop_oldest"), (3, "drop_oldest")], [4, 5]),
+    ("error", [(3, "error")], [1, 2]),
+])
+def test_every_shed_item_is_told_through_on_discard(overflow: str, dropped: list[tuple[int, str]],
+                                                     kept: list[int]) -> None:
+    log: list[tuple[int, str]] = []
+    subject: Subject[Told] = Subject()
+    ts = TestSubscriber[Told]()
+    rx.from_observable(subject, 2, overflow).subscribe(ts)
+    for i in range(1, 6):
+        subject.on_next(Told(i, log))
+    assert log == dropped  # as buffer does: a dropped request's reply is failed, not left pending
+    ts.request(10)
+    assert [t.n for t in ts.values] == kept
+
+
 def test_overflow_error_delivers_the_buffer_then_buffer_overflow_error() -> None:
     subject: Subject[int] = Subject()
     ts = TestSubscriber[int]()

@@ -8,7 +8,7 @@ import pytest
 
 import rxpipe as rx
 from rxpipe import UNBOUNDED, MissingBackpressureError, Subscriber, Subscription
-from rxpipe.testing import TestSubscriber
+from rxpipe.testing import TestPublisher, TestSubscriber
 
 
 class Recorder(Subscriber[Any]):
@@ -130,7 +130,7 @@ async def test_demand_saturates_at_unbounded() -> None:
 
 
 def test_drain_subscription_counter_saturates() -> None:
-    from rxpipe._demand import DrainSubscription
+    from rxpipe.stage import DrainSubscription
 
     class Silent(DrainSubscription):
         def _drain(self) -> None:  # emits nothing: only the counter matters here
@@ -145,12 +145,15 @@ def test_drain_subscription_counter_saturates() -> None:
 
 def test_unbounded_requests_through_the_strict_boundary_saturate() -> None:
     ts = TestSubscriber[int]()
-    rx.range(0, 3).subscribe(ts)
+    pub = TestPublisher[int]()
+    pub.subscribe(ts)
     ts.request(UNBOUNDED)
     ts.request(UNBOUNDED)
     ts.request(7)
+    assert ts.subscription.upstream_outstanding == UNBOUNDED  # type: ignore[union-attr]
+    pub.emit(0, 1, 2)
+    pub.complete()
     assert ts.values == [0, 1, 2] and ts.completed
-    assert ts.subscription.outstanding == UNBOUNDED  # type: ignore[union-attr]
 
 
 # §1.3 / §3.3 ----------------------------------------------------------------------------------

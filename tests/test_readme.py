@@ -34,6 +34,21 @@ def test_testing_section_example_passes(tmp_path: Path) -> None:
     assert "3 passed" in output
 
 
+def test_write_your_own_operator_example_passes(tmp_path: Path) -> None:
+    module, test_file = python_blocks("## Write your own operator")
+    (tmp_path / "conftest.py").write_text('pytest_plugins = ["rxpipe.testing.pytest_plugin"]\n')
+    (tmp_path / "pairs.py").write_text(module)
+    (tmp_path / "test_pairs.py").write_text(test_file)
+    code, output = run([sys.executable, "-m", "pytest", "-q", "-W", "error", "-p", "no:cacheprovider",
+                        "test_pairs.py"], tmp_path, tmp_path)
+    assert code == 0, output
+    assert "3 passed" in output
+
+
+def test_the_architecture_page_is_linked() -> None:
+    assert "(docs/architecture.md)" in README and (ROOT / "docs" / "architecture.md").is_file()
+
+
 def test_tour_examples_run(tmp_path: Path) -> None:
     blocks = [b for b in python_blocks("## A short tour") if "def pipeline(config" not in b]
     assert len(blocks) == 3
@@ -51,3 +66,18 @@ def test_real_engine_example_builds(tmp_path: Path) -> None:
     code, output = run([sys.executable, "-c", block + "\nprint([s.kind for s in pipeline.stages])"], ROOT, tmp_path)
     assert code == 0, output
     assert output == "['gateway', 'buffer', 'execute']\n"
+
+
+def test_many_tenants_examples_are_the_same_valid_tenants_file(tmp_path: Path) -> None:
+    from rxpipe.gateway import Tenants
+
+    start = README.index("## Many tenants")
+    section = README[start:README.find("\n## ", start + 1)]
+    (json_text,) = re.findall(r"```json\n(.*?)```", section, re.S)
+    (toml_text,) = re.findall(r"```toml\n(.*?)```", section, re.S)
+    (tmp_path / "t.json").write_text(json_text)
+    (tmp_path / "t.toml").write_text(toml_text)
+    from_json, from_toml = Tenants.load(tmp_path / "t.json"), Tenants.load(tmp_path / "t.toml")
+    assert dict(from_json) == dict(from_toml)
+    assert from_json["acme"].weight == 2 and from_json["on-call"].priority == 1
+    assert from_json.for_key("sk-hobby") == from_json["hobby"]

@@ -1,15 +1,20 @@
 """Engine metrics (DESIGN §7), exported with prometheus_client.
 
-- ``rxpipe_engine_running_seqs`` / ``rxpipe_engine_waiting_seqs``: gauges read lazily at scrape
-  time from every live engine (summed), so nothing is updated per sequence.
-- ``rxpipe_engine_batch_tokens`` / ``rxpipe_engine_step_duration_seconds``: histograms observed
-  once per engine step (never per token).
+Every engine series carries ``engine``, the engine's :attr:`~rxpipe.engines.Engine.name` (default:
+its model id), so several engines in one process never overwrite each other; engines sharing a
+name are summed.
+
+- ``rxpipe_engine_running_seqs{engine}`` / ``rxpipe_engine_waiting_seqs{engine}``: gauges read
+  lazily at scrape time from every live engine, so nothing is updated per sequence.
+- ``rxpipe_engine_batch_tokens{engine}`` / ``rxpipe_engine_step_duration_seconds{engine}``:
+  histograms observed once per engine step (never per token), through :func:`observe_step`.
 """
 
 from __future__ import annotations
 
 import threading
 import weakref
+from collections import defaultdict
 from typing import TYPE_CHECKING, Any, Iterator
 
 from prometheus_client import Histogram
@@ -19,17 +24,20 @@ from prometheus_client.registry import Collector
 if TYPE_CHECKING:
     from .base import Engine
 
-__all__ = ["register", "live_engines", "STEP_DURATION", "BATCH_TOKENS"]
+__all__ = ["register", "live_engines", "observe_step", "STEP_DURATION", "BATCH_TOKENS"]
 
 _lock = threading.Lock()  # the collector runs on prometheus_client's HTTP thread
 _engines: weakref.WeakSet[Any] = weakref.WeakSet()
 
 STEP_DURATION = Histogram(
     "rxpipe_engine_step_duration_seconds", "Duration of one engine step (prefill and decode), seconds.",
-    buckets=(0.001, 0.0025, 0.005, 0.0075, 0.01, 0.015, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5))
+    ["engine"], buckets=(0.001, 0.0025, 0.005, 0.0075, 0.01, 0.015, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5))
 BATCH_TOKENS = Histogram(
     "rxpipe_engine_batch_tokens", "Tokens processed in one engine step (prefilled + decoded).",
-    buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768))
+    ["engine"], buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768))
+
+# (step duration child, batch tokens child) per engine name: one dict lookup per step
+_step_children: dict[str, tuple[Any, Any]] = {}
 
 
 def register(engine: Engine) -> None:
@@ -39,22 +47,45 @@ def register(engine: Engine) -> None:
 
 
 def live_engines() -> list[Engine]:
+    """The engines currently exported (for tests and tooling)."""
     with _lock:
         return list(_engines)
 
 
+def observe_step(engine: Engine, duration_s: float, tokens: int) -> None:
+    """Record one engine step of ``duration_s`` seconds that processed ``tokens`` tokens."""
+    children = _step_children.get(engine.name)
+    if children is None:
+        children = _step_children[engine.name] = (STEP_DURATION.labels(engine=engine.name),
+                                                  BATCH_TOKENS.labels(engine=engine.name))
+    children[0].observe(duration_s)
+    children[1].observe(tokens)
+
+
 class EngineCollector(Collector):
+    """Running and waiting sequences of every live engine, by engine name, at scrape time."""
+
     def collect(self) -> Iterator[Any]:
-        running = waiting = 0
+        running: dict[str, int] = defaultdict(int)
+        waiting: dict[str, int] = defaultdict(int)
         for engine in live_engines():
             try:
-                running += engine.running
-                waiting += engine.waiting
+                name = engine.name
+                r, w = engine.running, engine.waiting
             except Exception:  # an engine torn down mid-scrape: skip it this time
                 continue
-        yield GaugeMetricFamily("rxpipe_engine_running_seqs", "Sequences running on the engines.", value=running)
-        yield GaugeMetricFamily("rxpipe_engine_waiting_seqs", "Sequences admitted and waiting to start.",
-                                value=waiting)
+            running[name] += r
+            waiting[name] += w
+        family = GaugeMetricFamily("rxpipe_engine_running_seqs", "Sequences running on the engine.",
+                                   labels=["engine"])
+        for name, value in sorted(running.items()):
+            family.add_metric([name], value)
+        yield family
+        family = GaugeMetricFamily("rxpipe_engine_waiting_seqs", "Sequences admitted and waiting to start.",
+                                   labels=["engine"])
+        for name, value in sorted(waiting.items()):
+            family.add_metric([name], value)
+        yield family
 
 
 REGISTRY.register(EngineCollector())

@@ -10,8 +10,10 @@ from ..errors import EngineUnavailableError
 from ._openai_state import _Call, _OpenAIState
 from ._openai_wire import parse_retry_after
 
-#: backoff base (seconds) after a 429/503 without Retry-After; doubles per consecutive answer
+#: backoff base (seconds) after a 429/503 without a usable Retry-After; doubles per consecutive answer
 _BACKOFF_BASE_S = 1.0
+#: a Retry-After below this (``0``, say) is no hint: the engine backs off as if there were none
+_MIN_RETRY_AFTER_S = 0.05
 
 
 class _Backoff(_OpenAIState):
@@ -40,7 +42,8 @@ class _Backoff(_OpenAIState):
         call.throttles += 1
         retry_after = parse_retry_after(headers)
         cap = self.retry_after_cap_s
-        if retry_after is None:
+        if retry_after is None or retry_after < _MIN_RETRY_AFTER_S:
+            # absent, unreadable, or "retry at once" (Retry-After: 0): never a tight retry loop
             retry_after = min(cap, _BACKOFF_BASE_S * 2.0 ** min(self._streak - 1, 62))
         delay = min(cap, retry_after + self._rng.uniform(0.0, self.retry_after_jitter * retry_after))
         self._pause_for(delay, status)

@@ -38,6 +38,11 @@ class _ContinuousBatching(_SimState):
         self._timer = None
         self._start_queued = False
         now = loop.time()
+        # Steps are paced on the clock, as a GPU's are: a step that follows another starts when
+        # that one was due to end, not when the loop got round to delivering its tokens, so the
+        # time spent delivering overlaps the next step instead of adding to it.
+        start = self._step_due if self._step_due is not None and self._step_due < now else now
+        self._step_due = None
         budget = self.max_num_batched_tokens
         tps = self.tokens_per_step
         batch = self._batch
@@ -120,13 +125,13 @@ class _ContinuousBatching(_SimState):
             duration = self.step_overhead_s + self.prefill_s_per_token * prefill + self.decode_s_per_seq * decode_seqs
             self.steps += 1
             if self.step_log.maxlen:
-                self.step_log.append(StepRecord(self.steps, now, duration, len(batch), prefill, decode_tokens,
+                self.step_log.append(StepRecord(self.steps, start, duration, len(batch), prefill, decode_tokens,
                                                 decode_seqs, self._n_running, self._n_waiting,
                                                 tuple(s.request.id for s in batch)))
-            _metrics.STEP_DURATION.observe(duration)
-            _metrics.BATCH_TOKENS.observe(prefill + decode_tokens)
+            _metrics.observe_step(self, duration, prefill + decode_tokens)
             self._stepping = True
-            self._timer = loop.call_at(now + duration, self._end_step)
+            self._step_end = start + duration
+            self._timer = loop.call_at(self._step_end, self._end_step)
         elif wake < math.inf:
             self._timer = loop.call_at(wake, self._start_step)
         if expired:
@@ -142,6 +147,7 @@ class _ContinuousBatching(_SimState):
         assert loop is not None
         self._timer = None
         self._stepping = False
+        self._step_due = self._step_end  # the next step, if it follows at once, starts from here
         now = loop.time()
         batch = self._batch
         self._batch = []
@@ -181,3 +187,5 @@ class _ContinuousBatching(_SimState):
                     self._park(seq, now)
         finally:
             self._after_callback()
+            if not self._start_queued:
+                self._step_due = None  # idle now: the next step starts when work arrives

@@ -91,6 +91,9 @@ class _PerRequestService(_SimState):
                     if seq.state == _RUNNING:
                         self._end(seq, "length" if seq.capped else "stop", t)
                     continue
+                if g >= seq.max_out:  # nothing to make (a stop string at the very start)
+                    self._end(seq, "length" if seq.capped else "stop", t)
+                    continue
                 if not completion.credit:
                     seq.awaiting_credit = True  # parked: the next token waits for credit
                     continue

@@ -144,6 +144,8 @@ class _SimState(Engine):
     _timer_when: float
     _start_queued: bool
     _stepping: bool
+    _step_end: float
+    _step_due: float | None
     _batch: list[_Seq]
     _events: list[tuple[float, int, _Seq]]
     _watchdog: asyncio.TimerHandle | None

@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import logging
 from abc import ABC, abstractmethod
 from typing import Callable
 
-from .._demand import log
 from . import _metrics
 from .records import Completion, CompletionRequest
 
 __all__ = ["Engine"]
+
+log = logging.getLogger("rxpipe")
 
 
 class Engine(ABC):
@@ -22,15 +24,20 @@ class Engine(ABC):
     Subclasses implement :meth:`submit`, ``running``, ``waiting``, and the two hooks a
     :class:`~rxpipe.engines.Completion` calls back (:meth:`_cancel_completion`,
     :meth:`_credit_granted`); they call :meth:`_notify_capacity` whenever ``free_slots`` grew.
+
+    ``name`` is the value of the ``engine`` label on the engine's metric series (DESIGN §7);
+    it defaults to the model id: set it to tell replicas of one model apart.
     """
 
     model: str
     max_num_seqs: int
+    name: str
 
     def __init__(self, *, model: str, max_num_seqs: int) -> None:
         if isinstance(max_num_seqs, bool) or not isinstance(max_num_seqs, int) or max_num_seqs < 1:
             raise ValueError(f"max_num_seqs must be an int >= 1 sequences, got {max_num_seqs!r}")
         self.model = model
+        self.name = model
         self.max_num_seqs = max_num_seqs
         self._capacity_listeners: list[Callable[[], None]] = []
         _metrics.register(self)

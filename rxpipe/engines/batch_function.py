@@ -356,8 +356,7 @@ class BatchFunctionEngine(Engine):
                                         f"{len(batch)} inputs")
                     outputs = None
         self.items += len(batch)
-        _metrics.STEP_DURATION.observe(duration)
-        _metrics.BATCH_TOKENS.observe(sum(item.request.prompt_tokens for item in batch))
+        _metrics.observe_step(self, duration, sum(item.request.prompt_tokens for item in batch))
         if self.batch_log.maxlen:
             self.batch_log.append(BatchRecord(index, started_s, duration, len(batch),
                                               tuple(item.request.id for item in batch),

@@ -6,75 +6,65 @@ State machine of one subscription:
 - ``held``: requests arrived and not yet submitted (the engine had no free slot, or is down);
 - ``queue``: Completions admitted and not yet delivered downstream.
 
-Demand rule, re-evaluated on every arrival, every delivery and every capacity signal of the
-engine: ``room = min(free_slots, max_num_seqs - len(queue)) - len(held) - outstanding * unit``
-(``unit`` = 1, or the batch ``max_size`` for a batched upstream). Unbatched, it requests ``room``
-items; batched, ``room // max_size`` batches (one batch only when there is room for a whole one).
-So requested-but-not-arrived + held + running + waiting <= max_num_seqs, and the stage holds at
-most ``max_num_seqs`` undelivered Completions. A cancelled request is dropped on arrival (never
-submitted), which leaves room for one more.
+Demand rule, re-evaluated on every arrival, every delivery and every capacity signal of the engine:
+``room = min(free_slots, max_num_seqs - len(queue)) - len(held) - outstanding * unit`` (``unit`` =
+1, or the max batch size the upstream declares, ``Capabilities.max_batch_size``). Unbatched, it
+requests ``room`` items; batched, ``room // max_size`` batches (one batch only when there is room
+for a whole one). So requested-but-not-arrived + held + running + waiting <= max_num_seqs, and the
+stage holds at most ``max_num_seqs`` undelivered Completions. A cancelled request is dropped on
+arrival (never submitted), which leaves room for one more.
 
-The pump (submit held requests, then request more) runs under a work-in-progress flag, like the
-shared drain loop: a synchronous upstream that emits inside ``request(n)`` only marks the pump as
-missed, so a long run of cancelled requests never recurses.
+The pump (submit held requests, then request more) runs as a :class:`~rxpipe.stage.SerialLoop`
+(a work-in-progress flag, like the shared drain loop): a synchronous upstream that emits inside
+``request(n)`` only marks the pump as missed, so a long run of cancelled requests never recurses.
 """
 
 from __future__ import annotations
 
+import logging
 from collections import deque
 from typing import Any
 
-from .._demand import InternalSubscriber, QueueDrainSubscription, log
-from .._protocol import Subscriber, Subscription
-from ..errors import EngineUnavailableError, MissingBackpressureError
+from .._protocol import Subscriber
+from ..errors import EngineUnavailableError
 from ..flowable import Flowable, Operator
-from ..metrics import StageCounters, StageStatistics, track
+from ..metrics import StageStatistics
+from ..stage import LINK_SLOTS, QueueDrainSubscription, SerialLoop, UpstreamLink
 from .base import Engine
 from .records import Completion, CompletionRequest
 
 __all__ = ["execute", "ExecuteFlowable"]
 
 
-class _ExecuteSubscription(QueueDrainSubscription, InternalSubscriber):
-    __slots__ = ("engine", "upstream", "upstream_done", "outstanding", "unit", "held", "received",
-                 "skipped", "counters", "_pumping", "_pump_missed", "_listener")
+log = logging.getLogger("rxpipe")
+
+
+class _ExecuteSubscription(QueueDrainSubscription, UpstreamLink):
+    __slots__ = (*LINK_SLOTS, "engine", "unit", "held", "received", "skipped", "_pump")
+    #: downstream gets this subscription before upstream is subscribed (see ExecuteFlowable)
+    hands_itself_downstream = False
 
     def __init__(self, downstream: Subscriber[Completion], engine: Engine, unit: int, name: str) -> None:
         super().__init__(downstream)
         self.engine = engine
-        self.upstream: Subscription | None = None
-        self.upstream_done = False
-        #: items (or batches) requested upstream and not yet arrived
-        self.outstanding = 0
-        #: slots one upstream item may fill: 1, or the upstream batch's max_size
+        #: slots one upstream item may fill: 1, or the upstream's declared max batch size
         self.unit = unit
         self.held: deque[CompletionRequest] = deque()
         self.received = 0
         #: requests dropped because their client had gone (cancelled before admission)
         self.skipped = 0
-        self.counters = StageCounters(name)
-        self._pumping = False
-        self._pump_missed = False
-        self._listener = self._pump
-        engine.add_capacity_listener(self._listener)
-        track(self)
+        self.link_upstream(name)
+        #: the pump, run serially (a re-entrant call is folded into the running one)
+        self._pump = SerialLoop(self._pump_pass)
+        engine.add_capacity_listener(self._pump)
 
     # -- upstream signals ----------------------------------------------------------------------
-    def on_subscribe(self, subscription: Subscription) -> None:
-        if self.upstream is not None or self.cancelled:
-            subscription.cancel()  # §2.5, or cancelled before upstream subscribed
-            return
-        self.upstream = subscription
+    def _upstream_ready(self) -> None:
         self._pump()
 
     def on_next(self, item: Any) -> None:
-        if self.upstream_done or self.cancelled:
+        if self.cancelled or not self.accept(item):
             return
-        if self.outstanding <= 0:
-            self._fail_upstream(MissingBackpressureError(
-                f"Reactive Streams §1.1: {type(item).__name__} arrived at execute beyond its demand"))
-            return
-        self.outstanding -= 1
         if isinstance(item, CompletionRequest):
             self.held.append(item)
             self.received += 1
@@ -88,54 +78,38 @@ class _ExecuteSubscription(QueueDrainSubscription, InternalSubscriber):
         self._pump()
 
     def on_error(self, error: BaseException) -> None:
-        if self.upstream_done or self.cancelled:
+        if self.cancelled or not self.upstream_terminated():
             return
-        self.upstream_done = True
         self._fail_held(error)
-        self.error = error
-        self.finished = True
-        self.drain()
+        self.finish(error)
 
     def on_complete(self) -> None:
-        if self.upstream_done or self.cancelled:
+        if self.cancelled or not self.upstream_terminated():
             return
-        self.upstream_done = True
         self._pump()
 
     def _fail_upstream(self, error: BaseException) -> None:
-        self.upstream_done = True
-        if self.upstream is not None:
-            self.upstream.cancel()
+        self.cancel_upstream()
         self.fail(error)
 
     # -- the pump --------------------------------------------------------------------------------
-    def _pump(self) -> None:
-        """Submit held requests while the engine has room, then top up upstream demand."""
-        if self._pumping:
-            self._pump_missed = True
+    def _pump_pass(self) -> None:
+        """One pass of the pump (run by ``self._pump``, a SerialLoop): submit held requests
+        while the engine has room, then top up upstream demand."""
+        if self.cancelled:
             return
-        self._pumping = True
-        try:
-            while True:
-                self._pump_missed = False
-                if self.cancelled:
-                    return
-                if self.held:
-                    self._submit_held()
-                    if self.queue:
-                        self.drain()  # a delivery re-enters _pump through _on_delivered: marked missed
-                    if self.cancelled:
-                        return
-                if self.upstream_done:
-                    if not self.held and not self.finished and self.error is None:
-                        self.finished = True
-                        self.drain()
-                else:
-                    self._request_more()
-                if not self._pump_missed:
-                    return
-        finally:
-            self._pumping = False
+        if self.held:
+            self._submit_held()
+            if self.queue:
+                self.drain()  # a delivery re-enters the pump through _on_delivered: marked missed
+            if self.cancelled:
+                return
+        if self.upstream_done:
+            if not self.held and not self.finished and self.error is None:
+                self.finished = True
+                self.drain()
+        else:
+            self._request_more()
 
     def _submit_held(self) -> None:
         engine = self.engine
@@ -186,11 +160,11 @@ class _ExecuteSubscription(QueueDrainSubscription, InternalSubscriber):
         free = engine.free_slots
         if not engine.available and self.held:
             return  # requests without a reply slot wait for the engine: ask for nothing more
-        room = min(free, engine.max_num_seqs - len(self.queue)) - len(self.held) - self.outstanding * self.unit
+        room = (min(free, engine.max_num_seqs - len(self.queue)) - len(self.held)
+                - self.upstream_outstanding * self.unit)
         n = room // self.unit
         if n > 0:
-            self.outstanding += n  # before request(): a synchronous upstream re-enters on_next
-            upstream.request(n)
+            self.request_upstream(n)
 
     # -- downstream ------------------------------------------------------------------------------
     def _on_delivered(self, count: int) -> None:
@@ -205,11 +179,8 @@ class _ExecuteSubscription(QueueDrainSubscription, InternalSubscriber):
                 reply.set_exception(error)
 
     def _release(self) -> None:
-        self.engine.remove_capacity_listener(self._listener)
-        upstream = self.upstream
-        if upstream is not None and not self.upstream_done:
-            self.upstream_done = True
-            upstream.cancel()
+        self.engine.remove_capacity_listener(self._pump)
+        self.cancel_upstream()
         if self.held:
             error = self._failure or EngineUnavailableError(
                 "the execute stage stopped before the engine admitted the request")
@@ -232,9 +203,10 @@ class ExecuteFlowable(Flowable[Completion]):
         super().__init__(name=name, upstreams=(source,))
         self.source = source
         self.engine = engine
-        size = getattr(source, "max_size", None) if source.kind == "batch" else None
-        #: slots one upstream item may fill (the batch size for a batched upstream)
-        self.unit = size if isinstance(size, int) and size >= 1 else 1
+        size = source.capabilities.max_batch_size
+        #: slots one upstream item may fill: the max batch size the upstream declares (read
+        #: through pass-through stages such as tap or map), else 1
+        self.unit = size if size is not None and size >= 1 else 1
         if self.unit > engine.max_num_seqs:
             raise ValueError(f"execute(): the upstream batch max_size ({self.unit}) exceeds the engine's "
                              f"max_num_seqs ({engine.max_num_seqs}); the executor requests a batch only when a "
@@ -242,8 +214,8 @@ class ExecuteFlowable(Flowable[Completion]):
 
     @property
     def batched(self) -> bool:
-        """True when the upstream is a ``batch`` stage (items are lists of requests)."""
-        return self.source.kind == "batch"
+        """True when the upstream declares batches (``Capabilities.max_batch_size``)."""
+        return self.source.capabilities.max_batch_size is not None
 
     def _subscribe(self, subscriber: Subscriber[Completion]) -> None:
         subscription = _ExecuteSubscription(subscriber, self.engine, self.unit, self.name)

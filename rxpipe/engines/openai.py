@@ -31,6 +31,7 @@ import aiohttp
 
 from ..errors import CircuitOpenError, EngineUnavailableError
 from ..resilience import CircuitBreaker
+from ..stage import SerialLoop
 from ._openai_backoff import _Backoff
 from ._openai_state import _DONE, _RUNNING, _WAITING, _Call, _optional_seconds, _seconds, _wake
 from ._openai_wire import _HTTPCall, parse_retry_after
@@ -60,8 +61,9 @@ class OpenAIEngine(_HTTPCall, _Backoff):
         retry_after_cap_s: the longest pause (seconds) a 429/503 can cause.
         retry_after_jitter: the pause is ``min(cap, r + uniform(0, jitter * r))`` where ``r`` is
             the server's Retry-After (full jitter over ``jitter`` more windows: never earlier than
-            the server asked, below the cap). Without Retry-After, ``r`` doubles from 1 s per
-            consecutive 429/503.
+            the server asked, below the cap). Without a usable Retry-After — absent, unreadable,
+            or below 50 ms (``Retry-After: 0`` is no licence to retry at once) — ``r`` is the
+            backoff, doubling from 1 s per consecutive 429/503, with the same jitter.
         throttle_retries: how often one request is retried after a 429/503 (default 5); the next
             such answer fails it with ``EngineUnavailableError`` (``retry_after`` attribute set).
             A request past its ``deadline_s`` when the pause ends finishes ``"deadline"`` instead.
@@ -138,8 +140,7 @@ class OpenAIEngine(_HTTPCall, _Backoff):
         self._waiting: deque[_Call] = deque()
         self._calls: set[_Call] = set()  # running
         self._n_waiting = 0
-        self._starting = False
-        self._start_missed = False
+        self._start_loop = SerialLoop(self._start_some)
         self._freed = False  # a slot was freed while starting: notify capacity listeners after
         self._trial: _Call | None = None
         self._pause: asyncio.TimerHandle | None = None
@@ -299,19 +300,9 @@ class OpenAIEngine(_HTTPCall, _Backoff):
 
     def _start_waiting(self) -> None:
         """Start waiting calls while slots are free (re-entrant calls are folded into the running one)."""
-        if self._starting:
-            self._start_missed = True
-            return
-        self._starting = True
-        try:
-            while True:
-                self._start_missed = False
-                self._start_some()
-                if not self._start_missed:
-                    break
-        finally:
-            self._starting = False
-        if self._freed:
+        outermost = not self._start_loop.running
+        self._start_loop()
+        if outermost and self._freed:
             self._freed = False
             self._notify_capacity()
 

@@ -18,10 +18,10 @@ import secrets
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
-from .._demand import EMPTY_SUBSCRIPTION, DrainSubscription
 from .._protocol import UNBOUNDED, Subscriber
 from ..errors import DroppedError, ProtocolViolationError
 from ..flowable import Flowable
+from ..stage import EMPTY_SUBSCRIPTION, DrainSubscription
 
 if TYPE_CHECKING:
     from .base import Engine
@@ -71,6 +71,8 @@ class CompletionRequest:
         prompt: the prompt (``/v1/completions``), or None with ``messages``.
         messages: chat messages ``[{"role": ..., "content": ...}]`` (``/v1/chat/completions``).
         max_tokens: output tokens at most (int >= 1); None: the engine draws a seeded length.
+        max_tokens_defaulted: True when the client gave no ``max_tokens`` and the edge filled in
+            what remains of the context (``max_model_len``): a limit, not a requested length.
         model: the model id served (``"sim"`` by default).
         stream: True: the token stream is credit-governed (the engine steps the sequence only
             while its consumer has credit); False: it runs freely and ``result`` carries the text.
@@ -82,6 +84,8 @@ class CompletionRequest:
             with a Completion already finished with reason ``"deadline"`` (no tokens, no slot).
         reply: a future the executor completes with the :class:`Completion` on admission (or
             fails with the stage's error; ``EngineUnavailableError`` when the engine is down).
+        tenant: the caller's configured tenant name when the edge has tenants (DESIGN §5,
+            "Many tenants"), else None; ``fair_queue`` keys its flows by it.
         cancelled: set by :meth:`cancel`. completion: set on admission.
     """
 
@@ -96,6 +100,8 @@ class CompletionRequest:
     arrival_s: float | None = None
     deadline_s: float | None = None
     reply: asyncio.Future[Completion] | None = field(default=None, repr=False)
+    max_tokens_defaulted: bool = False
+    tenant: str | None = None
     cancelled: bool = field(default=False, init=False)
     completion: Completion | None = field(default=None, init=False, repr=False)
     _prompt_tokens: int | None = field(default=None, init=False, repr=False)

@@ -9,7 +9,10 @@ Scheduling (vLLM V1's scheduler, simplified; one call of :meth:`_start_step` is 
    prompt larger than what is left of the budget is prefilled in chunks over several steps.
 3. Step time = ``step_overhead_s + prefill_s_per_token * prefilled tokens + decode_s_per_seq *
    decoding sequences``; the step ends on the loop clock (``loop.call_at``), its tokens are
-   delivered, finished sequences free their slots, and the next step starts at once.
+   delivered, finished sequences free their slots, and the next step starts at once, paced on
+   the clock: it is due at the previous step's due end + its own step time, so the time the loop
+   spends delivering tokens overlaps the next step instead of adding to it (as a GPU overlaps
+   output processing).
 
 A sequence's first token comes out of the step that completes its prefill. The loop is made of
 ``call_soon``/``call_at`` callbacks, not a task: an idle engine leaves nothing pending.
@@ -93,8 +96,13 @@ class SimulatedEngine(_ContinuousBatching, _PerRequestService):
             ``latency(rng, output_tokens) -> (first_token_s, per_token_s)``.
 
     Token text is words from a seeded vocabulary, one word per token, each with a leading space.
-    ``sampling`` fields are accepted and ignored. Driven by ``loop.time()``/``call_at`` only, so
-    the test kit's virtual clock runs it exactly and instantly.
+    Sampling fields: ``seed`` makes a request's length and text depend only on the engine's seed,
+    the request's seed and its prompt (the same request gives the same answer); ``stop`` (a
+    string or a list of them) ends the output, finish reason ``"stop"``, before the first token
+    in which a stop string begins; the others are accepted and ignored. A ``max_tokens`` the
+    edge filled in (``max_tokens_defaulted``) caps the drawn length instead of fixing it.
+    Driven by ``loop.time()``/``call_at`` only, so the test kit's virtual clock runs it exactly
+    and instantly.
     """
 
     def __init__(self, max_num_seqs: int = 256, max_num_batched_tokens: int = 8192, tokens_per_step: int = 1,
@@ -151,6 +159,8 @@ class SimulatedEngine(_ContinuousBatching, _PerRequestService):
         self._timer_when = 0.0
         self._start_queued = False
         self._stepping = False
+        self._step_end = 0.0  # loop time the step in flight is due to end
+        self._step_due: float | None = None  # when the step that just ended was due to end
         self._batch: list[_Seq] = []
         self._events: list[tuple[float, int, _Seq]] = []  # per-request mode: (time, no, seq)
         self._watchdog: asyncio.TimerHandle | None = None
@@ -282,20 +292,51 @@ class SimulatedEngine(_ContinuousBatching, _PerRequestService):
 
     def _new_seq(self, completion: Completion, arrival_s: float) -> _Seq:
         request = completion.request
-        rng = self._rng
-        if request.max_tokens is None:
+        sampling = request.sampling
+        seed = sampling.get("seed")
+        # A request's own seed: its length and text depend on nothing else (OpenAI's ``seed``).
+        rng = self._rng if seed is None else random.Random(
+            f"{self.seed}:seed:{seed}:{request.prompt}:{request.messages}")
+        if request.max_tokens is None or request.max_tokens_defaulted:
             max_out, capped = rng.randint(*self.output_tokens), False
+            if request.max_tokens is not None and max_out >= request.max_tokens:
+                max_out, capped = request.max_tokens, True
         else:
             max_out, capped = request.max_tokens, True
+        offset = rng.randrange(len(self._words))
+        stop = sampling.get("stop")
+        if stop:
+            max_out, capped = self._stop_before(offset, max_out, capped, [stop] if isinstance(stop, str) else stop)
         self._seq_no += 1
-        seq = _Seq(completion, self._seq_no, request.prompt_tokens, max_out, capped,
-                   rng.randrange(len(self._words)), arrival_s)
+        seq = _Seq(completion, self._seq_no, request.prompt_tokens, max_out, capped, offset, arrival_s)
         faults = self._fault_rng
-        if self.error_rate and faults.random() < self.error_rate:
+        if self.error_rate and faults.random() < self.error_rate and max_out:
             seq.fail_at = faults.randrange(max_out)
         if self.stall_rate and faults.random() < self.stall_rate:
             seq.stall_s = self.stall_s
         return seq
+
+    def _stop_before(self, offset: int, max_out: int, capped: bool, stops: list[str]) -> tuple[int, bool]:
+        """Output length with ``stop`` strings honoured: the sequence ends (finish reason
+        ``"stop"``) before the first token in which one of them begins; the stop text itself is
+        never sent (as OpenAI's API does)."""
+        words = self._words
+        n = len(words)
+        position = 0
+        text: list[str] = []
+        ends: list[int] = []
+        for i in range(max_out):
+            word = words[(offset + i) % n]
+            text.append(word)
+            position += len(word)
+            ends.append(position)
+        full = "".join(text)
+        found = [i for i in (full.find(s) for s in stops if s) if i >= 0]
+        if not found:
+            return max_out, capped
+        first = min(found)
+        whole = sum(1 for end in ends if end <= first)  # tokens entirely before the stop string
+        return max(whole, 0), False
 
     def _text(self, seq: _Seq, start: int, count: int) -> str:
         words = self._words

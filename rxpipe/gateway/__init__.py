@@ -1,10 +1,14 @@
 """The HTTP edge: an OpenAI-compatible gateway whose admission is the graph's demand (DESIGN §5).
 
-    from rxpipe.gateway import Gateway
-    pipeline = Pipeline(Gateway(model="sim"), ops.buffer(100), ops.execute(engine))
+    from rxpipe.gateway import Gateway, edge_queue
+    pipeline = Pipeline(Gateway(model="sim"), edge_queue(100), ops.execute(engine))
 """
 
 from ._config import GatewayConfig, parse_api_keys
 from ._gateway import Gateway
+from ._queue import EdgeQueueFlowable, ReplyFuture, edge_queue, reply_departure
+from ._tenant_gate import vtc_cost
+from ._tenants import Tenant, Tenants, TenantsFileError
 
-__all__ = ["Gateway", "GatewayConfig", "parse_api_keys"]
+__all__ = ["Gateway", "GatewayConfig", "EdgeQueueFlowable", "ReplyFuture", "Tenant", "Tenants", "TenantsFileError",
+           "edge_queue", "parse_api_keys", "reply_departure", "vtc_cost"]

@@ -39,6 +39,19 @@ class GatewayConfig:
     stream_buffer_bytes: write-buffer high-water mark of an SSE connection (bytes): a slow
         reader stops the stream's credit once this much is waiting in the process.
     retry_after_min_s / retry_after_max_s: clamp of every Retry-After (seconds, RFC 9110).
+    max_model_len: context length (tokens): prompt tokens (estimated, 1 per 4 UTF-8 bytes) plus
+        ``max_tokens`` over it → 400 ``context_length_exceeded`` before admission.
+    default_max_tokens: a request without ``max_tokens`` gets what remains of ``max_model_len``,
+        capped by this (tokens; None: no cap, as vLLM does).
+    max_connections: open connections at most (lowered to what ``ulimit -n`` allows); one over
+        it gets 503 and is closed.
+    keepalive_timeout_s: an idle keep-alive connection is closed after it (seconds).
+    header_timeout_s: a new connection that has not sent a complete request head within it is
+        closed (seconds).
+    tenants_file: path of a tenants file (JSON, or TOML by its ``.toml`` suffix; schema in
+        :class:`~rxpipe.gateway.Tenants`), or None for one tenant. With it, admission is per
+        tenant (DESIGN §5 "Many tenants"): auth keys are ``api_keys`` plus every tenant's keys,
+        rpm/tpm limits answer with OpenAI's ``x-ratelimit-*`` headers, SIGHUP reloads the file.
     """
 
     model: str = "sim"
@@ -53,6 +66,12 @@ class GatewayConfig:
     stream_buffer_bytes: int = 16384
     retry_after_min_s: float = 1.0
     retry_after_max_s: float = 60.0
+    max_model_len: int = 8192
+    default_max_tokens: int | None = None
+    max_connections: int = 4096
+    keepalive_timeout_s: float = 75.0
+    header_timeout_s: float = 10.0
+    tenants_file: str | None = None
 
     def __post_init__(self) -> None:
         if not self.model or not isinstance(self.model, str):
@@ -63,12 +82,18 @@ class GatewayConfig:
             raise ValueError(f"key_burst must be an int >= 1 requests, got {self.key_burst!r}")
         if self.latency_budget_s is not None and not self.latency_budget_s > 0:
             raise ValueError(f"latency_budget_s must be > 0 seconds (or None), got {self.latency_budget_s!r}")
-        for name in ("max_body_bytes", "max_tokens_limit", "stream_window", "stream_buffer_bytes"):
+        for name in ("max_body_bytes", "max_tokens_limit", "stream_window", "stream_buffer_bytes", "max_model_len",
+                     "max_connections"):
             value = getattr(self, name)
             if not (isinstance(value, int) and value >= 1):
                 raise ValueError(f"{name} must be an int >= 1, got {value!r}")
-        if not self.body_timeout_s > 0:
-            raise ValueError(f"body_timeout_s must be > 0 seconds, got {self.body_timeout_s!r}")
+        for name in ("body_timeout_s", "keepalive_timeout_s", "header_timeout_s"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+                raise ValueError(f"{name} must be > 0 seconds, got {value!r}")
+        dmt = self.default_max_tokens
+        if dmt is not None and (isinstance(dmt, bool) or not isinstance(dmt, int) or dmt < 1):
+            raise ValueError(f"default_max_tokens must be an int >= 1 tokens (or None), got {dmt!r}")
         if not 1 <= self.retry_after_min_s <= self.retry_after_max_s:
             raise ValueError("need 1 <= retry_after_min_s <= retry_after_max_s")
 

@@ -5,20 +5,26 @@ from __future__ import annotations
 import asyncio
 import hmac
 import logging
+import random
+import signal
+import time
 from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
-from .._demand import EMPTY_SUBSCRIPTION, DrainSubscription
 from .._protocol import UNBOUNDED, Subscriber
-from ..engines import CompletionRequest
+from ..engines import Completion, CompletionRequest, CompletionResult
 from ..errors import EngineUnavailableError, RxPipeError
 from ..flowable import Flowable
 from ..metrics import StageCounters, StageStatistics, track
 from ..runtime import Service
+from ..stage import EMPTY_SUBSCRIPTION, DrainSubscription
 from ._config import GatewayConfig
-from ._metrics import count_rejection
+from ._metrics import count_finished, count_rejection, outcome_of
 from ._policy import DrainMeter, KeyBuckets, Refusal, clamp_retry_after
+from ._queue import ReplyFuture
+from ._tenant_gate import GateDecision, TenantGate
+from ._tenants import Tenants, TenantsFileError
 
 if TYPE_CHECKING:
     from ..runtime import Pipeline
@@ -79,14 +85,52 @@ class Gateway(Flowable[CompletionRequest], Service):
     """OpenAI-compatible HTTP edge whose admission is the graph's demand.
 
     As a Flowable it emits :class:`~rxpipe.engines.CompletionRequest` items, one per admitted
-    HTTP request, only while downstream demand is > 0; it holds no queue. When demand is 0 the
-    request is refused at once with 429 ``queue_full`` and a ``Retry-After`` derived from the
-    measured drain rate. It is a hot source with one subscriber at a time.
+    HTTP request, only while downstream demand is > 0; it holds no queue. Each admitted request
+    carries a :class:`~rxpipe.gateway.ReplyFuture`, so an :func:`~rxpipe.gateway.edge_queue`
+    behind it can count departures exactly. It is a hot source with one subscriber at a time.
 
     As a :class:`~rxpipe.runtime.Service` it serves HTTP (aiohttp) while its Pipeline runs:
-    ``POST /v1/completions``, ``POST /v1/chat/completions``, ``GET /v1/models``,
-    ``GET /metrics``, ``GET /healthz``, ``GET /readyz``. Settings: :class:`GatewayConfig`
-    (pass one, or its fields as keyword arguments).
+    ``POST /v1/completions``, ``POST /v1/chat/completions``, ``GET /v1/models`` (a key is
+    needed when keys are set), ``GET /metrics``, ``GET /health`` and ``/healthz`` (alive),
+    ``GET /readyz`` (taking work). Settings: :class:`GatewayConfig` (pass one, or its fields as
+    keyword arguments).
+
+    Refusals (DESIGN §5): 429 ``queue_full`` (no demand), ``rate_limited`` (the key's bucket),
+    ``deadline`` (estimated time to answer over ``latency_budget_s``); 503 ``unavailable``
+    (engine down or paused by a 503, circuit open, graph stopped) and ``draining``. Each carries
+    ``retry-after-ms`` (exact milliseconds) and ``Retry-After`` (its ceiling in whole seconds,
+    RFC 9110), clamped to [``retry_after_min_s``, ``retry_after_max_s``].
+
+    Retry-After is a reservation: for ``queue_full`` and ``unavailable``, with the drain rate
+    ``r`` measured over the last 10 s (starts per second, times 0.9), the k-th refusal within
+    one drain interval gets about ``(backlog + k) / r`` — each refusal takes the next free
+    admission slot after the last one promised — plus a jitter of up to half an interval, so
+    clients that honour it (the ``openai`` SDK does) come back spread at the drain rate instead
+    of in lock-step. Before any rate is measured the value is 1–2 s, jittered. No refusal
+    advertises less than the remaining pause of a throttled engine (``engine.retry_after_s``:
+    an OpenAIEngine paused by its backend's 429/503). ``rate_limited`` tells the time to the
+    key's next token, ``deadline`` the excess over the budget, ``draining`` the minimum.
+
+    Before admission a request is validated (400, OpenAI's error JSON): sampling fields in range
+    and ``prompt tokens + max_tokens <= max_model_len`` (``context_length_exceeded``, vLLM's
+    message); a missing ``max_tokens`` becomes what remains of ``max_model_len`` (capped by
+    ``default_max_tokens``). Client-visible messages never carry an engine's address or other
+    internal detail (the log does). Every answer has ``x-request-id`` (echoed or new).
+
+    Many tenants (``tenants_file``, DESIGN §5): the caller's tenant is the one listing its bearer
+    key (auth on; a key of ``api_keys`` no tenant lists: ``default``), else the
+    ``x-rxpipe-tenant`` header (unknown: ``default``). Admission asks the queue behind the edge
+    whether it has room *for this tenant* (``room_for`` of ``ops.fair_queue``, which must come
+    right after the gateway; behind any other stage, plain demand), then reserves
+    ``prompt_tokens + max_tokens`` of the tenant's rpm/tpm quota, and emits, in one synchronous
+    step: 429 ``queue_full`` (Retry-After: the reservation above) or ``rate_limited``
+    (Retry-After: the time until the reservation fits, clamped; a request over the tenant's
+    ``tpm`` alone is refused with a message saying so). Every answer to a tenant with limits
+    carries ``x-ratelimit-{limit,remaining,reset}-{requests,tokens}`` as of its admission. At
+    completion the quota and the queue's Virtual Token Counter are reconciled with the real token
+    counts; a request that never started gives its reservation back. SIGHUP reloads the file
+    (:meth:`reload_tenants`); a bad file is logged and the previous one stays in force.
+    Raises :class:`~rxpipe.gateway.TenantsFileError` for a bad file at construction.
     """
 
     kind = "gateway"
@@ -100,6 +144,7 @@ class Gateway(Flowable[CompletionRequest], Service):
         self.key_buckets = (KeyBuckets(self.config.key_rate, self.config.key_burst)
                             if self.config.key_rate is not None else None)
         self.engines: list[Any] = []
+        self._rng = random.Random()
         self.draining = False
         #: True once the graph behind the edge stopped (a stage failed): 503 from then on
         self.stopped = False
@@ -110,6 +155,18 @@ class Gateway(Flowable[CompletionRequest], Service):
         self._idle: asyncio.Event | None = None
         self._force: asyncio.Event | None = None
         self._runner: web.AppRunner | None = None
+        #: per-tenant admission (None: one tenant). Its clock is time.monotonic: it is built
+        #: before any loop runs, and it only ever compares its own readings.
+        self.tenant_gate: TenantGate | None = None
+        if self.config.tenants_file is not None:
+            tenants = Tenants.load(self.config.tenants_file)
+            self.tenant_gate = TenantGate(tenants, time.monotonic, auth=False)
+        #: admitted requests of a tenant whose reservation is not settled yet
+        self._decisions: dict[CompletionRequest, GateDecision] = {}
+        self._keys: tuple[tuple[bytes, str], ...] = ()
+        self._key_tenants: dict[str, str] = {}
+        self._sighup = False
+        self._set_keys()
 
     # -- Flowable ------------------------------------------------------------------------------
     def _subscribe(self, subscriber: Subscriber[CompletionRequest]) -> None:
@@ -147,35 +204,161 @@ class Gateway(Flowable[CompletionRequest], Service):
                 reply.set_exception(error)
 
     # -- admission -----------------------------------------------------------------------------
+    def _set_keys(self) -> None:
+        """Auth keys = ``api_keys`` (ids ``key_0``...) then the tenants' other keys, sorted."""
+        api_keys = self.config.api_keys
+        gate = self.tenant_gate
+        tenants = gate.tenants if gate is not None else None
+        extra = sorted(tenants.keys_configured - set(api_keys)) if tenants is not None else []
+        self._keys = tuple((key.encode(), f"key_{i}") for i, key in enumerate((*api_keys, *extra)))
+        self._key_tenants = {}
+        if tenants is not None:
+            for i, key in enumerate((*api_keys, *extra)):
+                tenant = tenants.for_key(key)
+                if tenant is not None:
+                    self._key_tenants[f"key_{i}"] = tenant.name
+        if gate is not None:
+            gate.auth = bool(self._keys)
+
     def authenticate(self, header: str | None) -> str | None:
         """Return the key id (``key_<i>``) for ``Authorization: Bearer <key>``, ``"anonymous"``
-        when no keys are configured, or None when the key is missing or wrong. The scheme is
+        when no keys are configured, or None when the key is missing, wrong or not UTF-8. The
+        keys are ``api_keys`` and, with a tenants file, every tenant's keys (ids numbered after
+        ``api_keys``; :meth:`tenant_of` names the key's tenant). The scheme is
         case-insensitive (RFC 9110 §11.1); every configured key is compared in constant time
         (``hmac.compare_digest``)."""
-        keys = self.config.api_keys
+        keys = self._keys
         if not keys:
             return "anonymous"
         scheme, _, token = (header or "").strip().partition(" ")
         if scheme.lower() != "bearer" or not token.strip():
             return None
-        given = token.strip().encode()
+        try:
+            given = token.strip().encode("utf-8")
+        except UnicodeEncodeError:  # bytes that are not UTF-8 (aiohttp keeps them as surrogates)
+            return None
         found = None
-        for index, key in enumerate(keys):
-            if hmac.compare_digest(given, key.encode()):
-                found = f"key_{index}"
+        for key, key_id in keys:
+            if hmac.compare_digest(given, key):
+                found = key_id
         return found
 
+    # -- tenants -------------------------------------------------------------------------------
+    def tenant_of(self, key_id: str, header: str | None) -> str | None:
+        """The caller's tenant name (DESIGN §5), or None without a tenants file. ``key_id``: what
+        :meth:`authenticate` returned; ``header``: the ``x-rxpipe-tenant`` value (used only
+        when authentication is off)."""
+        gate = self.tenant_gate
+        if gate is None:
+            return None
+        if gate.auth:
+            return self._key_tenants.get(key_id, gate.tenants.default.name)
+        return gate.resolve(header=header).name
+
+    def tenant_priority(self, tenant: str | None) -> int:
+        """The priority band of ``tenant`` (higher first; 0 for no or an unknown tenant), e.g. for
+        ``ops.fair_queue(priority=...)``; reads the tenants in force (a reload changes it)."""
+        gate = self.tenant_gate
+        configured = gate.tenants.get(tenant) if gate is not None and tenant is not None else None
+        return configured.priority if configured is not None else 0
+
+    def ratelimit_headers(self, tenant: str | None) -> dict[str, str]:
+        """``x-ratelimit-*`` of ``tenant`` now (empty: no tenant, or no limits)."""
+        gate = self.tenant_gate
+        return gate.quotas.headers(tenant) if gate is not None and tenant is not None else {}
+
+    def admitted_headers(self, request: CompletionRequest) -> dict[str, str]:
+        """``x-ratelimit-*`` as of ``request``'s admission (empty: no tenant or no limits)."""
+        decision = self._decisions.get(request)
+        return decision.headers if decision is not None else self.ratelimit_headers(request.tenant)
+
+    def count_refusal(self, tenant: str | None, reason: str) -> None:
+        """Count a refusal decided outside :meth:`admit` in the tenant's metrics."""
+        gate = self.tenant_gate
+        if gate is not None and tenant is not None:
+            gate.metrics.refused(tenant, reason)
+
+    def _queue_stage(self) -> Any:
+        """What the tenant gate asks for room: the stage right behind the edge if it answers
+        ``room_for`` (``ops.fair_queue``), else the edge's own demand counter."""
+        admission = self._admission
+        downstream = getattr(admission, "downstream", None)
+        return downstream if hasattr(downstream, "room_for") else admission
+
+    def _tenant_refusal(self, decision: GateDecision, request: CompletionRequest, now: float) -> Refusal:
+        cfg = self.config
+        if decision.reason == "queue_full":
+            return Refusal(429, "queue_full", self._retry_after_queue(now),
+                           f"the server has no room for tenant {decision.tenant!r} now (its share of the queue "
+                           f"is in use); retry after the indicated delay", decision.headers)
+        if decision.retry_after_s is None:  # the request alone is over the per-minute token limit
+            gate = self.tenant_gate
+            tpm = gate.tenants[decision.tenant].tpm if gate is not None else None
+            max_tokens = request.max_tokens or 0
+            return Refusal(429, "rate_limited", cfg.retry_after_max_s,
+                           f"this request needs {request.prompt_tokens + max_tokens} tokens (prompt "
+                           f"{request.prompt_tokens} + max_tokens {max_tokens}), more than tenant "
+                           f"{decision.tenant!r}'s limit of {tpm} tokens per minute; lower max_tokens",
+                           decision.headers)
+        return Refusal(429, "rate_limited",
+                       clamp_retry_after(max(decision.retry_after_s, self.engine_pause_s()), cfg.retry_after_min_s,
+                                         cfg.retry_after_max_s),
+                       f"rate limit reached for tenant {decision.tenant!r} (requests or tokens per minute); "
+                       f"retry after the indicated delay", decision.headers)
+
+    def tenant_started(self, request: CompletionRequest, completion: Completion) -> None:
+        """The engine took ``request``: its queue wait is observed, and at completion its
+        quota and VTC counter are reconciled with the real token counts (any outcome)."""
+        decision = self._decisions.pop(request, None)
+        gate = self.tenant_gate
+        if decision is None or gate is None:
+            return
+        arrival = request.arrival_s
+        gate.started(decision, max(0.0, asyncio.get_running_loop().time() - arrival) if arrival is not None else 0.0)
+        queue = self._queue_stage()
+
+        def settle(future: asyncio.Future[CompletionResult]) -> None:
+            if future.cancelled() or future.exception() is not None:
+                prompt, completion_tokens = request.prompt_tokens, 0
+            else:
+                result = future.result()
+                prompt, completion_tokens = result.prompt_tokens, result.completion_tokens
+            gate.finish(decision, prompt, completion_tokens, queue, request)
+
+        completion.result.add_done_callback(settle)
+
+    def tenant_cancel(self, request: CompletionRequest) -> None:
+        """``request`` was admitted and will never start (refused further on, dropped, its
+        client left first): its whole reservation goes back. No-op once it started."""
+        decision = self._decisions.pop(request, None)
+        if decision is not None and self.tenant_gate is not None:
+            self.tenant_gate.cancel(decision)
+
+    def reload_tenants(self) -> TenantsFileError | None:
+        """Read the tenants file again (SIGHUP): new tenants, keys, limits (an unchanged limit
+        keeps its level) and the fair queue's weights take effect; on error the previous
+        configuration stays in force, the error is logged and returned. None without a file."""
+        gate = self.tenant_gate
+        if gate is None:
+            return None
+        error = gate.reload(self._queue_stage())
+        if error is None:
+            self._set_keys()
+            log.info("tenants file %s reloaded: %d tenants", self.config.tenants_file, len(gate.tenants))
+        return error
+
+    def engine_pause_s(self) -> float:
+        """Seconds until every engine takes work again (an OpenAIEngine paused by its backend's
+        429/503, or its circuit open); 0.0 when none is paused."""
+        return max((float(getattr(e, "retry_after_s", None) or 0.0) for e in self.engines), default=0.0)
+
     def _retry_after_queue(self, now: float) -> float:
-        wait = self.meter.estimated_wait(now)
-        # an engine paused by its backend's Retry-After drains nothing before the pause ends (DESIGN §5)
-        pause = max((float(getattr(e, "retry_after_s", None) or 0.0) for e in self.engines), default=0.0)
-        if pause > (wait or 0.0):
-            wait = pause
-        return clamp_retry_after(wait, self.config.retry_after_min_s,
-                                 self.config.retry_after_max_s)
+        return self.meter.reserve(now, self.engine_pause_s(), self.config.retry_after_min_s,
+                                  self.config.retry_after_max_s, self._rng)
 
     def retry_after_queue(self) -> float:
-        """Retry-After (seconds) for a request refused for lack of room, from the drain rate."""
+        """Retry-After (seconds) for one more request refused for lack of room or an unavailable
+        engine: a reservation (:meth:`DrainMeter.reserve`), never below an engine's pause."""
         return self._retry_after_queue(asyncio.get_running_loop().time())
 
     def early_refusal(self, now: float) -> Refusal | None:
@@ -184,9 +367,7 @@ class Gateway(Flowable[CompletionRequest], Service):
         if self.draining:
             return Refusal(503, "draining", cfg.retry_after_min_s, "the server is shutting down; retry elsewhere")
         if not self.available:
-            retry = max((float(getattr(e, "retry_after_s", None) or 0.0) for e in self.engines), default=0.0)
-            return Refusal(503, "unavailable", clamp_retry_after(retry, cfg.retry_after_min_s, cfg.retry_after_max_s),
-                           "the model backend is unavailable")
+            return Refusal(503, "unavailable", self._retry_after_queue(now), "the model backend is unavailable")
         if self.demand == 0:
             return Refusal(429, "queue_full", self._retry_after_queue(now),
                            "the server is at capacity (queue full); retry after the indicated delay")
@@ -199,7 +380,8 @@ class Gateway(Flowable[CompletionRequest], Service):
             allowed, headers, token_wait = self.key_buckets.check(key_id, now)
             if not allowed:
                 return Refusal(429, "rate_limited",
-                               clamp_retry_after(token_wait, cfg.retry_after_min_s, cfg.retry_after_max_s),
+                               clamp_retry_after(max(token_wait, self.engine_pause_s()), cfg.retry_after_min_s,
+                                                 cfg.retry_after_max_s),
                                "rate limit reached for your API key", headers)
         if cfg.latency_budget_s is not None:
             wait = self.meter.estimated_wait(now)
@@ -209,25 +391,40 @@ class Gateway(Flowable[CompletionRequest], Service):
                 wait = wait * _WAIT_MARGIN + self.meter.service_time()
             if wait is not None and wait > cfg.latency_budget_s:
                 return Refusal(429, "deadline",
-                               clamp_retry_after(wait - cfg.latency_budget_s, cfg.retry_after_min_s,
-                                                 cfg.retry_after_max_s),
+                               clamp_retry_after(max(wait - cfg.latency_budget_s, self.engine_pause_s()),
+                                                 cfg.retry_after_min_s, cfg.retry_after_max_s),
                                f"estimated time to answer {wait:.2f} s exceeds the latency budget "
                                f"{cfg.latency_budget_s:g} s")
         return None
 
     def admit(self, request: CompletionRequest, now: float) -> Refusal | None:
-        """Emit ``request`` into the graph, or return the refusal (429 ``queue_full``)."""
+        """Emit ``request`` into the graph, or return the refusal (429 ``queue_full``; with
+        tenants also ``rate_limited``, see the class docstring). With a tenants file the room
+        check, the quota reservation and the emission are one synchronous step."""
         admission = self._admission
+        gate = self.tenant_gate
+        decision: GateDecision | None = None
+        if gate is not None and request.tenant is not None:
+            decision = gate.check(request.tenant, request.prompt_tokens, request.max_tokens or 0,
+                                  self._queue_stage())
+            if not decision.allowed:
+                return self._tenant_refusal(decision, request, now)
         request.arrival_s = now
         if request.reply is None:
-            request.reply = asyncio.get_running_loop().create_future()
+            request.reply = ReplyFuture(loop=asyncio.get_running_loop())
         if self.config.latency_budget_s is not None:
             request.deadline_s = now + self.config.latency_budget_s
         self.pending.add(request)  # before emitting: a synchronous failure downstream must find it
+        if decision is not None:
+            self._decisions[request] = decision  # before emitting: a synchronous drop must find it
         if admission is None or not admission.admit(request):
             self.pending.discard(request)
+            if decision is not None and gate is not None:
+                self.tenant_cancel(request)
+                gate.metrics.refused(decision.tenant, "queue_full")
             return Refusal(429, "queue_full", self._retry_after_queue(now),
-                           "the server is at capacity (queue full); retry after the indicated delay")
+                           "the server is at capacity (queue full); retry after the indicated delay",
+                           decision.headers if decision is not None else None)
         self.meter.record_admit()
         return None
 
@@ -239,6 +436,8 @@ class Gateway(Flowable[CompletionRequest], Service):
     # -- in-flight accounting (for draining) ---------------------------------------------------
     def leave(self, request: CompletionRequest) -> None:
         """The answer to ``request`` is finished (or abandoned)."""
+        count_finished(outcome_of(request))
+        self.tenant_cancel(request)  # never started: its reservation goes back
         self.pending.discard(request)
         if not self.pending and self._idle is not None:
             self._idle.set()
@@ -249,7 +448,8 @@ class Gateway(Flowable[CompletionRequest], Service):
         self.engines = [engine for engine in engines if engine is not None]
 
     async def start(self, host: str, port: int | None) -> str | None:
-        from ._http import HTTP_LOG, make_app
+        from ._http import make_app
+        from ._server import HTTP_LOG, EdgeRunner
 
         if self._runner is not None:
             raise RuntimeError(f"gateway {self.name!r} is already serving on {self.url}")
@@ -259,8 +459,10 @@ class Gateway(Flowable[CompletionRequest], Service):
         # handler_cancellation: a client that disconnects cancels its handler, so queued work is
         # withdrawn and running work cancelled (DESIGN §5); access logs off (per-request cost);
         # our own drain comes first, so aiohttp's shutdown waits only briefly for stragglers.
-        self._runner = web.AppRunner(app, handler_cancellation=True, access_log=None, shutdown_timeout=2.0,
-                                     logger=HTTP_LOG)
+        cfg = self.config
+        self._runner = EdgeRunner(app, max_connections=cfg.max_connections, header_timeout_s=cfg.header_timeout_s,
+                                  keepalive_timeout=cfg.keepalive_timeout_s, handler_cancellation=True,
+                                  access_log=None, shutdown_timeout=2.0, logger=HTTP_LOG)
         await self._runner.setup()
         site = web.TCPSite(self._runner, host, port if port is not None else 8000)
         await site.start()
@@ -268,6 +470,8 @@ class Gateway(Flowable[CompletionRequest], Service):
         bound_host, bound_port = sockets[0].getsockname()[:2]
         shown = f"[{bound_host}]" if ":" in bound_host else bound_host
         self.url = f"http://{shown}:{bound_port}"
+        if self.tenant_gate is not None and not self._sighup:
+            self._sighup = _on_sighup(self, True)
         return self.url
 
     async def drain(self, timeout_s: float) -> None:
@@ -275,6 +479,7 @@ class Gateway(Flowable[CompletionRequest], Service):
         ``timeout_s`` seconds (or until :meth:`abort`); then cancel what is left (those clients
         get 503 ``draining``) and complete the stream so the graph finishes."""
         self.draining = True
+        started = asyncio.get_running_loop().time()
         if self.pending:
             self._idle = asyncio.Event()
             if self._force is None:
@@ -285,8 +490,11 @@ class Gateway(Flowable[CompletionRequest], Service):
                 waiter.cancel()
             await asyncio.gather(*waiters, return_exceptions=True)
             if self.pending:
-                log.warning("drain: %d requests still in flight after %.1f s are cancelled",
-                            len(self.pending), timeout_s)
+                waited = asyncio.get_running_loop().time() - started
+                why = ("a second stop signal" if self._force is not None and self._force.is_set()
+                       else f"drain_timeout_s={timeout_s:g}")
+                log.warning("drain: %d requests still in flight after %.1f s (%s) are cancelled",
+                            len(self.pending), waited, why)
                 for request in list(self.pending):
                     request.cancel()
                 # their handlers answer 503 at once; give them a moment to write it
@@ -304,6 +512,37 @@ class Gateway(Flowable[CompletionRequest], Service):
         self._force.set()
 
     async def stop(self) -> None:
+        if self._sighup:
+            self._sighup = _on_sighup(self, False)
         if self._runner is not None:
             runner, self._runner = self._runner, None
             await runner.cleanup()
+
+
+#: gateways serving with a tenants file: one SIGHUP reloads each of them
+_RELOADING: set[Gateway] = set()
+
+
+def _reload_all() -> None:
+    for gateway in list(_RELOADING):
+        gateway.reload_tenants()
+
+
+def _on_sighup(gateway: Gateway, on: bool) -> bool:
+    """Register (``on``) or unregister ``gateway`` for SIGHUP; the loop's handler is installed
+    with the first and removed with the last. Returns whether ``gateway`` is registered."""
+    loop = asyncio.get_running_loop()
+    if not on:
+        _RELOADING.discard(gateway)
+        if not _RELOADING:
+            loop.remove_signal_handler(signal.SIGHUP)
+        return False
+    if not _RELOADING:
+        try:
+            loop.add_signal_handler(signal.SIGHUP, _reload_all)
+        except (ValueError, RuntimeError, NotImplementedError):  # not the main thread, or no signals
+            log.warning("SIGHUP cannot reload the tenants file here (not the main thread); "
+                        "call Gateway.reload_tenants() instead")
+            return False
+    _RELOADING.add(gateway)
+    return True

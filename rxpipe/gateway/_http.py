@@ -6,11 +6,11 @@ import asyncio
 import logging
 import socket
 import time
-from typing import TYPE_CHECKING, Awaitable, Callable
+from typing import TYPE_CHECKING, Any, Awaitable, Callable
 
 import orjson
 from aiohttp import web
-from aiohttp.http_exceptions import HttpProcessingError
+from aiohttp.http_exceptions import ContentEncodingError
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
 
 from ..engines import Completion, CompletionRequest, CompletionResult
@@ -26,7 +26,9 @@ from ._openai import (
     parse_request,
     sse,
 )
-from ._policy import Refusal
+from ._policy import Refusal, retry_after_headers
+from ._server import HTTP_LOG, new_request_id
+from ._tenants import TENANT_HEADER
 
 if TYPE_CHECKING:
     from ._gateway import Gateway
@@ -36,27 +38,14 @@ __all__ = ["make_app", "HTTP_LOG"]
 log = logging.getLogger("rxpipe.gateway")
 
 
-class _ClientErrorFilter(logging.Filter):
-    """aiohttp logs a malformed request (bad Content-Length, oversized header line, ...) with a
-    traceback at ERROR. That is the client's fault, and any client can trigger it: keep it at
-    DEBUG so it cannot flood the log."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        error = record.exc_info[1] if record.exc_info else None
-        if isinstance(error, HttpProcessingError) and 400 <= (error.code or 500) < 500:
-            record.levelno, record.levelname = logging.DEBUG, "DEBUG"
-            return HTTP_LOG.isEnabledFor(logging.DEBUG)
-        return True
-
-
-#: The logger aiohttp's server protocol uses for the edge (client errors demoted to DEBUG).
-HTTP_LOG = logging.getLogger("rxpipe.gateway.http")
-HTTP_LOG.addFilter(_ClientErrorFilter())
-
 _JSON = "application/json"
-_ROUTES = {"/v1/completions", "/v1/chat/completions", "/v1/models", "/metrics", "/healthz", "/readyz"}
+_ROUTES = {"/v1/completions", "/v1/chat/completions", "/v1/models", "/metrics", "/health", "/healthz", "/readyz"}
 #: OpenAI error ``type`` per refusal status; ``code`` carries the reason label (queue_full, ...).
 _TYPES = {429: "rate_limit_error", 503: "overloaded_error"}
+#: request-scoped store of the tenant's ``x-ratelimit-*`` headers, added to whatever answer goes out
+#: (a typed key where aiohttp has them, 3.12+: a plain string key warns there)
+_request_key = getattr(web, "RequestKey", None)
+_RATELIMIT: Any = _request_key("rxpipe_ratelimit_headers", dict) if _request_key else "rxpipe.ratelimit_headers"
 
 
 def _json(status: int, body: bytes, headers: dict[str, str] | None = None) -> web.Response:
@@ -69,9 +58,7 @@ def _error(status: int, message: str, type: str, code: str, param: str | None = 
 
 
 def _refusal_response(refusal: Refusal) -> web.Response:
-    seconds = refusal.retry_after_s
-    headers = {"Retry-After": str(max(1, int(-(-seconds // 1)))), "retry-after-ms": str(int(seconds * 1000)),
-               **refusal.headers}
+    headers = {**retry_after_headers(refusal.retry_after_s), **refusal.headers}
     return _error(refusal.status, refusal.message, _TYPES[refusal.status], refusal.reason, headers=headers)
 
 
@@ -93,9 +80,13 @@ class _Edge:
         return {"id": self.config.model, "object": "model", "created": 0, "owned_by": "rxpipe"}
 
     async def models(self, request: web.Request) -> web.Response:
+        if self.gateway.authenticate(request.headers.get("Authorization")) is None:
+            return _unauthorized()
         return _json(200, orjson.dumps({"object": "list", "data": [self._model()]}))
 
     async def model(self, request: web.Request) -> web.Response:
+        if self.gateway.authenticate(request.headers.get("Authorization")) is None:
+            return _unauthorized()
         if request.match_info["model"] != self.config.model:
             return _model_not_found(request.match_info["model"])
         return _json(200, orjson.dumps(self._model()))
@@ -106,11 +97,14 @@ class _Edge:
         now = loop.time()
         key_id = gateway.authenticate(request.headers.get("Authorization"))
         if key_id is None:
-            return _error(401, "missing or invalid API key (Authorization: Bearer <key>)",
-                          "authentication_error", "invalid_api_key", headers={"WWW-Authenticate": "Bearer"})
+            return _unauthorized()
+        tenant = None
+        if gateway.tenant_gate is not None:  # one tenant: no per-request cost
+            tenant = gateway.tenant_of(key_id, request.headers.get(TENANT_HEADER))
+            request[_RATELIMIT] = gateway.ratelimit_headers(tenant)
         refusal = gateway.early_refusal(now)
         if refusal is not None:
-            return self._refuse(refusal)
+            return self._refuse(refusal, tenant)
         limit = self.config.max_body_bytes
         if request.content_length is not None and request.content_length > limit:
             return _too_large(limit)
@@ -119,37 +113,64 @@ class _Edge:
                 body = await request.read()
         except web.HTTPRequestEntityTooLarge:
             return _too_large(limit)
+        except web.RequestPayloadError as error:  # the body does not decode: the client's fault
+            if isinstance(error.__cause__, ContentEncodingError):
+                bad = _error(400, "the request body does not decode with its Content-Encoding",
+                             "invalid_request_error", "invalid_content_encoding")
+            else:
+                bad = _error(400, "the request body is malformed (its framing or length is wrong)",
+                             "invalid_request_error", "invalid_body")
+            bad.force_close()  # what is left of the body cannot be parsed: close after answering
+            return bad
         except TimeoutError:
             return _error(408, f"the request body did not arrive within {self.config.body_timeout_s:g} s",
                           "invalid_request_error", "request_timeout")
         try:
             item = parse_request(body, chat=chat, default_model=self.config.model,
-                                 max_tokens_limit=self.config.max_tokens_limit)
+                                 max_tokens_limit=self.config.max_tokens_limit,
+                                 max_model_len=self.config.max_model_len,
+                                 default_max_tokens=self.config.default_max_tokens)
         except InvalidRequest as error:
             return _error(error.status, str(error), error.type, error.code, error.param)
         if item.model != self.config.model:
             return _model_not_found(item.model)
         item.api_key_id = key_id
+        item.tenant = tenant
         now = loop.time()
-        refusal = gateway.policy_refusal(key_id, now) or gateway.early_refusal(now) or gateway.admit(item, now)
+        refusal = gateway.policy_refusal(key_id, now) or gateway.early_refusal(now)
+        if refusal is not None:
+            return self._refuse(refusal, tenant)
+        refusal = gateway.admit(item, now)  # counts its own refusals per tenant
         if refusal is not None:
             return self._refuse(refusal)
+        if tenant is not None:
+            request[_RATELIMIT] = gateway.admitted_headers(item)
         try:
             return await self._answer(request, item, chat=chat)
         finally:
             gateway.leave(item)
 
-    def _refuse(self, refusal: Refusal) -> web.Response:
+    def _refuse(self, refusal: Refusal, tenant: str | None = None) -> web.Response:
+        """Count ``refusal`` (per tenant too, given its tenant) and answer it."""
         self.gateway.reject(refusal)
+        self.gateway.count_refusal(tenant, refusal.reason)
         return _refusal_response(refusal)
 
-    def _stopped_response(self, reason: str) -> web.Response:
+    def _unavailable(self, item: CompletionRequest, error: BaseException) -> web.Response:
+        """503 ``unavailable`` for an admitted request the engine could not serve. The detail
+        (a backend's address, say) goes to the log, never to the client."""
+        log.debug("request %s: engine unavailable: %s", item.id, error)
+        return self._refuse(Refusal(503, "unavailable", self.gateway.retry_after_queue(),
+                                    "the model backend is unavailable; retry after the indicated delay"),
+                            item.tenant)
+
+    def _stopped_response(self, reason: str, tenant: str | None) -> web.Response:
         """The request was admitted, then cut off by the edge itself: draining past its timeout,
         or the graph behind it stopped."""
         if self.gateway.draining:
             return self._refuse(Refusal(503, "draining", self.config.retry_after_min_s,
-                                        "the server shut down before the request finished; retry elsewhere"))
-        return self._refuse(Refusal(503, "unavailable", self.config.retry_after_min_s, reason))
+                                        "the server shut down before the request finished; retry elsewhere"), tenant)
+        return self._refuse(Refusal(503, "unavailable", self.gateway.retry_after_queue(), reason), tenant)
 
     async def _answer(self, request: web.Request, item: CompletionRequest, *, chat: bool) -> web.StreamResponse:
         gateway = self.gateway
@@ -162,18 +183,20 @@ class _Edge:
             except asyncio.CancelledError:
                 if _task_cancelled():
                     raise  # the client left
-                return self._stopped_response("the request was cancelled before it started")
+                return self._stopped_response("the request was cancelled before it started", item.tenant)
             except DroppedError as error:  # shed by an overflow strategy, or its stage failed
                 return self._refuse(Refusal(429, "queue_full", gateway.retry_after_queue(),
-                                            f"the server shed the request ({error.reason}); retry later"))
+                                            f"the server shed the request ({error.reason}); retry later"), item.tenant)
             except EngineUnavailableError as error:
-                return self._refuse(Refusal(503, "unavailable", self.config.retry_after_min_s, str(error)))
+                return self._unavailable(item, error)
             started = True
             gateway.meter.record_start(asyncio.get_running_loop().time())
+            gateway.tenant_started(item, completion)
             if completion.finish_reason == "deadline":
                 # Queued past its latency budget: it never ran. Refuse it like an early deadline.
                 return self._refuse(Refusal(429, "deadline", self.config.retry_after_min_s,
-                                            "the request waited longer than the latency budget and was not started"))
+                                            "the request waited longer than the latency budget and was not started"),
+                                    item.tenant)
             if item.stream:
                 return await self._stream(request, item, completion, chat=chat)
             try:
@@ -181,9 +204,9 @@ class _Edge:
                 # future (the CancelledError clause below cancels the completion itself)
                 result: CompletionResult = await asyncio.shield(completion.result)
             except EngineUnavailableError as error:
-                return self._refuse(Refusal(503, "unavailable", self.config.retry_after_min_s, str(error)))
+                return self._unavailable(item, error)
             if result.finish_reason == "cancelled":
-                return self._stopped_response("the request was cancelled while running")
+                return self._stopped_response("the request was cancelled while running", item.tenant)
             _observe(result)
             self.gateway.meter.record_service(result.e2e_s - result.queue_time_s)
             return _json(200, completion_body(item, result, chat=chat, created=now_created()))
@@ -193,7 +216,7 @@ class _Edge:
             raise
         except EngineError as error:
             log.warning("request %s failed in the engine: %r", item.id, error)
-            return _error(500, f"the model backend failed the request: {error}", "server_error", "engine_error")
+            return _error(500, "the model backend failed the request", "server_error", "engine_error")
         finally:
             if not started:
                 gateway.meter.record_abandon()
@@ -227,9 +250,13 @@ class _Edge:
                     tokens.grant(1)  # credit follows what the socket actually took
                 result = await asyncio.shield(result_future)
             except EngineError as error:
-                # The status line is sent: the failure goes in the stream, as an error event.
-                await _stream_error(response, str(error), "server_error",
-                                    "unavailable" if isinstance(error, EngineUnavailableError) else "engine_error")
+                # The status line is sent: the failure goes in the stream, as an error event
+                # (its detail only in the log: it may name the backend).
+                log.warning("request %s failed in the engine mid-stream: %r", item.id, error)
+                unavailable = isinstance(error, EngineUnavailableError)
+                await _stream_error(response, "the model backend is unavailable" if unavailable
+                                    else "the model backend failed the request", "server_error",
+                                    "unavailable" if unavailable else "engine_error")
                 return response
             if result.finish_reason == "cancelled":
                 reason = "draining" if self.gateway.draining else "unavailable"
@@ -271,6 +298,11 @@ def _task_cancelled() -> bool:
     opposed to an awaited future having been cancelled by someone else."""
     task = asyncio.current_task()
     return task is not None and task.cancelling() > 0
+
+
+def _unauthorized() -> web.Response:
+    return _error(401, "missing or invalid API key (Authorization: Bearer <key>)", "authentication_error",
+                  "invalid_api_key", headers={"WWW-Authenticate": "Bearer"})
 
 
 def _model_not_found(model: str) -> web.Response:
@@ -333,8 +365,11 @@ async def _edge_middleware(request: web.Request, handler: Handler) -> web.Stream
     except web.HTTPMethodNotAllowed as error:
         response = _error(405, f"{request.method} is not allowed on {request.path}", "invalid_request_error",
                           "method_not_allowed", headers={"Allow": ",".join(sorted(error.allowed_methods))})
-    except web.HTTPException:
-        raise
+    except web.HTTPException as error:
+        if error.status < 400:
+            raise
+        kind = "invalid_request_error" if error.status < 500 else "server_error"
+        response = _error(error.status, error.reason, kind, error.reason.lower().replace(" ", "_"))
     except asyncio.CancelledError:
         count_request(route, 499)  # client closed the request (nginx's convention)
         raise
@@ -347,14 +382,26 @@ async def _edge_middleware(request: web.Request, handler: Handler) -> web.Stream
     return response
 
 
+async def _add_request_id(request: web.Request, response: web.StreamResponse) -> None:
+    """``x-request-id`` on every answer (streams too): the client's own, if sane, else a new one;
+    and a tenant's ``x-ratelimit-*`` headers (those a refusal set itself are fresher and kept)."""
+    response.headers["x-request-id"] = new_request_id(request.headers.get("x-request-id"))
+    ratelimit = request.get(_RATELIMIT)
+    if ratelimit:
+        for name, value in ratelimit.items():
+            response.headers.setdefault(name, value)
+
+
 def make_app(gateway: Gateway) -> web.Application:
     edge = _Edge(gateway)
     app = web.Application(client_max_size=gateway.config.max_body_bytes, middlewares=[_edge_middleware])
+    app.on_response_prepare.append(_add_request_id)
     app.router.add_post("/v1/completions", edge.completions)
     app.router.add_post("/v1/chat/completions", edge.chat_completions)
     app.router.add_get("/v1/models", edge.models)
     app.router.add_get("/v1/models/{model}", edge.model)
     app.router.add_get("/metrics", edge.metrics)
+    app.router.add_get("/health", edge.healthz)  # vLLM's name for the liveness probe
     app.router.add_get("/healthz", edge.healthz)
     app.router.add_get("/readyz", edge.readyz)
     return app

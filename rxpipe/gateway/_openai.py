@@ -59,12 +59,19 @@ def _text_of(content: Any, index: int) -> str:
                 "invalid_content", f"messages[{index}].content")
 
 
-def parse_request(body: bytes, *, chat: bool, default_model: str, max_tokens_limit: int) -> CompletionRequest:
+def parse_request(body: bytes, *, chat: bool, default_model: str, max_tokens_limit: int,
+                  max_model_len: int | None = None, default_max_tokens: int | None = None) -> CompletionRequest:
     """Validate a JSON body into a :class:`CompletionRequest` (not yet admitted).
 
     Raises InvalidRequest (400) for malformed JSON, a non-object body, a missing or wrong
-    ``prompt``/``messages``, a bad ``max_tokens`` (int in [1, max_tokens_limit]), ``n`` != 1,
-    or mistyped sampling fields. The model is checked by the caller (404).
+    ``prompt``/``messages``, a bad ``max_tokens`` (int in [1, max_tokens_limit]), ``n`` other
+    than the integer 1, mistyped sampling fields, ``temperature`` outside [0, 2], ``top_p``
+    outside (0, 1], ``stop`` other than a string or a list of at most 4 strings; and, with
+    ``max_model_len`` (tokens), code ``context_length_exceeded`` when prompt tokens (the
+    documented estimate, :func:`~rxpipe.engines.estimate_tokens`) plus ``max_tokens`` exceed it,
+    in vLLM's words. A missing ``max_tokens`` becomes what remains of ``max_model_len``, capped
+    by ``default_max_tokens`` (``max_tokens_defaulted`` is then set). The model is checked by
+    the caller (404).
     """
     try:
         data = orjson.loads(body)
@@ -109,8 +116,8 @@ def parse_request(body: bytes, *, chat: bool, default_model: str, max_tokens_lim
             raise _fail(f"'max_tokens' must be an integer in [1, {max_tokens_limit}], got {max_tokens!r}",
                         "invalid_max_tokens", "max_tokens")
     n = data.get("n", 1)
-    if n != 1 or isinstance(n, bool):
-        raise _fail("only n=1 is supported", "invalid_n", "n")
+    if n is not None and (type(n) is not int or n != 1):
+        raise _fail(f"only n=1 is supported, got {n!r}", "invalid_n", "n")
     stream = data.get("stream", False)
     if not isinstance(stream, bool):
         raise _fail("'stream' must be a boolean", "invalid_stream", "stream")
@@ -126,11 +133,48 @@ def parse_request(body: bytes, *, chat: bool, default_model: str, max_tokens_lim
             if not isinstance(value, types):
                 raise _fail(f"'{key}' has the wrong type", "invalid_type", key)
             sampling[key] = value
+    _check_ranges(sampling)
     if stream_options and stream_options.get("include_usage"):
         sampling["include_usage"] = True
-    return CompletionRequest(prompt=prompt, messages=messages, max_tokens=max_tokens, model=model,
-                             stream=stream, sampling=sampling,
-                             id=("chatcmpl-" if chat else "cmpl-") + _hex_id())
+    request = CompletionRequest(prompt=prompt, messages=messages, max_tokens=max_tokens, model=model,
+                                stream=stream, sampling=sampling,
+                                id=("chatcmpl-" if chat else "cmpl-") + _hex_id())
+    if max_model_len is not None:
+        _fit_context(request, chat, max_model_len, default_max_tokens)
+    return request
+
+
+def _check_ranges(sampling: dict[str, Any]) -> None:
+    """The sampling fields' ranges (OpenAI's API reference; vLLM refuses the same values)."""
+    temperature = sampling.get("temperature")
+    if temperature is not None and not 0 <= temperature <= 2:
+        raise _fail(f"'temperature' must be in [0, 2], got {temperature!r}", "invalid_temperature", "temperature")
+    top_p = sampling.get("top_p")
+    if top_p is not None and not 0 < top_p <= 1:
+        raise _fail(f"'top_p' must be in (0, 1], got {top_p!r}", "invalid_top_p", "top_p")
+    stop = sampling.get("stop")
+    if isinstance(stop, list) and (len(stop) > 4 or not all(isinstance(s, str) for s in stop)):
+        raise _fail("'stop' must be a string or a list of at most 4 strings", "invalid_stop", "stop")
+
+
+def _fit_context(request: CompletionRequest, chat: bool, max_model_len: int, default_max_tokens: int | None) -> None:
+    """Refuse a request whose prompt plus completion exceeds ``max_model_len`` (400
+    ``context_length_exceeded``, vLLM's message), and fill in a missing ``max_tokens``."""
+    prompt_tokens = request.prompt_tokens
+    wanted = request.max_tokens
+    completion = wanted if wanted is not None else 1
+    if prompt_tokens + completion > max_model_len:
+        where = "messages" if chat else "prompt"
+        shown = wanted if wanted is not None else 0
+        raise InvalidRequest(
+            f"This model's maximum context length is {max_model_len} tokens. However, you requested "
+            f"{prompt_tokens + shown} tokens ({prompt_tokens} in the {where}, {shown} in the completion). "
+            f"Please reduce the length of the {where} or completion.",
+            code="context_length_exceeded", param=where)
+    if wanted is None:
+        remaining = max_model_len - prompt_tokens
+        request.max_tokens = remaining if default_max_tokens is None else min(remaining, default_max_tokens)
+        request.max_tokens_defaulted = True
 
 
 def _hex_id() -> str:

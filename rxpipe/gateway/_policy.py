@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import math
+import random
 from collections import OrderedDict, deque
 
 from ..token_bucket import TokenBucket
 
-__all__ = ["DrainMeter", "KeyBuckets", "Refusal", "clamp_retry_after"]
+__all__ = ["DrainMeter", "KeyBuckets", "Refusal", "RESERVATION_MARGIN", "clamp_retry_after", "retry_after_headers"]
 
 
 class DrainMeter:
@@ -17,10 +18,16 @@ class DrainMeter:
     engine takes it, ``record_abandon`` when it leaves without starting (client gone, error).
     ``backlog`` = admitted − started − abandoned; ``rate(now)`` = starts per second over the last
     ``horizon_s`` seconds (at most the last ``samples`` starts); ``estimated_wait(now)`` =
-    backlog / rate (seconds), or None while no rate is known.
+    backlog / rate (seconds), or None while no rate is known. A rate needs two starts at least
+    ``min_span_s`` (0.25 s) apart in the window: starts come in bursts (a batch starts at once),
+    and a burst alone says nothing about how fast the queue drains.
     """
 
-    __slots__ = ("horizon_s", "starts", "backlog", "services", "service_quantile", "_service_s", "_stale")
+    #: shortest window of starts a rate is computed over (seconds)
+    min_span_s = 0.25
+
+    __slots__ = ("horizon_s", "starts", "backlog", "services", "service_quantile", "_service_s", "_stale",
+                 "reserved_until")
 
     def __init__(self, horizon_s: float = 10.0, samples: int = 256, service_quantile: float = 0.9) -> None:
         self.horizon_s = horizon_s
@@ -30,6 +37,8 @@ class DrainMeter:
         self.service_quantile = service_quantile
         self._service_s = 0.0
         self._stale = 0
+        #: loop time of the latest admission slot promised to a refused client (see :meth:`reserve`)
+        self.reserved_until = -math.inf
 
     def record_service(self, seconds: float) -> None:
         """A request finished ``seconds`` after it started running (its service time)."""
@@ -59,10 +68,9 @@ class DrainMeter:
         starts = self.starts
         while starts and starts[0] < now - self.horizon_s:
             starts.popleft()
-        if len(starts) < 2:  # one start says nothing about a rate
+        if len(starts) < 2 or now - starts[0] < self.min_span_s:  # no rate from one burst
             return None
-        span = max(now - starts[0], 1e-3)
-        return len(starts) / span
+        return len(starts) / (now - starts[0])
 
     def estimated_wait(self, now: float) -> float | None:
         if self.backlog == 0:
@@ -70,12 +78,51 @@ class DrainMeter:
         rate = self.rate(now)
         return None if rate is None else self.backlog / rate
 
+    def reserve(self, now: float, floor_s: float, low_s: float, high_s: float, rng: random.Random) -> float:
+        """Retry-After (seconds) for one more refused client: a reservation of a future admission.
+
+        With the drain rate ``r`` measured (times :data:`RESERVATION_MARGIN`, so that clients who
+        come back when told arrive a little slower than the queue drains) and ``i = 1 / r``, the
+        first refusal gets ``(backlog + 1) · i`` and each further one the slot ``i`` after the
+        latest promised (``reserved_until``), never earlier than ``low_s`` nor than ``floor_s``
+        (an engine's remaining pause): the k-th refusal within one drain interval gets about
+        ``(backlog + k) / r`` (DESIGN §5). Plus a jitter of up to half an interval, which keeps
+        the order. Clamped to ``[low_s, high_s]``; the promise horizon stops at ``high_s``, and
+        once every slot up to it is promised, refusals get a time spread over its last quarter.
+        Without a measured rate: ``max(low_s, floor_s)`` plus a jitter of up to ``low_s``
+        (spread, not lock-step), and nothing is promised.
+        """
+        floor_s = max(low_s, floor_s)
+        rate = self.rate(now)
+        if rate is None:
+            return min(high_s, floor_s + rng.uniform(0.0, low_s))
+        interval = 1.0 / (rate * RESERVATION_MARGIN)
+        slot = max(self.reserved_until + interval, now + max(floor_s, (self.backlog + 1) * interval))
+        if slot > now + high_s:
+            # Every slot up to the horizon is promised (sustained overload): no promise can be
+            # kept, so spread these over the last quarter of the horizon instead of in lock-step.
+            self.reserved_until = now + high_s
+            return high_s - rng.uniform(0.0, high_s / 4)
+        self.reserved_until = slot
+        return min(high_s, slot - now + rng.uniform(0.0, interval / 2))
+
+
+#: reservations assume the queue drains at this share of the measured rate (see DrainMeter.reserve)
+RESERVATION_MARGIN = 0.9
+
 
 def clamp_retry_after(seconds: float | None, low: float, high: float) -> float:
     """Clamp a Retry-After estimate to ``[low, high]`` seconds (None → ``low``)."""
     if seconds is None or math.isnan(seconds):
         return low
     return min(high, max(low, seconds))
+
+
+def retry_after_headers(seconds: float) -> dict[str, str]:
+    """``retry-after-ms`` (exact milliseconds, >= 1000) and ``Retry-After`` (its ceiling in whole
+    seconds, RFC 9110 §10.2.3) for a delay of ``seconds``."""
+    ms = max(1000, math.ceil(seconds * 1000))
+    return {"Retry-After": str(-(-ms // 1000)), "retry-after-ms": str(ms)}
 
 
 class Refusal:

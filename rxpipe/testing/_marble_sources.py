@@ -9,8 +9,8 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import TYPE_CHECKING, Any, Callable, Iterable
 
-from .._demand import EMPTY_SUBSCRIPTION, QueueDrainSubscription
 from .._protocol import Subscriber
+from ..stage import EMPTY_SUBSCRIPTION, QueueDrainSubscription
 from ._marble_parse import MarbleEvent
 from ._publisher import TestPublisher
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any, Generic, TypeVar
 
-from .._demand import add_demand, bad_request, valid_demand
 from .._protocol import Subscriber, Subscription
 from ..flowable import Flowable
+from ..stage import add_demand, bad_request, valid_demand
 
 __all__ = ["TestPublisher"]
 

@@ -10,8 +10,9 @@ Enable it in ``conftest.py``::
   sleeps and timers complete instantly; the loop's clock starts at 0.0.
 - ``@pytest.mark.loops("asyncio")`` picks the loops explicitly (e.g. a client driving a server
   in another process, where the client's loop is beside the point).
-- Leak check: a task still pending when the test returns (after three loop iterations to let
-  cancellations settle) fails the test, naming the task.
+- Leak check: a task still pending or a timer still scheduled (``call_at``/``call_later``, not
+  cancelled) when the test returns (after three loop iterations to let cancellations settle)
+  fails the test, naming it. Timers are seen on asyncio's loops and the virtual one.
 - Fixture ``loop``: the running loop, for tests that want ``loop.time()``.
 """
 
@@ -74,17 +75,30 @@ def loop() -> None:
     return None
 
 
+def _pending_timers(loop: asyncio.AbstractEventLoop) -> list[asyncio.TimerHandle]:
+    """Timers scheduled and not cancelled. asyncio's loops (and the virtual one) keep them in
+    ``_scheduled``; uvloop does not expose its timers, so there the check sees none (every test
+    also runs on the asyncio or the virtual loop, which catches a leftover timer)."""
+    return [h for h in getattr(loop, "_scheduled", ()) if not h.cancelled()]
+
+
 async def _leak_check(test: Any) -> None:
     current = asyncio.current_task()
+    loop = asyncio.get_running_loop()
     for _ in range(3):
         pending = [t for t in asyncio.all_tasks() if t is not current and not t.done()]
-        if not pending:
+        timers = _pending_timers(loop)
+        if not pending and not timers:
             return
         await asyncio.sleep(0)
     for task in pending:
         task.cancel()
     await asyncio.gather(*pending, return_exceptions=True)
-    raise AssertionError(f"{test.__name__} left tasks running: {pending!r}")
+    timers = _pending_timers(loop)  # a cancelled task's own timers (its sleep) are gone now
+    for timer in timers:
+        timer.cancel()
+    left = [f"task {task!r}" for task in pending] + [f"timer {timer!r}" for timer in timers]
+    raise AssertionError(f"{test.__name__} left {len(left)} running: {', '.join(left)}")
 
 
 @pytest.hookimpl(tryfirst=True)

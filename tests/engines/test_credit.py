@@ -196,3 +196,4 @@ async def test_a_gateway_subscribing_when_its_reply_arrives_makes_the_first_step
     assert len(chunks) == 2 and result.ttft_s == OVERHEAD + 4 * PREFILL  # in the first step with its neighbour
     assert e.step_log[0].request_ids[1] == r.id
     handle.cancel()
+    await asyncio.sleep(1.0)  # the neighbour's five tokens finish: the engine goes idle

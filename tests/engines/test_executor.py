@@ -11,6 +11,7 @@ import rxpipe as rx
 from rxpipe import MissingBackpressureError
 from rxpipe import operators as ops
 from rxpipe.engines import Completion, CompletionRequest, EngineUnavailableError, ExecuteFlowable, SimulatedEngine
+from rxpipe.stage import Capabilities
 from rxpipe.testing import TestPublisher, TestSubscriber
 
 from .helpers import OVERHEAD, engine, req
@@ -91,12 +92,21 @@ async def test_unbatched_upstream_gets_exactly_the_free_slots() -> None:
     out.cancel()
 
 
+class _BatchingPublisher(TestPublisher[Any]):
+    """A hand-driven upstream declaring what ``ops.batch(max_size)`` declares."""
+
+    def __init__(self, max_size: int) -> None:
+        super().__init__()
+        self._declared = Capabilities(max_batch_size=max_size)
+
+    @property
+    def capabilities(self) -> Capabilities:
+        return self._declared
+
+
 def batching_publisher(max_size: int) -> TestPublisher[Any]:
     """A hand-driven upstream that looks like ``ops.batch(max_size)`` to the executor."""
-    pub = TestPublisher[Any]()
-    pub.kind = "batch"  # type: ignore[misc]
-    pub.max_size = max_size  # type: ignore[attr-defined]
-    return pub
+    return _BatchingPublisher(max_size)
 
 
 @pytest.mark.virtual
@@ -333,3 +343,26 @@ def test_a_batch_larger_than_the_engine_is_refused_at_once() -> None:
 
     with _pytest.raises(ValueError, match=r"batch max_size \(8\) exceeds the engine's max_num_seqs \(4\)"):
         _rx.just(1).pipe(_ops.batch(8), _ops.execute(_Sim(max_num_seqs=4)))
+
+
+# issue 16: batching is recognised by declared capability, through pass-through stages -------------
+@pytest.mark.virtual
+async def test_batch_then_tap_then_execute_asks_one_batch_per_whole_free_batch() -> None:
+    e = steady(max_num_seqs=4)
+    pub = TestPublisher[Any]()
+    flow = pub.pipe(ops.batch(4, name="b16"), ops.tap(lambda b: None), ops.map(lambda b: b),
+                    ops.execute(e))
+    assert isinstance(flow, ExecuteFlowable) and flow.batched and flow.unit == 4
+    out = TestSubscriber[Completion](initial_request=1_000)
+    flow.subscribe(out)
+    # One batch demanded (4 free slots = one whole batch): the batcher asks 2 batches' worth.
+    # Recognised by name, the executor asked 4 batches and the batcher pulled 16 requests.
+    assert pub.requests == [8]
+    pub.emit(*(req(1, max_tokens=1) for _ in range(8)))
+    assert e.running + e.waiting == 4 and pub.outstanding == 0
+    out.cancel()
+
+
+def test_a_scan_between_batch_and_execute_hides_the_batches() -> None:
+    flow = rx.empty().pipe(ops.batch(4), ops.scan(lambda acc, b: b, []), ops.execute(steady()))
+    assert isinstance(flow, ExecuteFlowable) and not flow.batched and flow.unit == 1

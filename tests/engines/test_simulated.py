@@ -274,23 +274,25 @@ async def test_per_request_timing_is_base_plus_per_token() -> None:
 
 
 # metrics -----------------------------------------------------------------------------------------
-def sample(name: str) -> float:
-    value = REGISTRY.get_sample_value(name)
+def sample(name: str, **labels: str) -> float:
+    value = REGISTRY.get_sample_value(name, labels)
     return 0.0 if value is None else value
 
 
 @pytest.mark.virtual
 async def test_engine_metrics_are_exported() -> None:
     e = engine()
-    steps_before = sample("rxpipe_engine_step_duration_seconds_count")
-    tokens_before = sample("rxpipe_engine_batch_tokens_sum")
+    e.name = "metrics_sim"  # the engine label: this test's engine alone, whatever else runs
+    steps_before = sample("rxpipe_engine_step_duration_seconds_count", engine="metrics_sim")
+    tokens_before = sample("rxpipe_engine_batch_tokens_sum", engine="metrics_sim")
     c = e.submit(req(3, max_tokens=3))
     e.submit(req(1, max_tokens=1, stream=True))  # parked: no consumer yet
     await asyncio.sleep(0.03)
-    assert sample("rxpipe_engine_running_seqs") >= 1 and sample("rxpipe_engine_waiting_seqs") >= 1
+    assert sample("rxpipe_engine_running_seqs", engine="metrics_sim") == 1
+    assert sample("rxpipe_engine_waiting_seqs", engine="metrics_sim") == 1
     await c.result
-    assert sample("rxpipe_engine_step_duration_seconds_count") - steps_before == 3
-    assert sample("rxpipe_engine_batch_tokens_sum") - tokens_before == 3 + 2
+    assert sample("rxpipe_engine_step_duration_seconds_count", engine="metrics_sim") - steps_before == 3
+    assert sample("rxpipe_engine_batch_tokens_sum", engine="metrics_sim") - tokens_before == 3 + 2
     await e.aclose()
 
 
@@ -333,3 +335,22 @@ async def test_per_request_mode_keeps_no_finished_sequence_under_sustained_load(
     for completion in pending:
         completion.cancel()
     await engine.aclose()
+
+
+@pytest.mark.virtual
+async def test_steps_are_paced_on_the_clock_while_token_delivery_takes_time(loop: asyncio.AbstractEventLoop) -> None:
+    # Delivering a token costs 1/128 s of CPU here (the consumer moves the clock in on_next). A step
+    # that follows another is due at that one's due end, so delivery overlaps the next step (as a
+    # GPU overlaps output processing) instead of adding to it: step k starts at k × step time.
+    e = engine(max_num_seqs=1, prefill_s_per_token=0.0, decode_s_per_seq=0.0)
+    c = e.submit(req(1, max_tokens=4))
+    ts = TestSubscriber(initial_request=rx.UNBOUNDED)
+    c.tokens.pipe(ops.tap(on_next=lambda _: loop.advance(1 / 128))).subscribe(ts)
+    result = await c.result
+    assert [s.start_s for s in e.step_log] == [0.0, OVERHEAD, 2 * OVERHEAD, 3 * OVERHEAD]
+    assert (result.ttft_s, result.e2e_s, len(ts.values)) == (OVERHEAD, 4 * OVERHEAD, 4)
+    # an engine that went idle starts its next step from the current time, not from a past due end
+    await asyncio.sleep(1.0)
+    started = loop.time()
+    await e.submit(req(1, max_tokens=1)).result
+    assert e.step_log[-1].start_s == started

@@ -122,7 +122,8 @@ async def test_burst_of_300_gets_only_200_and_429(gateway: GatewayProcess) -> No
         nonlocal peak_running
         while not stop.is_set():
             async with http.get(f"{gateway.url}/metrics") as r:
-                peak_running = max(peak_running, int(metric(await r.text(), "rxpipe_engine_running_seqs")))
+                running = metric(await r.text(), 'rxpipe_engine_running_seqs{engine="sim"}')
+                peak_running = max(peak_running, int(running))
             await asyncio.sleep(0.005)
 
     async def one(http: aiohttp.ClientSession, i: int) -> tuple[int, str | None, Any]:
@@ -204,7 +205,8 @@ async def test_disconnect_mid_stream_frees_the_slot(gateway: GatewayProcess) -> 
     assert "Traceback" not in gateway.output and "ERROR" not in gateway.output
 
 
-@pytest.mark.settings("max_num_seqs=2", "stall_timeout_s=1.0", "step_overhead_s=0.0005", "decode_s_per_seq=0")
+@pytest.mark.settings("max_num_seqs=2", "stall_timeout_s=1.0", "step_overhead_s=0.0005", "decode_s_per_seq=0",
+                      "max_model_len=32768")
 async def test_reader_that_stops_reading_is_aborted_and_memory_stays_flat(gateway: GatewayProcess) -> None:
     sock = socket.socket()
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
@@ -232,7 +234,7 @@ async def test_reader_that_stops_reading_is_aborted_and_memory_stays_flat(gatewa
     async with session() as http:
         async with http.get(f"{gateway.url}/metrics") as r:
             text = await r.text()
-        assert metric(text, "rxpipe_engine_running_seqs") == 0
+        assert metric(text, 'rxpipe_engine_running_seqs{engine="sim"}') == 0
         async with http.post(f"{gateway.url}/v1/completions", json={"prompt": "after", "max_tokens": 2}) as r:
             assert r.status == 200
     assert gateway.rss_bytes() - rss_parked < 4 * 1024 * 1024

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import math
+import random
 from typing import TYPE_CHECKING
 
 import pytest
 
-from rxpipe.gateway._policy import DrainMeter, KeyBuckets, clamp_retry_after
+from rxpipe.gateway._policy import RESERVATION_MARGIN, DrainMeter, KeyBuckets, clamp_retry_after, retry_after_headers
 
 if TYPE_CHECKING:
     from rxpipe.gateway import Gateway
@@ -80,16 +82,74 @@ def test_deadline_refusal_from_estimated_wait() -> None:
     assert refusal is not None and refusal.message.startswith("estimated time to answer 0.63 s")
 
 
-def test_queue_full_retry_after_is_backlog_over_drain_rate() -> None:
+class NoJitter(random.Random):
+    def uniform(self, a: float, b: float) -> float:
+        return a
+
+
+def test_reservations_stagger_refusals_at_the_drain_interval() -> None:
+    meter = DrainMeter()
+    for i in range(20):  # 20 starts in 10 s: 2/s, so one admission slot every 1 / (2 × 0.9) s
+        meter.record_admit()
+        meter.record_start(0.5 * i)
+    for _ in range(3):
+        meter.record_admit()
+    interval = 1 / (2 * RESERVATION_MARGIN)
+    rng = NoJitter()
+    # the k-th refusal gets (backlog + k) × interval: 3 queued ahead, then one slot each
+    got = [meter.reserve(10.0, 0.0, 1.0, 60.0, rng) for _ in range(4)]
+    assert got == pytest.approx([(3 + k) * interval for k in (1, 2, 3, 4)])
+    # a second later the promises still stand: the next slot follows the last one promised (at
+    # the rate measured now: the 10 s horizon keeps the 18 starts from 1.0 s on, 1.8/s)
+    later = 1 / (18 / 10 * RESERVATION_MARGIN)
+    assert meter.reserve(11.0, 0.0, 1.0, 60.0, rng) == pytest.approx(10.0 + 7 * interval + later - 11.0)
+    # a paused engine: never earlier than its remaining pause, and staggered after it
+    assert meter.reserve(11.0, 30.0, 1.0, 60.0, rng) == pytest.approx(30.0)
+    assert meter.reserve(11.0, 30.0, 1.0, 60.0, rng) == pytest.approx(30.0 + later)
+    # the horizon stops at the clamp
+    assert [meter.reserve(11.0, 59.9, 1.0, 60.0, rng) for _ in range(3)] == pytest.approx([59.9, 60.0, 60.0])
+    assert meter.reserved_until == 11.0 + 60.0
+    # once the horizon is promised, refusals are spread over its last quarter (no lock-step there)
+    saturated = [meter.reserve(11.0, 0.0, 1.0, 60.0, random.Random(i)) for i in range(20)]
+    assert all(45.0 <= v <= 60.0 for v in saturated) and len(set(saturated)) == 20
+    # nobody queued: the first slot is at the 1 s minimum, then one per interval; the jitter
+    # stays within half an interval (the order of promises is kept)
+    jittered = DrainMeter()
+    jittered.starts.extend(meter.starts)  # 18 starts from 1.0 s to 9.5 s: 2/s at 10.0 s
+    rng7 = random.Random(7)
+    values = [jittered.reserve(10.0, 0.0, 1.0, 60.0, rng7) for _ in range(50)]
+    assert all(0 <= v - (1.0 + k * interval) < interval / 2 for k, v in enumerate(values))
+    assert len(set(values)) == 50
+
+
+def test_without_a_drain_rate_refusals_are_spread_over_one_more_second() -> None:
+    meter = DrainMeter()
+    meter.record_start(0.0)
+    meter.record_start(0.0)  # a burst of starts is no rate
+    rng = random.Random(3)
+    values = [meter.reserve(0.1, 0.0, 1.0, 60.0, rng) for _ in range(100)]
+    assert all(1.0 <= v <= 2.0 for v in values) and len(set(values)) == 100
+    assert meter.reserved_until == -math.inf  # nothing promised
+    assert 30.0 <= meter.reserve(0.1, 30.0, 1.0, 60.0, rng) <= 31.0  # an engine's pause is the floor
+
+
+@pytest.mark.parametrize(("seconds", "header", "ms"), [(0.2, "1", "1000"), (1.0, "1", "1000"),
+                                                       (1.0004, "2", "1001"), (7.25, "8", "7250")])
+def test_retry_after_headers(seconds: float, header: str, ms: str) -> None:
+    assert retry_after_headers(seconds) == {"Retry-After": header, "retry-after-ms": ms}
+
+
+def test_queue_full_refusal_uses_the_reservation() -> None:
     from rxpipe.gateway import Gateway
 
     gateway = Gateway()
+    gateway._rng = NoJitter()
     measured(gateway, backlog=100, starts=[0.5 * i for i in range(20)])  # 20 starts in 10 s: 2/s
     refusal = gateway.early_refusal(10.0)
     assert refusal is not None and refusal.reason == "queue_full"  # no subscriber: no demand
-    assert refusal.retry_after_s == 50.0
-    measured(gateway, backlog=200, starts=[])
-    assert gateway.early_refusal(10.0).retry_after_s == 60.0  # type: ignore[union-attr]  # clamped
+    assert refusal.retry_after_s == pytest.approx(101 / (2 * RESERVATION_MARGIN))
+    later = [gateway.early_refusal(10.0).retry_after_s for _ in range(8)]  # type: ignore[union-attr]
+    assert later == pytest.approx([(101 + k) / (2 * RESERVATION_MARGIN) for k in range(1, 7)] + [60.0] * 2)
 
 
 def test_service_time_is_a_p90_of_recent_samples() -> None:

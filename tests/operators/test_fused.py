@@ -6,7 +6,11 @@ subscriber over a hand-driven TestPublisher (where demand is observable).
 
 from __future__ import annotations
 
+import asyncio
+import gc
+import linecache
 import operator
+import traceback
 from typing import Any
 
 import pytest
@@ -305,3 +309,25 @@ def test_emission_beyond_demand_in_subscriber_mode_is_caught_at_the_boundary() -
     assert ts.values == [1]
     assert isinstance(ts.error, rx.MissingBackpressureError)
     assert pub.cancelled
+
+
+# tracebacks through a fused chain ----------------------------------------------------------------
+def test_a_traceback_through_a_fused_chain_shows_the_generated_line_and_the_user_s_lambda() -> None:
+    ts = TestSubscriber[int](initial_request=10)
+    boom = lambda x: 10 // (x - 3)  # noqa: E731
+    line = boom.__code__.co_firstlineno
+    rx.range(0, 5).pipe(ops.map(lambda x: x + 1), ops.map(boom, name="boom")).subscribe(ts)
+    assert isinstance(ts.error, ZeroDivisionError)
+    text = "".join(traceback.format_exception(ts.error))
+    assert f"    x = f1(x)  # map 'boom': {__file__}:{line}\n" in text  # the fused frame's source
+    assert "boom = lambda x: 10 // (x - 3)" in text  # then the user's own line
+
+
+def test_the_generated_source_leaves_linecache_with_its_chain() -> None:
+    flow = rx.range(0, 3).pipe(ops.filter(lambda x: True, name="lc_keep"))
+    assert asyncio.run(flow.to_list()) == [0, 1, 2]
+    names = [name for name in linecache.cache if "lc_keep" in name]
+    assert len(names) == 1 and "if not f0(x):  # filter 'lc_keep'" in "".join(linecache.getlines(names[0]))
+    del flow
+    gc.collect()
+    assert not [name for name in linecache.cache if "lc_keep" in name]

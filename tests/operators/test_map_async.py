@@ -215,6 +215,30 @@ async def test_cancel_mid_flight_cancels_every_call_and_leaves_no_task() -> None
     assert ts.values == [] and ts.error is None and not ts.completed
 
 
+async def test_an_exception_raised_by_a_call_s_cleanup_on_cancel_is_logged(rx_errors: Any) -> None:
+    class CleanupFailed(Exception):
+        pass
+
+    async def fragile(x: int) -> int:
+        try:
+            await asyncio.Event().wait()
+        finally:
+            raise CleanupFailed(f"cleanup of {x}")  # replaces the CancelledError
+        return x
+
+    pub = TestPublisher[int]()
+    ts = TestSubscriber[int](initial_request=UNBOUNDED)
+    pub.pipe(ops.map_async(fragile, concurrency=2, name="fragile16")).subscribe(ts)
+    pub.emit(1, 2)
+    await asyncio.sleep(0)
+    ts.cancel()
+    for _ in range(3):
+        await asyncio.sleep(0)
+    assert [str(r.exc_info[1]) for r in rx_errors.records] == ["cleanup of 1", "cleanup of 2"]
+    assert all("'fragile16'" in r.getMessage() for r in rx_errors.records)
+    assert ts.values == [] and ts.error is None and not ts.completed
+
+
 @pytest.mark.virtual
 async def test_break_out_of_async_for_cancels_the_calls() -> None:
     cancelled = 0

@@ -1,0 +1,212 @@
+"""The edge's HTTP server layer (aiohttp's connection protocol): what happens before a handler runs.
+
+aiohttp answers a request its parser rejects (a malformed request line, an oversized header, an
+unsupported ``Content-Encoding``) from ``RequestHandler.handle_error``, with a ``text/plain``
+body and an ERROR log with a traceback; no middleware sees it (aio-libs/aiohttp#3287, #9882).
+Its documented extension point is the request handler class itself, so the edge runs its own:
+
+- every error answer is OpenAI's JSON error body, with ``x-request-id``; a 4xx is the client's
+  fault and is logged at DEBUG, never with a traceback at ERROR;
+- ``max_connections``: a connection over the limit gets ``503`` (JSON, ``Retry-After``) and is
+  closed at once, so idle clients cannot take every file descriptor of the process (the limit
+  is lowered to what ``RLIMIT_NOFILE`` allows, leaving room for the process's own files);
+- ``header_timeout_s``: a connection that has not completed a request head within it of being
+  opened is closed (slow-header clients); idle keep-alive connections, and a slow head on one,
+  are closed after ``keepalive_timeout_s`` (aiohttp's keep-alive timer).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import secrets
+from typing import Any
+
+from aiohttp import web
+from aiohttp.http_exceptions import BadHttpMessage, ContentEncodingError, HttpProcessingError, LineTooLong
+from aiohttp.web_protocol import RequestHandler
+
+from ._openai import error_body
+
+__all__ = ["EdgeRunner", "HTTP_LOG", "new_request_id", "file_descriptor_room"]
+
+log = logging.getLogger("rxpipe.gateway")
+
+
+class _ClientErrorFilter(logging.Filter):
+    """aiohttp logs a malformed request (bad Content-Length, a body that does not decode, ...)
+    with a traceback at ERROR, sometimes twice. That is the client's fault, and any client can
+    trigger it: keep it at DEBUG so it cannot flood the log."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        error = record.exc_info[1] if record.exc_info else None
+        if _client_fault(error):
+            record.levelno, record.levelname = logging.DEBUG, "DEBUG"
+            record.exc_info = None  # no traceback, even at DEBUG: one line per malformed request
+            return HTTP_LOG.isEnabledFor(logging.DEBUG)
+        return True
+
+
+def _client_fault(error: BaseException | None) -> bool:
+    if isinstance(error, web.RequestPayloadError):  # wraps the parser's error on the body
+        return True
+    return isinstance(error, HttpProcessingError) and 400 <= (error.code or 500) < 500
+
+
+#: The logger aiohttp's server protocol uses for the edge (client errors demoted to DEBUG).
+HTTP_LOG = logging.getLogger("rxpipe.gateway.http")
+HTTP_LOG.addFilter(_ClientErrorFilter())
+
+_MAX_REQUEST_ID = 128
+
+
+def new_request_id(given: str | None = None) -> str:
+    """``given`` if it is a sane request id (1–128 printable ASCII characters, no spaces), else
+    a new one (32 hex digits)."""
+    if given and len(given) <= _MAX_REQUEST_ID and given.isascii() and given.isprintable() and " " not in given:
+        return given
+    return secrets.token_hex(16)
+
+
+def file_descriptor_room(reserve: int = 64) -> int | None:
+    """Connections the process can hold: the soft ``RLIMIT_NOFILE`` minus ``reserve`` for its
+    own files and sockets (None where the limit is unknown or unlimited)."""
+    try:
+        import resource
+    except ImportError:  # not on every platform
+        return None
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY or soft <= 0:
+        return None
+    return max(1, soft - reserve)
+
+
+def _parser_error(status: int, error: BaseException | None) -> tuple[str, str, str]:
+    """(message, type, code) of an error answered before any handler ran."""
+    if status >= 500:
+        if status == 504:
+            return "the request handler timed out", "server_error", "timeout"
+        return "internal error", "server_error", "internal_error"
+    if isinstance(error, ContentEncodingError):
+        # aiohttp's own text names a library to install: an internal detail
+        return ("the request body's Content-Encoding is not supported, or the body does not decode with it",
+                "invalid_request_error", "invalid_content_encoding")
+    if isinstance(error, LineTooLong):
+        return "a request line or header field is too long", "invalid_request_error", "header_too_large"
+    if isinstance(error, BadHttpMessage) and error.message:
+        detail = " ".join(error.message.split())[:200]  # aiohttp's text spans lines, with a caret
+        return f"malformed HTTP request: {detail}", "invalid_request_error", "bad_http_request"
+    return "malformed HTTP request", "invalid_request_error", "bad_http_request"
+
+
+class _EdgeProtocol(RequestHandler):
+    """aiohttp's connection protocol with the edge's error bodies, connection limit and header
+    timeout (see the module docstring)."""
+
+    __slots__ = ("_header_timer",)
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self._header_timer: asyncio.TimerHandle | None = None
+        super().connection_made(transport)
+        server = self._manager
+        assert isinstance(server, _EdgeServer)
+        if server.open_connections > server.max_connections:
+            self._refuse_connection(transport)
+            return
+        self._header_timer = self._loop.call_later(server.header_timeout_s, self._header_timeout)
+
+    def _refuse_connection(self, transport: asyncio.BaseTransport) -> None:
+        body = error_body("the server has too many open connections; retry after the indicated delay",
+                          "overloaded_error", "too_many_connections")
+        head = (f"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
+                f"Content-Length: {len(body)}\r\nRetry-After: 1\r\nretry-after-ms: 1000\r\n"
+                f"x-request-id: {new_request_id()}\r\nConnection: close\r\n\r\n")
+        try:
+            transport.write(head.encode() + body)  # type: ignore[attr-defined]
+        except (ConnectionError, RuntimeError):
+            pass
+        self.force_close()
+
+    def _header_timeout(self) -> None:
+        self._header_timer = None
+        if self._request_count == 0 and not self._force_close:
+            log.debug("closing a connection that sent no complete request head in time")
+            self.force_close()
+
+    def data_received(self, data: bytes) -> None:
+        super().data_received(data)
+        if self._header_timer is not None and self._request_count:
+            self._header_timer.cancel()
+            self._header_timer = None
+
+    def connection_lost(self, exc: BaseException | None) -> None:
+        if self._header_timer is not None:
+            self._header_timer.cancel()
+            self._header_timer = None
+        super().connection_lost(exc)
+
+    def handle_error(self, request: Any, status: int = 500, exc: BaseException | None = None,
+                     message: str | None = None) -> web.StreamResponse:
+        """The answer to a request that failed before (or outside) the application: JSON, with
+        ``x-request-id``; logged at DEBUG for a 4xx, with the traceback for a 5xx."""
+        if 400 <= status < 500:
+            self.logger.debug("client error %d from %s: %r", status, request.remote, exc)
+        else:
+            self.log_exception("Error handling request from %s", request.remote, exc_info=exc)
+        if request.writer.output_size > 0:
+            raise ConnectionError("Response is sent already, cannot send another response with the error message")
+        text, type_, code = _parser_error(status, exc)
+        response = web.Response(status=status, body=error_body(text, type_, code), content_type="application/json",
+                                headers={"x-request-id": new_request_id()})
+        response.force_close()
+        return response
+
+
+class _EdgeServer(web.Server):
+    """aiohttp's low-level server making :class:`_EdgeProtocol` connections and counting them."""
+
+    max_connections: int
+    header_timeout_s: float
+    open_connections: int
+
+    def __call__(self) -> RequestHandler:
+        return _EdgeProtocol(self, loop=self._loop, **self._kwargs)
+
+    def connection_made(self, handler: RequestHandler, transport: asyncio.Transport) -> None:
+        self.open_connections += 1
+        super().connection_made(handler, transport)
+
+    def connection_lost(self, handler: RequestHandler, exc: BaseException | None = None) -> None:
+        self.open_connections -= 1
+        super().connection_lost(handler, exc)
+
+
+class EdgeRunner(web.AppRunner):
+    """``web.AppRunner`` whose server makes the edge's connections (see the module docstring).
+
+    Args: app; max_connections (connections, lowered to :func:`file_descriptor_room`);
+    header_timeout_s (seconds); other keyword arguments go to ``web.AppRunner``
+    (``keepalive_timeout`` among them).
+    """
+
+    def __init__(self, app: web.Application, *, max_connections: int, header_timeout_s: float,
+                 **kwargs: Any) -> None:
+        super().__init__(app, **kwargs)
+        room = file_descriptor_room()
+        self.max_connections = max_connections if room is None else min(max_connections, room)
+        if self.max_connections < max_connections:
+            log.info("max_connections lowered from %d to %d: the open-file limit (ulimit -n) allows no more",
+                     max_connections, self.max_connections)
+        self.header_timeout_s = header_timeout_s
+
+    async def _make_server(self) -> web.Server:
+        server = await super()._make_server()
+        # aiohttp builds its Server in Application._make_handler; the protocol class is chosen
+        # in Server.__call__, so the edge's server is that Server with __call__ overridden.
+        server.__class__ = _EdgeServer
+        assert isinstance(server, _EdgeServer)
+        server.max_connections = self.max_connections
+        server.header_timeout_s = self.header_timeout_s
+        server.open_connections = 0
+        return server
+

@@ -1,0 +1,222 @@
+"""The edge a public endpoint needs (DESIGN §5, "Edge, second round"): every 4xx has OpenAI's JSON
+error body, nothing a client sends makes a 500 or a traceback in the log, and idle or slow
+connections are bounded. One real ``rxpipe run pipelines/llm_gateway.py`` process, raw sockets."""
+
+from __future__ import annotations
+
+import re
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Iterator
+
+import orjson
+import pytest
+
+from .server import ROOT, GatewayProcess
+
+KEY = "k-test-1"
+AUTH = f"Authorization: Bearer {KEY}\r\n".encode()
+
+
+@pytest.fixture(scope="module")
+def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayProcess]:
+    process = GatewayProcess(tmp_path_factory.mktemp("hardening"), "max_num_seqs=4", "step_overhead_s=0.001",
+                             env={"RXPIPE_API_KEYS": KEY})
+    try:
+        yield process
+    finally:
+        process.kill()
+
+
+def exchange(port: int, data: bytes, timeout_s: float = 10.0) -> tuple[int, dict[str, str], bytes]:
+    """Send ``data`` on a new connection; read one response (status, headers, body)."""
+    with socket.create_connection(("127.0.0.1", port), timeout=timeout_s) as sock:
+        sock.sendall(data)
+        raw = b""
+        while b"\r\n\r\n" not in raw:
+            chunk = sock.recv(65536)
+            assert chunk, f"connection closed without an answer: {raw!r}"
+            raw += chunk
+        head, _, body = raw.partition(b"\r\n\r\n")
+        lines = head.decode("latin-1").split("\r\n")
+        status = int(lines[0].split()[1])
+        headers = {k.strip().lower(): v.strip() for k, _, v in (line.partition(":") for line in lines[1:])}
+        length = int(headers.get("content-length", "0"))
+        while len(body) < length:
+            chunk = sock.recv(65536)
+            assert chunk, "connection closed inside the body"
+            body += chunk
+        return status, headers, body[:length]
+
+
+def post(path: str, body: bytes, *headers: bytes) -> bytes:
+    return (b"POST " + path.encode() + b" HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            + b"".join(headers) + b"Content-Length: %d\r\n\r\n" % len(body) + body)
+
+
+def completion(**fields: object) -> bytes:
+    return post("/v1/completions", orjson.dumps({"prompt": "x", "max_tokens": 2, **fields}), AUTH)
+
+
+CASES = [
+    # (id, raw request, status, error type, error code)
+    ("gzip body that is not gzip", post("/v1/completions", b'{"prompt": "x"}', AUTH, b"Content-Encoding: gzip\r\n"),
+     400, "invalid_request_error", "invalid_content_encoding"),
+    ("deflate body that is not deflate",
+     post("/v1/completions", b'{"prompt": "x"}', AUTH, b"Content-Encoding: deflate\r\n"),
+     400, "invalid_request_error", "invalid_content_encoding"),
+    ("br without a decoder", post("/v1/completions", b'{"prompt": "x"}', AUTH, b"Content-Encoding: br\r\n"),
+     400, "invalid_request_error", "invalid_content_encoding"),
+    ("Authorization not UTF-8", post("/v1/completions", b'{"prompt": "x"}', b"Authorization: Bearer \xff\xfe\r\n"),
+     401, "authentication_error", "invalid_api_key"),
+    ("no request line", b"GARBAGE\r\n\r\n", 400, "invalid_request_error", "bad_http_request"),
+    ("header line over 8 KiB", b"GET /health HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * 9000 + b"\r\n\r\n",
+     400, "invalid_request_error", "header_too_large"),
+    ("Content-Length not a number", b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: abc\r\n\r\n",
+     400, "invalid_request_error", "bad_http_request"),
+    ("temperature -1", completion(temperature=-1), 400, "invalid_request_error", "invalid_temperature"),
+    ("temperature 2.5", completion(temperature=2.5), 400, "invalid_request_error", "invalid_temperature"),
+    ("top_p 7", completion(top_p=7), 400, "invalid_request_error", "invalid_top_p"),
+    ("top_p 0", completion(top_p=0), 400, "invalid_request_error", "invalid_top_p"),
+    ("n 1.0", completion(n=1.0), 400, "invalid_request_error", "invalid_n"),
+    ("n 2", completion(n=2), 400, "invalid_request_error", "invalid_n"),
+    ("five stop strings", completion(stop=["a", "b", "c", "d", "e"]), 400, "invalid_request_error", "invalid_stop"),
+    ("a stop that is not a string", completion(stop=["a", 3]), 400, "invalid_request_error", "invalid_stop"),
+    ("models without a key", b"GET /v1/models HTTP/1.1\r\nHost: x\r\n\r\n", 401, "authentication_error",
+     "invalid_api_key"),
+    ("one model without a key", b"GET /v1/models/sim HTTP/1.1\r\nHost: x\r\n\r\n", 401, "authentication_error",
+     "invalid_api_key"),
+    ("unknown route", b"GET /v2/x HTTP/1.1\r\nHost: x\r\n\r\n", 404, "not_found_error", "unknown_route"),
+    ("wrong method", b"PUT /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n", 405,
+     "invalid_request_error", "method_not_allowed"),
+]
+
+
+@pytest.mark.parametrize(("request_bytes", "status", "type_", "code"), [c[1:] for c in CASES],
+                         ids=[c[0] for c in CASES])
+def test_every_client_error_is_json_and_logs_no_traceback(gateway: GatewayProcess, request_bytes: bytes,
+                                                         status: int, type_: str, code: str) -> None:
+    got, headers, body = exchange(gateway.port, request_bytes)
+    assert got == status, body
+    assert headers["content-type"].startswith("application/json")
+    error = orjson.loads(body)["error"]
+    assert (error["type"], error["code"]) == (type_, code)
+    assert isinstance(error["message"], str) and "Brotli" not in error["message"]
+    assert re.fullmatch(r"[0-9a-f]{32}", headers["x-request-id"])
+    output = gateway.output
+    assert "Traceback" not in output and "ERROR" not in output and "Error handling request" not in output
+
+
+def test_good_requests_after_the_bad_ones_still_work(gateway: GatewayProcess) -> None:
+    status, headers, body = exchange(gateway.port, completion(seed=3))
+    first = orjson.loads(body)["choices"][0]["text"]
+    status, headers, body = exchange(gateway.port, completion(seed=3))
+    assert status == 200 and orjson.loads(body)["choices"][0]["text"] == first  # deterministic for a seed
+    status, headers, body = exchange(gateway.port, b"GET /v1/models HTTP/1.1\r\nHost: x\r\n" + AUTH + b"\r\n")
+    assert status == 200 and orjson.loads(body)["data"][0]["id"] == "sim"
+
+
+@pytest.mark.parametrize("path", ["/health", "/healthz"])
+def test_health_answers_and_echoes_the_request_id(gateway: GatewayProcess, path: str) -> None:
+    status, headers, body = exchange(gateway.port, f"GET {path} HTTP/1.1\r\nHost: x\r\nx-request-id: abc-123\r\n\r\n"
+                                     .encode())
+    assert (status, body, headers["x-request-id"]) == (200, b'{"status":"ok"}', "abc-123")
+
+
+def test_a_completion_echoes_the_request_id(gateway: GatewayProcess) -> None:
+    request = post("/v1/completions", b'{"prompt": "x", "max_tokens": 2}', AUTH, b"x-request-id: req-7\r\n")
+    status, headers, _ = exchange(gateway.port, request)
+    assert status == 200 and headers["x-request-id"] == "req-7"
+    # a stream too (its headers go out before the handler returns)
+    stream = post("/v1/completions", b'{"prompt": "x", "max_tokens": 2, "stream": true}', AUTH,
+                  b"x-request-id: req-8\r\n")
+    status, headers, _ = exchange(gateway.port, stream)
+    assert status == 200 and headers["content-type"] == "text/event-stream" and headers["x-request-id"] == "req-8"
+    # one that is not a sane id (over 128 characters) is replaced
+    status, headers, _ = exchange(gateway.port, post("/v1/completions", b'{"prompt": "x", "max_tokens": 2}', AUTH,
+                                                     b"x-request-id: " + b"r" * 200 + b"\r\n"))
+    assert status == 200 and re.fullmatch(r"[0-9a-f]{32}", headers["x-request-id"])
+
+
+@pytest.fixture
+def limited(tmp_path: Path) -> Iterator[GatewayProcess]:
+    process = GatewayProcess(tmp_path, "max_connections=3", "header_timeout_s=0.3", "keepalive_timeout_s=3")
+    try:
+        yield process
+    finally:
+        process.kill()
+
+
+def closed_within(sock: socket.socket, seconds: float) -> float | None:
+    """Seconds until the server closed ``sock`` (None if it stayed open ``seconds``)."""
+    started = time.monotonic()
+    sock.settimeout(seconds)
+    try:
+        while sock.recv(65536):
+            pass
+    except TimeoutError:
+        return None
+    except ConnectionResetError:
+        pass
+    return time.monotonic() - started
+
+
+def test_connection_limit_header_timeout_and_idle_keep_alive(limited: GatewayProcess) -> None:
+    port = limited.port
+    health = b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n"
+    kept = [socket.create_connection(("127.0.0.1", port)) for _ in range(3)]
+    try:
+        for sock in kept:  # each answered: the server holds three open connections
+            sock.sendall(health)
+            assert sock.recv(65536).startswith(b"HTTP/1.1 200")
+        status, headers, body = exchange(port, health)
+        assert status == 503 and headers["connection"] == "close" and headers["retry-after"] == "1"
+        assert orjson.loads(body)["error"]["code"] == "too_many_connections"
+        # idle keep-alive connections are closed after keepalive_timeout_s (3 s)
+        waited = [closed_within(sock, 10.0) for sock in kept]
+        assert all(w is not None for w in waited), waited
+    finally:
+        for sock in kept:
+            sock.close()
+    # a connection that never completes a request head is closed after header_timeout_s (0.3 s),
+    # well before the keep-alive timer (3 s) would
+    with socket.create_connection(("127.0.0.1", port)) as sock:
+        sock.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n")  # no blank line: the head never ends
+        waited_s = closed_within(sock, 10.0)
+        assert waited_s is not None and waited_s < 2.5, waited_s
+    assert exchange(port, health)[0] == 200  # room again
+    assert "Traceback" not in limited.output
+
+
+@pytest.mark.parametrize(("setting", "message"), [
+    ("api_keys=true", "rxpipe: error: setting api_keys must be a string of comma-separated keys, got True (bool)"),
+    ('drain_timeout_s="x"', "rxpipe: error: setting drain_timeout_s must be a number >= 0, got 'x' (str)"),
+    ("queue_capacity=2.5", "rxpipe: error: setting queue_capacity must be an integer >= 1, got 2.5 (float)"),
+    ("max_model_len=0", "rxpipe: error: setting max_model_len must be an integer >= 1, got 0 (int)"),
+])
+def test_set_values_are_type_checked_with_a_one_line_error(tmp_path: Path, setting: str, message: str) -> None:
+    out = tmp_path / "out.txt"
+    with out.open("wb") as stdout:
+        code = subprocess.run([sys.executable, "-m", "rxpipe", "run", "pipelines/llm_gateway.py", "--port", "0",
+                               "--set", setting], stdout=stdout, stderr=subprocess.STDOUT, cwd=ROOT,
+                              timeout=60).returncode
+    assert code == 1
+    assert out.read_text().splitlines() == [message]
+
+
+def test_readme_lists_every_setting_with_its_default() -> None:
+    import importlib.util
+    import json
+
+    spec = importlib.util.spec_from_file_location("llm_gateway", ROOT / "pipelines" / "llm_gateway.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    readme = (ROOT / "README.md").read_text()
+    rows = dict(re.findall(r"^\| `(\w+)` \| `([^`]*)` \|", readme, re.M))
+    assert set(rows) == set(module.DEFAULTS)
+    for key, default in module.DEFAULTS.items():
+        assert json.loads(rows[key]) == default, key

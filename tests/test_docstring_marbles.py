@@ -1,0 +1,266 @@
+"""Every marble diagram in a public docstring runs as a test (issue 16: a docstring that lies is a bug).
+
+The diagrams are read from the docstrings of every public callable of ``rxpipe``,
+``rxpipe.operators`` and ``rxpipe.testing``, and from the marble kit's manual. A diagram is a block
+of indented ``label: diagram`` lines with a ``source:`` (or ``observable:``) line; two or more
+spaces followed by anything but ``^`` (a request mark) start a comment. Each diagram has a runner in
+:data:`RUNNERS` that plays it: with the marble kit where the diagram is in its language, else by
+driving the stage step by step and comparing with the diagram's tokens. A diagram without a runner
+(or a runner without a diagram) fails the suite.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import re
+from typing import Any, Callable
+
+import pytest
+from reactivex.subject import Subject
+
+import rxpipe as rx
+from rxpipe import UNBOUNDED, BufferOverflowError, TooManyGroupsError, testing
+from rxpipe import operators as ops
+from rxpipe.engines import Completion, CompletionRequest, SimulatedEngine
+from rxpipe.testing import Marbles, TestPublisher, TestSubscriber, assert_marbles, parse_demand, run_virtual
+from rxpipe.testing import _marbles as marble_module
+
+_LABEL = re.compile(r"^\s{4,}(?P<label>[A-Za-z_][\w ,]*):(?P<rest>\s.*)?$")
+_COMMENT = re.compile(r"\s{2,}(?=[^\s^])")
+
+Block = dict[str, str]
+
+
+def diagrams(doc: str) -> list[Block]:
+    """The marble blocks of a docstring, each ``{label: diagram}`` on one column origin."""
+    blocks: list[list[tuple[str, str, int]]] = []
+    current: list[tuple[str, str, int]] = []
+    for line in inspect.cleandoc(doc).splitlines():
+        match = _LABEL.match(line)
+        if match is None:
+            if current:
+                blocks.append(current)
+                current = []
+            continue
+        rest = match["rest"] or ""
+        start = match.end("label") + 1 + len(rest) - len(rest.lstrip())
+        current.append((match["label"], line, start))
+    if current:
+        blocks.append(current)
+    found: list[Block] = []
+    for rows in blocks:
+        if not {label for label, _, _ in rows} & {"source", "observable"}:
+            continue
+        origin = min(start for _, _, start in rows)
+        block: Block = {}
+        for label, line, start in rows:
+            diagram = line[origin:]
+            cut = _COMMENT.search(diagram, start - origin + 1)
+            block[label] = (diagram[:cut.start()] if cut else diagram).rstrip()
+        found.append(block)
+    return found
+
+
+def _public_docs() -> dict[str, str]:
+    docs: dict[str, str] = {"testing (module)": marble_module.__doc__ or ""}  # the kit's manual
+    for module, prefix in ((ops, "ops."), (rx, "rx."), (testing, "testing.")):
+        for name in module.__all__:
+            obj = getattr(module, name)
+            if callable(obj) and obj.__doc__:
+                docs[prefix + name] = obj.__doc__
+    return docs
+
+
+def _requests(diagram: str) -> list[tuple[int, int]]:
+    return [(frame, n) for frame, n in parse_demand(diagram) if n is not None]
+
+
+def kit(operator: Callable[[], Any], *, frame_s: float = 0.01, values: dict[str, Any] | None = None,
+        expected_error: Any = None) -> Callable[[Block], None]:
+    """Run a block with the marble kit: source/demand/output, and ``upstream:`` as the exact
+    requests the source sees."""
+    def run(block: Block) -> None:
+        upstream = block.get("upstream")
+        assert_marbles(operator(), source=block["source"], demand=block.get("demand"), expected=block["output"],
+                       upstream_requests=_requests(upstream) if upstream is not None else None,
+                       frame_s=frame_s, values=values, expected_error=expected_error)
+    return run
+
+
+def shedding(block: Block) -> None:
+    for overflow in ("drop_incoming", "drop_oldest", "error"):
+        assert_marbles(ops.buffer(2, overflow), source=block["source"], demand=block["demand"],
+                       expected=block[overflow], expected_error=BufferOverflowError)
+
+
+def map_async(block: Block) -> None:
+    async def fn(x: str) -> str:
+        await asyncio.sleep({"a": 4.0, "b": 1.0, "c": 1.0}[x])
+        return x
+
+    for label, ordered in (("ordered", True), ("unordered", False)):
+        assert_marbles(ops.map_async(fn, concurrency=2, ordered=ordered), source=block["source"],
+                       demand=block["demand"], expected=block[label], frame_s=1.0)
+
+
+def merge(block: Block) -> None:
+    async def main() -> None:
+        m = Marbles()
+        source, other = m.cold(block["source"]), m.cold(block["other"])
+        (await m.run(source.pipe(ops.merge(other)), demand=block["demand"])).expect(block["output"])
+    run_virtual(main())
+
+
+def _tokens(diagram: str) -> list[str]:
+    return [t for t in re.split(r"[-\s]+", diagram) if t]
+
+
+def broadcast(block: Block) -> None:
+    pub = TestPublisher[str]()
+    a_branch, b_branch = pub.pipe(ops.broadcast(2))
+    a, b = TestSubscriber[str](), TestSubscriber[str]()
+    a_branch.subscribe(a)
+    b_branch.subscribe(b)
+    a_requests, (b_request,), upstream = (_requests(block[k]) for k in ("a", "b", "upstream"))
+    items = [t for t in _tokens(block["a, b"]) if t != "|"]
+    a.request(a_requests[0][1])
+    b.request(b_request[1])
+    assert pub.requests == [upstream[0][1]]  # the minimum over the branches
+    pub.emit(items[0])
+    a.request(a_requests[1][1])
+    assert pub.requests == [n for _, n in upstream]
+    pub.emit(*items[1:]).complete()
+    assert a.values == b.values == items and a.completed and b.completed
+    assert _tokens(block["source"]) == [*items, "|"]
+
+
+def group_by(block: Block) -> None:
+    source = _tokens(block["source"])
+    closed = source[-1] == "|"
+    items = source[:-1] if closed else source
+    pub = TestPublisher[str]()
+    main = TestSubscriber[Any](initial_request=UNBOUNDED)
+    lanes: dict[str, TestSubscriber[str]] = {}
+
+    def attach(group: Any) -> None:
+        lanes[group.key.upper()] = ts = TestSubscriber[str](initial_request=UNBOUNDED)
+        group.subscribe(ts)
+
+    max_groups = 3 if closed else 2  # as the two diagrams say
+    pub.pipe(ops.group_by(lambda s: s[0], max_groups=max_groups), ops.tap(attach)).subscribe(main)
+    pub.emit(*items)
+    if closed:
+        pub.complete()
+    assert "".join(lanes) == "".join(t for t in _tokens(block["main"]) if t not in "|#")
+    for key, ts in lanes.items():
+        if key in block:
+            assert ts.values + (["|"] if ts.completed else ["#"] if ts.error else []) == _tokens(block[key])
+    if closed:
+        assert main.completed
+    else:
+        assert isinstance(main.error, TooManyGroupsError) and pub.cancelled
+
+
+def execute(block: Block) -> None:
+    async def main() -> None:
+        engine = SimulatedEngine(max_num_seqs=2, max_num_batched_tokens=64, step_overhead_s=0.01,
+                                 prefill_s_per_token=0.0, decode_s_per_seq=0.0)
+        letters = [t for t in _tokens(block["source"]) if t != "|"]
+        pub = TestPublisher[CompletionRequest]()
+        out = TestSubscriber[Completion](initial_request=UNBOUNDED)
+        pub.pipe(ops.execute(engine)).subscribe(out)
+        requests = {letter: CompletionRequest(prompt="abcd", max_tokens=len(letters) - k, id=letter)
+                    for k, letter in enumerate(letters)}
+        sent = 0
+        for _ in range(200):
+            while pub.outstanding and sent < len(letters):
+                pub.emit(requests[letters[sent]])
+                sent += 1
+            if sent == len(letters) and not pub.cancelled:
+                pub.complete()
+            if out.completed:
+                break
+            await asyncio.sleep(0.005)
+        assert pub.requests[:3] == [n for _, n in _requests(block["demand"])]
+        assert [c.request.id.lower() for c in out.values] == [t for t in _tokens(block["output"]) if t != "|"]
+        assert out.completed
+        for completion in out.values:
+            await completion.result
+        await engine.aclose()
+    run_virtual(main())
+
+
+def from_observable(block: Block) -> None:
+    pushed = _tokens(block["observable"])[0].strip("()")
+    for overflow in ("drop_incoming", "drop_oldest", "error"):
+        subject: Subject[str] = Subject()
+        ts = TestSubscriber[str]()
+        rx.from_observable(subject, 2, overflow).subscribe(ts)
+        for item in pushed:
+            if item == "|":
+                subject.on_completed()
+            else:
+                subject.on_next(item)
+        assert ts.values == []
+        ts.request(_requests(block["demand"])[0][1])
+        end = "|" if ts.completed else "#" if isinstance(ts.error, BufferOverflowError) else "?"
+        assert "-(" + "".join(ts.values) + end + ")" == block[overflow]
+
+
+def fair_queue(block: Block) -> None:
+    # items are tenant letter + number; an a item costs 3 tokens, a b item 1 (as the diagram says)
+    items = re.findall(r"[a-z]\d+", block["source"])
+    pub = TestPublisher[str]()
+    ts = TestSubscriber[str]()
+    pub.pipe(ops.fair_queue(16, tenant=lambda x: x[0], weight={"a": 1, "b": 1},
+                            cost=lambda x: 3 if x[0] == "a" else 1)).subscribe(ts)
+    pub.emit(*items)
+    pub.complete()
+    assert ts.values == []
+    ts.request(_requests(block["demand"])[0][1])
+    assert ts.values == re.findall(r"[a-z]\d+", block["output"])
+    assert ts.completed == block["output"].endswith("|")
+
+
+RUNNERS: dict[tuple[str, int], Callable[[Block], None]] = {
+    ("ops.map", 0): kit(lambda: ops.map(lambda x: x * 2)),
+    ("ops.filter", 0): kit(lambda: ops.filter(lambda x: x % 2 == 0)),
+    ("ops.scan", 0): kit(lambda: ops.scan(lambda acc, x: acc + x, 0)),
+    ("ops.take", 0): kit(lambda: ops.take(2)),
+    ("ops.skip", 0): kit(lambda: ops.skip(2)),
+    ("ops.tap", 0): kit(lambda: ops.tap(lambda x: None)),
+    ("ops.buffer", 0): kit(lambda: ops.buffer(4)),
+    ("ops.buffer", 1): shedding,
+    ("ops.limit_rate", 0): kit(lambda: ops.limit_rate(8, 2)),
+    ("ops.batch", 0): kit(lambda: ops.batch(3, max_delay_s=0.04),
+                          values={"x": ["a", "b", "c"], "y": ["d"], "z": ["e"]}),
+    ("ops.batch", 1): kit(lambda: ops.batch(8, weight=len, max_weight=10),
+                          values={"a": "aaaa", "b": "bbbb", "c": "cc", "d": "d" * 12, "e": "e",
+                                  "x": ["aaaa", "bbbb", "cc"], "y": ["d" * 12], "z": ["e"]}),
+    ("ops.rate_limit", 0): kit(lambda: ops.rate_limit(20, burst=5)),
+    ("ops.map_async", 0): map_async,
+    ("ops.timeout", 0): kit(lambda: ops.timeout(5), frame_s=1.0, expected_error=TimeoutError),
+    ("ops.timeout", 1): kit(lambda: ops.timeout(5), frame_s=1.0),
+    ("ops.timeout", 2): kit(lambda: ops.timeout(5, mode="item"), frame_s=1.0, expected_error=TimeoutError),
+    ("ops.merge", 0): merge,
+    ("ops.broadcast", 0): broadcast,
+    ("ops.group_by", 0): group_by,
+    ("ops.group_by", 1): group_by,
+    ("ops.execute", 0): execute,
+    ("ops.fair_queue", 0): fair_queue,
+    ("rx.from_observable", 0): from_observable,
+    ("testing.assert_marbles", 0): kit(lambda: ops.map(lambda x: x * 2)),
+    ("testing (module)", 0): kit(lambda: ops.filter(lambda x: x % 2 == 0)),
+}
+
+FOUND = {(name, k): block for name, doc in _public_docs().items() for k, block in enumerate(diagrams(doc))}
+
+
+def test_every_docstring_diagram_has_a_runner() -> None:
+    assert sorted(FOUND) == sorted(RUNNERS)
+
+
+@pytest.mark.parametrize("key", sorted(RUNNERS), ids=lambda key: f"{key[0]}#{key[1]}")
+def test_docstring_diagram(key: tuple[str, int]) -> None:
+    RUNNERS[key](FOUND[key])

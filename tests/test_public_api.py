@@ -1,0 +1,64 @@
+"""The public names: ``__all__`` of rxpipe, rxpipe.operators and rxpipe.stage match the contract.
+
+DESIGN §3 is the contract; it is transcribed here (the design file is not in the repository)
+and ``docs/architecture.md`` ("Public names") lists every public name, so a name added or
+removed without saying so fails.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+import rxpipe
+import rxpipe.stage
+from rxpipe import operators
+
+ROOT = Path(__file__).resolve().parent.parent
+MODULES: dict[str, ModuleType] = {"rxpipe": rxpipe, "rxpipe.operators": operators, "rxpipe.stage": rxpipe.stage}
+
+#: The names DESIGN §3 spells out, per module (its code block, operator table and "Writing a stage").
+DESIGN_3 = {
+    "rxpipe": {"from_iterable", "range", "just", "empty", "error", "defer", "from_async_iterable", "interval",
+               "from_publisher", "from_observable", "Flowable", "pipe", "UNBOUNDED", "MissingBackpressureError",
+               "BufferOverflowError", "CircuitOpenError"},
+    "rxpipe.operators": {"map", "filter", "scan", "take", "skip", "tap", "buffer", "limit_rate", "batch",
+                         "rate_limit", "map_async", "timeout", "merge", "broadcast", "group_by", "execute",
+                         "Retry", "CircuitBreaker"},
+    "rxpipe.stage": {"UpstreamLink", "DrainSubscription", "QueueDrainSubscription", "shed", "discard",
+                     "Capabilities"},
+}
+
+
+def documented() -> dict[str, set[str]]:
+    text = (ROOT / "docs" / "architecture.md").read_text()
+    section = text[text.index("## Public names"):]
+    found: dict[str, set[str]] = {}
+    for module, names in re.findall(r"^- `([\w.]+)`: (.*?)(?=^- |\Z)", section, re.S | re.M):
+        found[module] = {name.strip() for name in names.replace("\n", " ").split(",")}
+    return found
+
+
+@pytest.mark.parametrize("module", sorted(MODULES))
+def test_all_is_exactly_what_the_architecture_page_lists(module: str) -> None:
+    names = MODULES[module].__all__
+    assert len(names) == len(set(names))
+    assert set(names) == documented()[module]
+
+
+@pytest.mark.parametrize("module", sorted(MODULES))
+def test_every_name_design_3_spells_out_is_public_and_real(module: str) -> None:
+    assert DESIGN_3[module] <= set(MODULES[module].__all__)
+    for name in MODULES[module].__all__:
+        assert hasattr(MODULES[module], name), name
+
+
+def test_nothing_outside_the_core_imports_the_private_demand_module() -> None:
+    offenders = [str(path.relative_to(ROOT)) for folder in ("operators", "rxpipe/engines", "rxpipe/gateway",
+                                                              "rxpipe/testing", "rxpipe/redis", "pipelines", "tests")
+                 for path in sorted((ROOT / folder).rglob("*.py"))
+                 if re.search(r"^\s*(from|import)\s+(rxpipe\.|\.+)_(demand|link)\b", path.read_text(), re.M)]
+    assert offenders == []
