@@ -18,10 +18,10 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from .._demand import InternalSubscriber
 from .._protocol import UNBOUNDED, Subscription
 from ..engines import Completion, CompletionResult, TokenChunk
 from ..errors import DroppedError, EngineError, EngineUnavailableError
+from ..stage import InternalSubscriber
 from ._ack import AckHandle, RemoteRequest
 from ._codec import chunk_message, done_message, error_message, start_message
 from ._writer import Writer

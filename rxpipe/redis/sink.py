@@ -28,13 +28,13 @@ import orjson
 from redis.asyncio import Redis
 from redis.exceptions import ResponseError
 
-from .._demand import DrainSubscription, InternalSubscriber
 from .._protocol import Subscriber, Subscription
 from ..engines import CompletionRequest
 from ..errors import EngineUnavailableError
 from ..flowable import Flowable, Operator
 from ..metrics import StageCounters, StageStatistics, track
 from ..runtime import Service
+from ..stage import DrainSubscription, InternalSubscriber
 from ._codec import decode_reply, encode_request
 from ._connection import Backoff, RedisSettings, call, make_client, settle
 from ._replies import ReplyRouter

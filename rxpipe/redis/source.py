@@ -25,12 +25,12 @@ import orjson
 from redis.asyncio import Redis
 from redis.exceptions import ResponseError
 
-from .._demand import EMPTY_SUBSCRIPTION, QueueDrainSubscription
 from .._protocol import Subscriber
 from ..errors import RxPipeError
 from ..flowable import Flowable
 from ..metrics import StageCounters, StageStatistics, track
 from ..runtime import Service
+from ..stage import EMPTY_SUBSCRIPTION, QueueDrainSubscription
 from ._ack import AckHandle, RemoteRequest
 from ._codec import decode_request
 from ._connection import Backoff, RedisSettings, call, make_client, public_url, settle
