@@ -121,7 +121,7 @@ async def test_a_dead_consumers_entries_are_claimed_after_the_visibility_timeout
         await asyncio.sleep(1.2)  # two visibility timeouts: the live consumer keeps r0 fresh
         assert [r.id for r in ts_live.values] == ["r0"]
         assert [r.id for r in ts_taker.values] == ["r1"]
-        assert 0.3 <= took <= 1.5  # r1 was idle since the dead one's last beat (<= 0.2 s before)
+        assert 0.3 <= took <= 3.0  # r1 was idle since the dead one's last beat (<= 0.2 s before)
         assert await pending_by_consumer(client, settings("x")) == {"live": 1, "taker": 1}
         assert taker.claimed == 1
         ts_live.cancel()
