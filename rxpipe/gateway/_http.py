@@ -25,6 +25,7 @@ from ._openai import (
     now_created,
     parse_request,
     sse,
+    token_event_template,
 )
 from ._policy import Refusal, retry_after_headers
 from ._server import HTTP_LOG, new_request_id
@@ -225,9 +226,21 @@ class _Edge:
             try:
                 if chat:
                     await response.write(sse(chunk_body(item, chat=True, created=created, text="", role=True)))
-                async for chunk in tokens:
-                    await response.write(sse(chunk_body(item, chat=chat, created=created, text=chunk.text)))
-                    tokens.grant(1)  # credit follows what the socket actually took
+                prefix, suffix = token_event_template(item, chat=chat, created=created)
+                dumps = orjson.dumps
+                while True:
+                    # Every chunk that arrived since the last wake, in one write of whole SSE
+                    # events (an event is never split across writes); then the same number of
+                    # chunks of credit back, so what is outstanding never exceeds stream_window.
+                    try:
+                        window = await tokens.next_window()
+                    except StopAsyncIteration:
+                        break
+                    if len(window) == 1:
+                        await response.write(prefix + dumps(window[0].text) + suffix)
+                    else:
+                        await response.write(b"".join([prefix + dumps(chunk.text) + suffix for chunk in window]))
+                    tokens.grant(len(window))  # credit follows what the socket actually took
                 result = await asyncio.shield(result_future)
             except EngineError as error:
                 # The status line is sent: the failure goes in the stream, as an error event
@@ -244,12 +257,11 @@ class _Edge:
                 return response
             _observe(result)
             self.gateway.meter.record_service(result.e2e_s - result.queue_time_s)
-            await response.write(sse(chunk_body(item, chat=chat, created=created, result=result)))
+            # the final chunk, the usage chunk and [DONE] end the stream in one write
+            tail = sse(chunk_body(item, chat=chat, created=created, result=result))
             if item.sampling.get("include_usage"):
-                await response.write(sse(chunk_body(item, chat=chat, created=created, result=result,
-                                                    usage_only=True)))
-            await response.write(SSE_DONE)
-            await response.write_eof()
+                tail += sse(chunk_body(item, chat=chat, created=created, result=result, usage_only=True))
+            await response.write_eof(tail + SSE_DONE)
         except (ConnectionResetError, ConnectionError):
             completion.cancel()  # the client went away mid-stream: free the slot
         finally:
