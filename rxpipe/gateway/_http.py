@@ -101,8 +101,13 @@ class _Edge:
         if request.content_length is not None and request.content_length > limit:
             return _too_large(limit)
         try:
-            async with asyncio.timeout(self.config.body_timeout_s):
+            if request.content.is_eof():
+                # The whole body came with the headers (the usual case): reading it cannot
+                # wait, so there is no deadline to watch and no timer to arm.
                 body = await request.read()
+            else:
+                async with asyncio.timeout(self.config.body_timeout_s):
+                    body = await request.read()
         except web.HTTPRequestEntityTooLarge:
             return _too_large(limit)
         except web.RequestPayloadError as error:  # the body does not decode: the client's fault
@@ -181,9 +186,7 @@ class _Edge:
             if item.stream:
                 return await self._stream(request, item, completion, chat=chat)
             try:
-                # shield: a cancelled handler must not cancel the Completion's shared result
-                # future (the CancelledError clause below cancels the completion itself)
-                result: CompletionResult = await asyncio.shield(completion.result)
+                result = await _result_of(completion)
             except EngineUnavailableError as error:
                 return self._unavailable(item, error)
             if result.finish_reason == "cancelled":
@@ -241,7 +244,7 @@ class _Edge:
                     else:
                         await response.write(b"".join([prefix + dumps(chunk.text) + suffix for chunk in window]))
                     tokens.grant(len(window))  # credit follows what the socket actually took
-                result = await asyncio.shield(result_future)
+                result = await _result_of(completion)
             except EngineError as error:
                 # The status line is sent: the failure goes in the stream, as an error event
                 # (its detail only in the log: it may name the backend).
@@ -283,6 +286,27 @@ class _Edge:
 
     async def metrics(self, request: web.Request) -> web.Response:
         return web.Response(body=generate_latest(REGISTRY), headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+
+async def _result_of(completion: Completion) -> CompletionResult:
+    """The completion's result (raises the engine's error), without cancelling the Completion's
+    shared result future when the awaiting handler is cancelled (the caller cancels the
+    completion itself). Like ``asyncio.shield``, at the cost of one waiter future and none
+    when the completion is already done."""
+    future = completion.result
+    if not future.done():
+        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+        def wake(_: object) -> None:
+            if not waiter.done():
+                waiter.set_result(None)
+
+        future.add_done_callback(wake)
+        try:
+            await waiter
+        finally:
+            future.remove_done_callback(wake)
+    return future.result()
 
 
 def _task_cancelled() -> bool:
