@@ -6,15 +6,17 @@ import asyncio
 import logging
 import socket
 import time
-from typing import TYPE_CHECKING, Awaitable, Callable
+from typing import TYPE_CHECKING, Any, Awaitable, Callable
 
 import orjson
 from aiohttp import web
 from aiohttp.http_exceptions import ContentEncodingError
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
 
+from .._protocol import Subscription
 from ..engines import Completion, CompletionRequest, CompletionResult
 from ..errors import DroppedError, EngineError, EngineUnavailableError
+from ..stage import InternalSubscriber
 from ._metrics import REQUEST_DURATION, TIME_TO_FIRST_TOKEN, count_request
 from ._openai import (
     SSE_DONE,
@@ -210,7 +212,9 @@ class _Edge:
         response = web.StreamResponse(status=200, headers={
             "Content-Type": "text/event-stream", "Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
         # Subscribe before the first await, so the sequence has its credit for the first step.
-        tokens = completion.tokens.iterate(self.config.stream_window, credit=True)
+        created = now_created()
+        writer = _EventWriter(self.config.stream_window, *token_event_template(item, chat=chat, created=created))
+        completion.tokens.subscribe(writer)
         result_future = completion.result
         transport = request.transport
 
@@ -225,25 +229,29 @@ class _Edge:
         try:
             _bound_socket_buffers(request, self.config.stream_buffer_bytes)
             await response.prepare(request)
-            created = now_created()
             try:
                 if chat:
                     await response.write(sse(chunk_body(item, chat=True, created=created, text="", role=True)))
-                prefix, suffix = token_event_template(item, chat=chat, created=created)
-                dumps = orjson.dumps
+                pending = writer.pending
                 while True:
-                    # Every chunk that arrived since the last wake, in one write of whole SSE
-                    # events (an event is never split across writes); then the same number of
-                    # chunks of credit back, so what is outstanding never exceeds stream_window.
-                    try:
-                        window = await tokens.next_window()
-                    except StopAsyncIteration:
+                    if pending:
+                        # What arrived while the writer could not write itself (before this
+                        # point, during this task's own write, or while the socket is over its
+                        # high-water mark): one write of whole events, then as much credit back.
+                        n = len(pending)
+                        data = b"".join(pending)
+                        pending.clear()
+                        await response.write(data)
+                        writer.grant(n)
+                        continue
+                    if writer.broken:
+                        raise ConnectionResetError("the client connection closed mid-stream")
+                    if writer.done:
                         break
-                    if len(window) == 1:
-                        await response.write(prefix + dumps(window[0].text) + suffix)
-                    else:
-                        await response.write(b"".join([prefix + dumps(chunk.text) + suffix for chunk in window]))
-                    tokens.grant(len(window))  # credit follows what the socket actually took
+                    writer.go_live(response, request)
+                    await writer.wait()
+                if writer.error is not None:
+                    raise writer.error
                 result = await _result_of(completion)
             except EngineError as error:
                 # The status line is sent: the failure goes in the stream, as an error event
@@ -268,7 +276,7 @@ class _Edge:
         except (ConnectionResetError, ConnectionError):
             completion.cancel()  # the client went away mid-stream: free the slot
         finally:
-            await tokens.aclose()
+            writer.cancel()
             result_future.remove_done_callback(abort_if_stalled)
         return response
 
@@ -286,6 +294,100 @@ class _Edge:
 
     async def metrics(self, request: web.Request) -> web.Response:
         return web.Response(body=generate_latest(REGISTRY), headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+
+class _EventWriter(InternalSubscriber):
+    """The token consumer of one SSE stream: writes each chunk as one whole event straight to
+    the socket from inside ``on_next`` (no task wake, no future per token) while the connection
+    is live and under its write-buffer high-water mark, and only then gives the chunk of credit
+    back; otherwise it queues the event in ``pending`` and wakes the handler task, which writes
+    the queue in one write and grants as much. Invariant: chunks received but not yet written
+    and granted back never exceed ``window`` (the credit asked at subscribe), so what is
+    outstanding upstream plus ``pending`` stays within ``stream_window``."""
+
+    __slots__ = ("window", "subscription", "pending", "prefix", "suffix", "transport", "protocol", "live",
+                 "done", "broken", "error", "waiter")
+
+    def __init__(self, window: int, prefix: bytes, suffix: bytes) -> None:
+        self.window = window
+        self.subscription: Subscription | None = None
+        self.pending: list[bytes] = []
+        #: the token event's template (:func:`token_event_template`)
+        self.prefix, self.suffix = prefix, suffix
+        self.transport: asyncio.Transport | None = None
+        self.protocol: Any = None
+        #: True while on_next may write to the socket itself (this task is waiting, not writing)
+        self.live = False
+        self.done = False
+        self.broken = False
+        self.error: BaseException | None = None
+        self.waiter: asyncio.Future[None] | None = None
+
+    def go_live(self, response: web.StreamResponse, request: web.Request) -> None:
+        """Let ``on_next`` write itself: only on a plain chunked HTTP/1.1 body (anything else,
+        e.g. compression, keeps every write in aiohttp's hands)."""
+        if (self.transport is None and response.headers.get("Transfer-Encoding") == "chunked"
+                and not response.compression):
+            self.transport = request.transport  # type: ignore[assignment]
+            self.protocol = request.protocol
+        self.live = self.transport is not None
+
+    def on_subscribe(self, subscription: Subscription) -> None:
+        self.subscription = subscription
+        subscription.request(self.window)
+
+    def on_next(self, chunk: Any) -> None:
+        event = self.prefix + orjson.dumps(chunk.text) + self.suffix
+        transport = self.transport
+        if self.live and transport is not None and not self.protocol.writing_paused:
+            if transport.is_closing():
+                self.broken = True
+                self._wake()
+                return
+            # one HTTP chunk (aiohttp's chunked framing) per event: never a split event
+            transport.write(b"%x\r\n%b\r\n" % (len(event), event))
+            self.subscription.request(1)  # type: ignore[union-attr]  # the socket took it
+            if self.protocol.writing_paused:
+                self.live = False  # over the high-water mark: writes go through the handler's
+            return
+        else:
+            self.pending.append(event)
+        self._wake()
+
+    def on_error(self, error: BaseException) -> None:
+        self.error = error
+        self.done = True
+        self._wake()
+
+    def on_complete(self) -> None:
+        self.done = True
+        self._wake()
+
+    def _wake(self) -> None:
+        waiter = self.waiter
+        if waiter is not None:
+            self.waiter = None
+            if not waiter.done():
+                waiter.set_result(None)
+
+    async def wait(self) -> None:
+        """Until a chunk is pending, the stream ended or the connection broke."""
+        self.waiter = waiter = asyncio.get_running_loop().create_future()
+        try:
+            await waiter
+        finally:
+            self.waiter = None
+            self.live = False
+
+    def grant(self, n: int) -> None:
+        if not self.done and self.subscription is not None:
+            self.subscription.request(n)
+
+    def cancel(self) -> None:
+        self.live = False
+        if self.subscription is not None and not self.done:
+            self.done = True
+            self.subscription.cancel()
 
 
 async def _result_of(completion: Completion) -> CompletionResult:
