@@ -303,7 +303,9 @@ class _EventWriter(InternalSubscriber):
     back; otherwise it queues the event in ``pending`` and wakes the handler task, which writes
     the queue in one write and grants as much. Invariant: chunks received but not yet written
     and granted back never exceed ``window`` (the credit asked at subscribe), so what is
-    outstanding upstream plus ``pending`` stays within ``stream_window``."""
+    outstanding upstream plus ``pending`` stays within ``stream_window``. The writes made here
+    bypass aiohttp's payload writer, so its byte counters (``body_length``, access-log sizes)
+    do not include them; the edge runs without an access log."""
 
     __slots__ = ("window", "subscription", "pending", "prefix", "suffix", "transport", "protocol", "live",
                  "done", "broken", "error", "waiter")
