@@ -155,6 +155,9 @@ class _HTTPCall(_OpenAIState):
         content = response.content
         completion = call.completion
         gated = call.request.stream
+        if not gated:
+            await self._read_all_events(call, content)
+            return
         while True:
             # Credit: read nothing while the consumer cannot take a chunk (TCP backpressure).
             if gated and not completion.credit and not await self._await_credit(call):
@@ -169,6 +172,32 @@ class _HTTPCall(_OpenAIState):
                 return
             if data:
                 self._take(call, orjson.loads(data), "delta")
+
+    async def _read_all_events(self, call: _Call, content: aiohttp.StreamReader) -> None:
+        """:meth:`_read_events` for a request without credit (not streamed to its client): each
+        read takes whatever arrived and its whole lines are parsed in one go, instead of one
+        ``readline`` per line. Same lines, same order, same early ends."""
+        completion = call.completion
+        rest = b""
+        while True:
+            data = await content.readany()
+            if not data:
+                lines = [rest] if rest else []  # a last line without its newline
+            else:
+                lines = (rest + data).split(b"\n")
+                rest = lines.pop()  # an unfinished line waits for the next read
+            for line in lines:
+                if completion.cancel_requested:
+                    return
+                if not line.startswith(b"data:"):
+                    continue  # blank separators, comments, event:/id: fields
+                payload = line[5:].strip()
+                if payload == b"[DONE]":
+                    return
+                if payload:
+                    self._take(call, orjson.loads(payload), "delta")
+            if not data:
+                return
 
     async def _read_json(self, call: _Call, response: aiohttp.ClientResponse) -> None:
         """A whole (non-streamed) answer: one chunk."""

@@ -191,7 +191,12 @@ class Gateway(Flowable[CompletionRequest], Service):
     @property
     def available(self) -> bool:
         """False when the graph behind the edge stopped or an engine is down (503)."""
-        return not self.stopped and all(engine.available for engine in self.engines)
+        if self.stopped:
+            return False
+        for engine in self.engines:  # a loop, not all(<genexpr>): asked twice per request
+            if not engine.available:
+                return False
+        return True
 
     def pipeline_stopped(self) -> None:
         """The graph cancelled the edge's subscription: fail every admitted request that has not

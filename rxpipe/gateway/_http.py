@@ -13,8 +13,10 @@ from aiohttp import web
 from aiohttp.http_exceptions import ContentEncodingError
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
 
+from .._protocol import Subscription
 from ..engines import Completion, CompletionRequest, CompletionResult
 from ..errors import DroppedError, EngineError, EngineUnavailableError
+from ..stage import InternalSubscriber
 from ._metrics import REQUEST_DURATION, TIME_TO_FIRST_TOKEN, count_request
 from ._openai import (
     SSE_DONE,
@@ -25,6 +27,7 @@ from ._openai import (
     now_created,
     parse_request,
     sse,
+    token_event_template,
 )
 from ._policy import Refusal, retry_after_headers
 from ._server import HTTP_LOG, new_request_id
@@ -109,8 +112,13 @@ class _Edge:
         if request.content_length is not None and request.content_length > limit:
             return _too_large(limit)
         try:
-            async with asyncio.timeout(self.config.body_timeout_s):
+            if request.content.is_eof():
+                # The whole body came with the headers (the usual case): reading it cannot
+                # wait, so there is no deadline to watch and no timer to arm.
                 body = await request.read()
+            else:
+                async with asyncio.timeout(self.config.body_timeout_s):
+                    body = await request.read()
         except web.HTTPRequestEntityTooLarge:
             return _too_large(limit)
         except web.RequestPayloadError as error:  # the body does not decode: the client's fault
@@ -200,9 +208,7 @@ class _Edge:
             if item.stream:
                 return await self._stream(request, item, completion, chat=chat)
             try:
-                # shield: a cancelled handler must not cancel the Completion's shared result
-                # future (the CancelledError clause below cancels the completion itself)
-                result: CompletionResult = await asyncio.shield(completion.result)
+                result = await _result_of(completion)
             except EngineUnavailableError as error:
                 return self._unavailable(item, error)
             if result.finish_reason == "cancelled":
@@ -226,7 +232,9 @@ class _Edge:
         response = web.StreamResponse(status=200, headers={
             "Content-Type": "text/event-stream", "Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
         # Subscribe before the first await, so the sequence has its credit for the first step.
-        tokens = completion.tokens.iterate(self.config.stream_window, credit=True)
+        created = now_created()
+        writer = _EventWriter(self.config.stream_window, *token_event_template(item, chat=chat, created=created))
+        completion.tokens.subscribe(writer)
         result_future = completion.result
         transport = request.transport
 
@@ -241,14 +249,30 @@ class _Edge:
         try:
             _bound_socket_buffers(request, self.config.stream_buffer_bytes)
             await response.prepare(request)
-            created = now_created()
             try:
                 if chat:
                     await response.write(sse(chunk_body(item, chat=True, created=created, text="", role=True)))
-                async for chunk in tokens:
-                    await response.write(sse(chunk_body(item, chat=chat, created=created, text=chunk.text)))
-                    tokens.grant(1)  # credit follows what the socket actually took
-                result = await asyncio.shield(result_future)
+                pending = writer.pending
+                while True:
+                    if pending:
+                        # What arrived while the writer could not write itself (before this
+                        # point, during this task's own write, or while the socket is over its
+                        # high-water mark): one write of whole events, then as much credit back.
+                        n = len(pending)
+                        data = b"".join(pending)
+                        pending.clear()
+                        await response.write(data)
+                        writer.grant(n)
+                        continue
+                    if writer.broken:
+                        raise ConnectionResetError("the client connection closed mid-stream")
+                    if writer.done:
+                        break
+                    writer.go_live(response, request)
+                    await writer.wait()
+                if writer.error is not None:
+                    raise writer.error
+                result = await _result_of(completion)
             except EngineError as error:
                 # The status line is sent: the failure goes in the stream, as an error event
                 # (its detail only in the log: it may name the backend).
@@ -264,16 +288,15 @@ class _Edge:
                 return response
             _observe(result)
             self.gateway.meter.record_service(result.e2e_s - result.queue_time_s)
-            await response.write(sse(chunk_body(item, chat=chat, created=created, result=result)))
+            # the final chunk, the usage chunk and [DONE] end the stream in one write
+            tail = sse(chunk_body(item, chat=chat, created=created, result=result))
             if item.sampling.get("include_usage"):
-                await response.write(sse(chunk_body(item, chat=chat, created=created, result=result,
-                                                    usage_only=True)))
-            await response.write(SSE_DONE)
-            await response.write_eof()
+                tail += sse(chunk_body(item, chat=chat, created=created, result=result, usage_only=True))
+            await response.write_eof(tail + SSE_DONE)
         except (ConnectionResetError, ConnectionError):
             completion.cancel()  # the client went away mid-stream: free the slot
         finally:
-            await tokens.aclose()
+            writer.cancel()
             result_future.remove_done_callback(abort_if_stalled)
         return response
 
@@ -291,6 +314,123 @@ class _Edge:
 
     async def metrics(self, request: web.Request) -> web.Response:
         return web.Response(body=generate_latest(REGISTRY), headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+
+class _EventWriter(InternalSubscriber):
+    """The token consumer of one SSE stream: writes each chunk as one whole event straight to
+    the socket from inside ``on_next`` (no task wake, no future per token) while the connection
+    is live and under its write-buffer high-water mark, and only then gives the chunk of credit
+    back; otherwise it queues the event in ``pending`` and wakes the handler task, which writes
+    the queue in one write and grants as much. Invariant: chunks received but not yet written
+    and granted back never exceed ``window`` (the credit asked at subscribe), so what is
+    outstanding upstream plus ``pending`` stays within ``stream_window``. The writes made here
+    bypass aiohttp's payload writer, so its byte counters (``body_length``, access-log sizes)
+    do not include them; the edge runs without an access log."""
+
+    __slots__ = ("window", "subscription", "pending", "prefix", "suffix", "transport", "protocol", "live",
+                 "done", "broken", "error", "waiter")
+
+    def __init__(self, window: int, prefix: bytes, suffix: bytes) -> None:
+        self.window = window
+        self.subscription: Subscription | None = None
+        self.pending: list[bytes] = []
+        #: the token event's template (:func:`token_event_template`)
+        self.prefix, self.suffix = prefix, suffix
+        self.transport: asyncio.Transport | None = None
+        self.protocol: Any = None
+        #: True while on_next may write to the socket itself (this task is waiting, not writing)
+        self.live = False
+        self.done = False
+        self.broken = False
+        self.error: BaseException | None = None
+        self.waiter: asyncio.Future[None] | None = None
+
+    def go_live(self, response: web.StreamResponse, request: web.Request) -> None:
+        """Let ``on_next`` write itself: only on a plain chunked HTTP/1.1 body (anything else,
+        e.g. compression, keeps every write in aiohttp's hands)."""
+        if (self.transport is None and response.headers.get("Transfer-Encoding") == "chunked"
+                and not response.compression):
+            self.transport = request.transport  # type: ignore[assignment]
+            self.protocol = request.protocol
+        self.live = self.transport is not None
+
+    def on_subscribe(self, subscription: Subscription) -> None:
+        self.subscription = subscription
+        subscription.request(self.window)
+
+    def on_next(self, chunk: Any) -> None:
+        event = self.prefix + orjson.dumps(chunk.text) + self.suffix
+        transport = self.transport
+        if self.live and transport is not None and not self.protocol.writing_paused:
+            if transport.is_closing():
+                self.broken = True
+                self._wake()
+                return
+            # one HTTP chunk (aiohttp's chunked framing) per event: never a split event
+            transport.write(b"%x\r\n%b\r\n" % (len(event), event))
+            self.subscription.request(1)  # type: ignore[union-attr]  # the socket took it
+            if self.protocol.writing_paused:
+                self.live = False  # over the high-water mark: writes go through the handler's
+            return
+        else:
+            self.pending.append(event)
+        self._wake()
+
+    def on_error(self, error: BaseException) -> None:
+        self.error = error
+        self.done = True
+        self._wake()
+
+    def on_complete(self) -> None:
+        self.done = True
+        self._wake()
+
+    def _wake(self) -> None:
+        waiter = self.waiter
+        if waiter is not None:
+            self.waiter = None
+            if not waiter.done():
+                waiter.set_result(None)
+
+    async def wait(self) -> None:
+        """Until a chunk is pending, the stream ended or the connection broke."""
+        self.waiter = waiter = asyncio.get_running_loop().create_future()
+        try:
+            await waiter
+        finally:
+            self.waiter = None
+            self.live = False
+
+    def grant(self, n: int) -> None:
+        if not self.done and self.subscription is not None:
+            self.subscription.request(n)
+
+    def cancel(self) -> None:
+        self.live = False
+        if self.subscription is not None and not self.done:
+            self.done = True
+            self.subscription.cancel()
+
+
+async def _result_of(completion: Completion) -> CompletionResult:
+    """The completion's result (raises the engine's error), without cancelling the Completion's
+    shared result future when the awaiting handler is cancelled (the caller cancels the
+    completion itself). Like ``asyncio.shield``, at the cost of one waiter future and none
+    when the completion is already done."""
+    future = completion.result
+    if not future.done():
+        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+        def wake(_: object) -> None:
+            if not waiter.done():
+                waiter.set_result(None)
+
+        future.add_done_callback(wake)
+        try:
+            await waiter
+        finally:
+            future.remove_done_callback(wake)
+    return future.result()
 
 
 def _task_cancelled() -> bool:
