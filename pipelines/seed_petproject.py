@@ -31,11 +31,13 @@ Settings (``--set key=value``) and their defaults:
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from rxpipe import operators as ops
 from rxpipe.engines import SimulatedEngine
 from rxpipe.gateway import Gateway, GatewayConfig
+from rxpipe.loader import PipelineLoadError
 from rxpipe.runtime import Pipeline
 
 DEFAULTS: dict[str, Any] = {
@@ -51,11 +53,43 @@ DEFAULTS: dict[str, Any] = {
 }
 
 
+class SettingError(PipelineLoadError, ValueError):
+    """A ``--set`` value of the wrong type or range; the message names the key (one line)."""
+
+
+#: each setting's kind: (int or number, smallest value, whether >= or >, null allowed)
+_KINDS: dict[str, tuple[str, float, bool, bool]] = {
+    "queue_capacity": ("int", 1, True, False), "key_rate": ("number", 0, False, True),
+    "key_burst": ("int", 1, True, False), "concurrency": ("int", 1, True, False),
+    "min_s": ("number", 0, True, False), "max_s": ("number", 0, True, False),
+    "latency_budget_s": ("number", 0, False, True), "seed": ("int", 0, True, False),
+}
+
+
+def _check(key: str, value: Any) -> None:
+    """One line naming the key for a value of the wrong type or range (--set values are JSON:
+    ``key_rate=true`` must not become a bucket of 1 request/s)."""
+    if key == "model":
+        ok, expected, nullable = isinstance(value, str) and bool(value), "a non-empty string", False
+    else:
+        kind, low, inclusive, nullable = _KINDS[key]
+        if value is None and nullable:
+            return
+        number = type(value) is int if kind == "int" else type(value) in (int, float) and math.isfinite(value)
+        ok = number and (value >= low if inclusive else value > low)
+        expected = f"{'an integer' if kind == 'int' else 'a number'} {'>=' if inclusive else '>'} {low:g}"
+    if not ok:
+        raise SettingError(f"setting {key} must be {expected}{' or null' if nullable else ''}, got {value!r} "
+                         f"({type(value).__name__})")
+
+
 def pipeline(config: dict[str, Any]) -> Pipeline:
     unknown = sorted(set(config) - set(DEFAULTS))
     if unknown:
         raise ValueError(f"unknown setting(s) {', '.join(unknown)}; known: {', '.join(sorted(DEFAULTS))}")
     s = {**DEFAULTS, **config}
+    for key, value in s.items():
+        _check(key, value)
     engine = SimulatedEngine.fixed_latency(s["concurrency"], s["min_s"], s["max_s"], seed=s["seed"], model=s["model"])
     gateway = Gateway(GatewayConfig(model=s["model"], key_rate=s["key_rate"], key_burst=s["key_burst"],
                                     latency_budget_s=s["latency_budget_s"]), name="gateway")
