@@ -10,11 +10,13 @@ The graph, with demand flowing right to left::
 The engine is the seed's model, ``SimulatedEngine.fixed_latency(concurrency, min_s, max_s)``: a
 semaphore of 5 slots where each request takes 0.5–2.0 s (uniform, seeded), so it serves about
 5 / 1.25 = 4 requests/s. The executor asks for work only when a slot is free; the bounded queue
-of 100 asks the edge for one more per departure; when it is full the edge answers 429
-``queue_full`` at once, and above ``key_rate`` requests/s the edge's token bucket answers 429
-``rate_limited`` before the request costs anything. The latency budget (4 s) refuses with 429
-``deadline`` whatever would wait longer than that, so admitted requests see a stable latency
-instead of the 25 s a full queue of 100 means at 4 requests/s.
+(``ops.buffer``: it asks the edge for 100, then for 75 more each time 75 have left; the
+gateway's main job uses ``edge_queue``, one more per departure) makes the edge answer 429
+``queue_full`` at once when that demand is used up, and above ``key_rate`` requests/s the
+edge's token bucket answers 429 ``rate_limited`` before the request costs anything. The
+latency budget (4 s) refuses with 429 ``deadline`` whatever would wait longer than that, so
+admitted requests see a stable latency instead of the 25 s a full queue of 100 means at 4
+requests/s.
 
 Settings (``--set key=value``) and their defaults:
 
