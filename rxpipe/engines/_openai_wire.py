@@ -150,20 +150,25 @@ class _HTTPCall(_OpenAIState):
 
         Stops early when the completion is cancelled or stalled. A body cut short by the server
         (no terminating chunk) raises ``aiohttp.ClientPayloadError``; a clean end without
-        ``[DONE]`` is accepted (the server ended the response deliberately).
+        ``[DONE]`` is accepted (the server ended the response deliberately), but a body without
+        a single ``data:`` event is not an answer (e.g. a web server's HTML page): ValueError.
         """
         content = response.content
         completion = call.completion
         gated = call.request.stream
+        events = False
         while True:
             # Credit: read nothing while the consumer cannot take a chunk (TCP backpressure).
             if gated and not completion.credit and not await self._await_credit(call):
                 return
             line = await content.readline()
+            if not line and not events and not completion.cancel_requested:
+                raise ValueError(f"not an OpenAI answer: a {response.content_type} body without one SSE event")
             if not line or completion.cancel_requested:
                 return
             if not line.startswith(b"data:"):
                 continue  # blank separators, comments, event:/id: fields
+            events = True
             data = line[5:].strip()
             if data == b"[DONE]":
                 return
