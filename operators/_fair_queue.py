@@ -31,8 +31,10 @@ upstream terminal, cancel):
 
 from __future__ import annotations
 
+import math
 from collections import deque
 from collections.abc import Callable, Hashable, Mapping
+from fractions import Fraction
 from typing import Any
 
 # ---------------------------------------------------------------------------------------------------
@@ -175,8 +177,10 @@ class FairQueueSubscription(DrainSubscription, UpstreamLink):
             if isinstance(w, bool) or not isinstance(w, (int, float)) or not 0 < w < float("inf"):
                 raise ValueError(f"fair_queue(weight=) needs finite weights > 0, got {w!r} for tenant {tenant!r}")
         self.weights = {t: float(w) for t, w in weight.items()}
-        total_weight = sum(self.weights.values())
-        self.shares = {t: int(self.capacity * w // total_weight) for t, w in self.weights.items()}
+        # floor(capacity × weight / Σ weights), exactly: in floats, capacity × weight and the sum
+        # overflow to inf for weights near the largest finite float (inf // inf is nan).
+        total_weight = sum(Fraction(w) for w in self.weights.values())
+        self.shares = {t: math.floor(self.capacity * Fraction(w) / total_weight) for t, w in self.weights.items()}
         self.reserved = sum(max(0, s - self.held.get(t, 0)) for t, s in self.shares.items())
         for band in self.bands.values():
             for tenant, flow in band.flows.items():

@@ -477,6 +477,12 @@ async def test_a_request_without_credit_parses_whatever_arrived_line_by_line_acr
         async def readany(self) -> bytes:
             return self.parts.pop(0) if self.parts else b""
 
+    class Response:
+        content_type = "text/event-stream"
+
+        def __init__(self, *parts: bytes) -> None:
+            self.content = Reads(*parts)
+
     def event(text: str) -> bytes:
         return b'data: {"choices": [{"text": "' + text.encode() + b'", "finish_reason": null}]}'
 
@@ -487,10 +493,10 @@ async def test_a_request_without_credit_parses_whatever_arrived_line_by_line_acr
         call = _Call(Completion(request, e, asyncio.get_running_loop()), chat=False)
         whole = (b": a comment\r\n\r\n" + event("a") + b"\r\n\r\n" + event("b") + b"\n\n" + event("c"))
         cut = whole.index(b"b") + 1
-        await e._read_all_events(call, Reads(whole[:7], whole[7:cut], whole[cut:]))  # type: ignore[arg-type]
+        await e._read_all_events(call, Response(whole[:7], whole[7:cut], whole[cut:]))  # type: ignore[arg-type]
         assert call.parts == ["a", "b", "c"] and call.tokens == 3
         call = _Call(Completion(CompletionRequest(prompt="p"), e, asyncio.get_running_loop()), chat=False)
-        await e._read_all_events(call, Reads(event("x") + b"\n\ndata: [DONE]\n\n" + event("y") + b"\n"))  # type: ignore[arg-type]
+        await e._read_all_events(call, Response(event("x") + b"\n\ndata: [DONE]\n\n" + event("y") + b"\n"))  # type: ignore[arg-type]
         assert call.parts == ["x"]  # nothing after [DONE]
     finally:
         await e.aclose()

@@ -244,6 +244,18 @@ def test_set_weights_recomputes_shares_without_dropping_what_is_held() -> None:
     assert names(ts) == ["a0", "a1"]
 
 
+def test_shares_are_the_exact_floor_even_for_huge_finite_weights() -> None:
+    # Any finite weight > 0 is accepted (a tenants file's too), so the shares
+    # floor(capacity * weight / sum of weights) must not overflow: 100 * 1e308 is inf in floats.
+    pub, ts, stage = setup(100, {"a": 1e308, "b": 1e308, "c": 1})
+    assert stage.shares == {"a": 49, "b": 49, "c": 0}
+    stage.set_weights({"a": 1.5e308, "b": 1.5e308})  # their sum is inf in floats
+    assert stage.shares == {"a": 50, "b": 50}
+    pub.emit(Req("a0"))
+    ts.request(1)
+    assert names(ts) == ["a0"]
+
+
 @pytest.mark.virtual
 async def test_on_virtual_time_behind_a_slow_consumer() -> None:
     loop = asyncio.get_running_loop()
