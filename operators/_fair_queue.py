@@ -38,7 +38,7 @@ from fractions import Fraction
 from typing import Any
 
 # ---------------------------------------------------------------------------------------------------
-from rxpipe._protocol import UNBOUNDED, Subscriber
+from rxpipe._protocol import Subscriber
 from rxpipe.flowable import Flowable
 from rxpipe.metrics import StageStatistics
 
@@ -344,9 +344,7 @@ class FairQueueSubscription(DrainSubscription, UpstreamLink):
                 e += 1
                 if self.cancelled:
                     break
-            self.emitted += e
-            if r != UNBOUNDED:
-                self.requested -= e
+            self._delivered(e, r)
             self.due += plain  # tracked items ask for one more when the hook calls back
             self.counters.items_in = self.received
             self.counters.items_out = self.emitted

@@ -30,7 +30,7 @@ import logging
 from collections import deque
 from typing import Any, Callable
 
-from .._protocol import UNBOUNDED, Subscriber
+from .._protocol import Subscriber
 from ..flowable import Flowable, Operator
 from ..metrics import StageStatistics
 from ..stage import LINK_SLOTS, DrainSubscription, UpstreamLink
@@ -182,9 +182,7 @@ class _EdgeQueueSubscription(DrainSubscription, UpstreamLink):
                 e += 1
                 if self.cancelled:
                     break
-            self.emitted += e
-            if r != UNBOUNDED:
-                self.requested -= e
+            self._delivered(e, r)
             counters = self.counters
             counters.items_in = self.received
             counters.items_out = self.emitted
