@@ -158,6 +158,7 @@ class _Edge:
         gateway = self.gateway
         reply = item.reply
         assert reply is not None
+        request["rxpipe_item"] = item  # for the answer's x-rxpipe-cache header (ops.cache)
         started = False
         try:
             try:
@@ -365,6 +366,9 @@ async def _edge_middleware(request: web.Request, handler: Handler) -> web.Stream
 async def _add_request_id(request: web.Request, response: web.StreamResponse) -> None:
     """``x-request-id`` on every answer (streams too): the client's own, if sane, else a new one."""
     response.headers["x-request-id"] = new_request_id(request.headers.get("x-request-id"))
+    item = request.get("rxpipe_item")
+    if item is not None and item.cache is not None:
+        response.headers["x-rxpipe-cache"] = item.cache
 
 
 def make_app(gateway: Gateway) -> web.Application:
