@@ -38,6 +38,7 @@ log = logging.getLogger("rxpipe.gateway")
 
 
 _JSON = "application/json"
+_ITEM = web.RequestKey("rxpipe_item", CompletionRequest)
 _ROUTES = {"/v1/completions", "/v1/chat/completions", "/v1/models", "/metrics", "/health", "/healthz", "/readyz"}
 #: OpenAI error ``type`` per refusal status; ``code`` carries the reason label (queue_full, ...).
 _TYPES = {429: "rate_limit_error", 503: "overloaded_error"}
@@ -158,7 +159,7 @@ class _Edge:
         gateway = self.gateway
         reply = item.reply
         assert reply is not None
-        request["rxpipe_item"] = item  # for the answer's x-rxpipe-cache header (ops.cache)
+        request[_ITEM] = item  # for the answer's x-rxpipe-cache header (ops.cache)
         started = False
         try:
             try:
@@ -366,7 +367,7 @@ async def _edge_middleware(request: web.Request, handler: Handler) -> web.Stream
 async def _add_request_id(request: web.Request, response: web.StreamResponse) -> None:
     """``x-request-id`` on every answer (streams too): the client's own, if sane, else a new one."""
     response.headers["x-request-id"] = new_request_id(request.headers.get("x-request-id"))
-    item = request.get("rxpipe_item")
+    item = request.get(_ITEM)
     if item is not None and item.cache is not None:
         response.headers["x-rxpipe-cache"] = item.cache
 

@@ -22,6 +22,7 @@ from rxpipe.engines import (
     TokenChunk,
     parse_retry_after,
 )
+from rxpipe.engines.openai import wire_request_id
 from rxpipe.testing import TestSubscriber
 
 from .openai_stub_server import DEFAULTS, StubServer
@@ -59,7 +60,7 @@ async def disconnect_of(server: StubServer, request_id: str, timeout_s: float = 
     deadline = time.monotonic() + timeout_s
     while True:
         for record in server.state()["disconnects"]:
-            if record["id"] == request_id:
+            if record["id"] == wire_request_id(request_id):
                 return record
         if time.monotonic() > deadline:
             raise AssertionError(f"the server never saw {request_id} disconnect")
@@ -68,7 +69,7 @@ async def disconnect_of(server: StubServer, request_id: str, timeout_s: float = 
 
 # -- construction and parsing ----------------------------------------------------------------------
 def test_constructor_validates_its_bounds() -> None:
-    with pytest.raises(ValueError, match="max_num_seqs"):
+    with pytest.raises(ValueError, match="max_in_flight"):
         OpenAIEngine("http://127.0.0.1:1", "m", 0)
     with pytest.raises(ValueError, match="base_url"):
         OpenAIEngine("127.0.0.1:8000", "m", 1)
@@ -111,7 +112,7 @@ async def test_a_prompt_streams_from_v1_completions_with_the_request_mapped(serv
         await wait_for(lambda: e.running == 0, what="the slot")
         assert e.free_slots == 4 and e.succeeded == 1
         [seen] = server.state()["bodies"]
-        assert seen["path"] == "/v1/completions" and seen["id"] == request.id
+        assert seen["path"] == "/v1/completions" and seen["id"] == wire_request_id(request.id)
         assert seen["authorization"] == "Bearer sk-test"
         assert seen["body"] == {"model": "stub-model", "prompt": "hello", "max_tokens": 3, "temperature": 0.5,
                                 "stop": ["\n"], "stream": True, "stream_options": {"include_usage": True}}
@@ -228,7 +229,9 @@ async def test_503_pauses_and_reports_the_engine_unavailable_meanwhile(server: S
         with pytest.raises(EngineUnavailableError, match="503"):
             e.submit(CompletionRequest(prompt="refused"))
         assert (await c.result).text == " t0"
-        assert e.available and e.free_slots == 4 and e.breaker.state == "closed"
+        # slow start: the window restarted at 1 and grew by one with the success
+        assert e.available and e.free_slots == e.concurrency_limit == 2 and e.breaker.state == "closed"
+        assert e.limiter.ssthresh == 4.0
     finally:
         await e.aclose()
 
@@ -298,7 +301,7 @@ async def test_cancelling_the_token_subscription_of_a_parked_stream_disconnects_
         completion.tokens.subscribe(ts)
         await ts.await_count(1)
         await asyncio.sleep(0.2)
-        assert completion.generated_tokens == 1 and server.state()["written"][request.id] < total
+        assert completion.generated_tokens == 1 and server.state()["written"][wire_request_id(request.id)] < total
         t0 = time.monotonic()
         ts.cancel()
         assert (await completion.result).finish_reason == "cancelled"
@@ -318,11 +321,11 @@ async def test_without_credit_the_engine_stops_reading_and_tcp_stops_the_server(
         completion.tokens.subscribe(ts)
         await ts.await_count(1)
         await asyncio.sleep(0.5)
-        written = server.state()["written"][request.id]
+        written = server.state()["written"][wire_request_id(request.id)]
         assert len(ts.values) == 1 and completion.generated_tokens == 1 and completion.pending_tokens == 0
         assert written < total // 2  # the server is blocked in write(): backpressure reached it
         await asyncio.sleep(0.2)
-        assert server.state()["written"][request.id] == written  # and stays blocked
+        assert server.state()["written"][wire_request_id(request.id)] == written  # and stays blocked
         ts.request(UNBOUNDED)
         result = await completion.result
         assert result.completion_tokens == total and len(ts.values) == total and ts.completed
