@@ -93,7 +93,8 @@ class EngineCollector(Collector):
             family.add_metric([name], value)
         yield family
         family = GaugeMetricFamily("rxpipe_engine_concurrency_limit",
-                                   "Calls the engine may have in flight now (OpenAIEngine's window).", labels=["engine"])
+                                   "Calls the engine may have in flight now (OpenAIEngine's window).",
+                                   labels=["engine"])
         for name, value in sorted(limits.items()):
             family.add_metric([name], value)
         yield family

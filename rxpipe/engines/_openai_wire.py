@@ -16,6 +16,7 @@ import orjson
 
 from ..errors import EngineError, EngineUnavailableError
 from ._openai_state import _Call, _OpenAIState, _wake
+
 __all__ = ["parse_retry_after", "wire_request_id"]
 
 

@@ -222,7 +222,10 @@ class OpenAIEngine(_HTTPCall, _Backoff):
     def free_slots(self) -> int:
         if self._closed or self.paused:
             return 0
-        free = self._limit.window - len(self._calls) - self._n_waiting
+        held = len(self._calls) + self._n_waiting
+        # the window bounds the calls running and ready; max_in_flight also bounds those waiting
+        # for a 429's Retry-After, so what the engine holds stays bounded
+        free = min(self._limit.window - held, self.max_num_seqs - held - len(self._delayed))
         if self._breaker_state() == "half_open":
             # one trial call: nothing more until it has closed the circuit
             return 1 if free > 0 and self._trial is None and not self._n_waiting else 0

@@ -5,10 +5,10 @@
 ``POST /v1/completions`` and ``POST /v1/chat/completions`` stream SSE (``data: {...}`` chunks, a
 final chunk with ``finish_reason``, a usage chunk when ``stream_options.include_usage``, then
 ``data: [DONE]``). It counts concurrent requests, answers ``throttle_status`` (429) with
-``Retry-After`` to the first ``throttle`` requests and to any above ``capacity`` in flight, fails the next ``fail`` requests with
-``fail_status``, and records every client disconnect (handler cancellation: the time the server
-saw the connection go, on ``time.monotonic()``, which is system-wide on Linux so tests in another
-process can compare it with their own).
+``Retry-After`` to the first ``throttle`` requests and to any above ``capacity`` in flight, fails
+the next ``fail`` requests with ``fail_status``, and records every client disconnect (handler
+cancellation: the time the server saw the connection go, on ``time.monotonic()``, which is
+system-wide on Linux so tests in another process can compare it with their own).
 
 Control: ``GET /control`` returns the counters; ``POST /control`` with a JSON object sets options
 (``reset: true`` clears the counters first). :class:`StubServer` runs it for tests, its output
