@@ -176,7 +176,7 @@ class BalanceRun(UpstreamLink):
         self.cursor = 0
         #: the dispatch loop, serial (a re-entrant call is folded into the running one, §1.3)
         self.pump = SerialLoop(self._pump_pass)
-        #: upstream's terminal signal once received: ("complete", None) or ("error", exc)
+        #: upstream's terminal signal once received: True (completed) or the error
         self.terminal: BaseException | bool | None = None
         self.listening = False
         self.link_upstream(stage.name)
@@ -268,12 +268,16 @@ class BalanceRun(UpstreamLink):
             if retry and isinstance(item, CompletionRequest) and item.reply is not None:
                 if failover is None:
                     failover = Failover(self, item)
-                failover.dispatch(port.k)
+                elif failover.gone:  # its client left while it waited to be sent again
+                    if failover.relay is not None:
+                        failover.relay.finish_cancelled()
+                    continue
+                item = failover.dispatch(port.k)
             port.queue.append(item)
             port.drain()
         terminal = self.terminal
         if terminal is not None:
-            if not pending:
+            if terminal is True and not pending:  # completed (an error fails the ports at once)
                 for port in self.ports:
                     if port is not None and not port.cancelled and not port.finished:
                         port.finished = True

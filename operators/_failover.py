@@ -1,8 +1,9 @@
 """Failover of ``balance(retry_unstarted=True)``: a request whose replica failed it before its
 first token reached the client is dispatched again, to a replica it has not tried (DESIGN §8b).
 
-The client's reply slot (the gateway's future) is kept by :class:`Failover`; each dispatch gets
-an :class:`AttemptReply` in ``request.reply``, which the executor completes as usual. On the
+The client's request and its reply slot (the gateway's future) stay untouched; each dispatch
+sends the branch an *attempt*: a copy of the request whose ``reply`` is an :class:`AttemptReply`,
+which the executor completes as usual. On the
 first admission the client receives a *relay* Completion (:class:`_Relay` owns it) that follows
 the replica's Completion: tokens (streaming: credit forwarded; non-streaming: collected and
 handed over at the end), result, cancel. When the replica's Completion fails with an
@@ -16,6 +17,7 @@ with the last error.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from typing import TYPE_CHECKING, Any
 
 from rxpipe._protocol import UNBOUNDED, Subscription
@@ -53,7 +55,8 @@ class AttemptReply(asyncio.Future[Completion]):
         return super().cancel()
 
     def cancelled(self) -> bool:
-        return self.failover.client.cancelled() or super().cancelled()
+        # the executor skips an attempt whose client is gone
+        return self.failover.gone or super().cancelled()
 
 
 class Failover:
@@ -69,30 +72,38 @@ class Failover:
         self.tried: set[int] = set()
         self.relay: _Relay | None = None
         self.attempts = 0
+        #: the relay was cancelled (client gone): no further attempt
+        self.cancelled = False
 
-    def dispatch(self, port: int) -> None:
+    @property
+    def gone(self) -> bool:
+        """The client is gone (its request or reply cancelled, or its Completion)."""
+        return self.cancelled or self.request.cancelled or self.client.cancelled()
+
+    def dispatch(self, port: int) -> CompletionRequest:
+        """The attempt to send to ``port``: a copy of the request with its own reply slot."""
         self.tried.add(port)
         self.attempts += 1
-        self.request.reply = AttemptReply(self, port, self.loop)
+        return dataclasses.replace(self.request, reply=AttemptReply(self, port, self.loop))
 
     def admitted(self, completion: Completion, port: int) -> None:
         relay = self.relay
         if relay is None:
-            relay = self.relay = _Relay(self)
             if self.client.done():  # the client left while it was queued
                 completion.cancel()
                 return
+            relay = self.relay = _Relay(self)
+            self.request.completion = relay.completion  # request.cancel() reaches the relay
             self.client.set_result(relay.completion)
         relay.follow(completion, port)
 
     def failed(self, error: BaseException, port: int) -> None:
         """The attempt on ``port`` failed before or after admission."""
-        if self.request.cancelled or self.client.cancelled():
+        if self.gone:
             if self.relay is not None:
                 self.relay.finish_cancelled()
             return
         if isinstance(error, EngineError) and self.run.can_retry(self.tried):
-            self.request.completion = None  # the next engine admits it afresh
             self.run.counters.drop("retried")
             self.run.redispatch(self.request, self)
             return
@@ -170,7 +181,7 @@ class _Relay(InternalSubscriber):
             self._forward_credit()
 
     def _cancel_completion(self, completion: Completion) -> None:
-        self.failover.request.cancelled = True
+        self.failover.cancelled = True
         source = self.source
         if source is not None and not source.done:
             source.cancel()
