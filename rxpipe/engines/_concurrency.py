@@ -14,7 +14,7 @@ in flight) between ``min_limit`` and ``max_limit``. Two kinds of signal move it:
   call, ``gradient = clamp(tolerance × long / short, 0.5, 1)``, ``new = limit × gradient +
   sqrt(limit)``, ``limit = (1 − smoothing) × limit + smoothing × new``, where ``short`` is this
   call's normalised latency and ``long`` an exponential average of them over ``long_window``
-  samples (pulled down by 5 % when it is more than twice ``short``, Gradient2's recovery rule).
+  samples, after a plain mean of the first 10 (pulled down by 5 % when it is more than twice ``short``, Gradient2's recovery rule).
   It grows while latency stays near its long-run level and shrinks when latency grows beyond
   ``tolerance`` × that. It does not grow while fewer than half the window is in use
   (application-limited: no evidence the backend could take more). The queue allowance is
@@ -42,6 +42,9 @@ from __future__ import annotations
 import math
 
 __all__ = ["ConcurrencyLimit"]
+
+#: samples averaged plainly before the long-run latency becomes an exponential average
+_WARMUP_SAMPLES = 10
 
 
 class ConcurrencyLimit:
@@ -72,8 +75,8 @@ class ConcurrencyLimit:
         self.long_window = long_window
         #: loop time of the last decrease (a refusal of a call started before it is no new signal)
         self.last_decrease_s = -math.inf
-        #: slow start runs while ``limit < ssthresh``
-        self.ssthresh = math.inf
+        #: slow start runs while ``limit < ssthresh`` (0.0: not in slow start)
+        self.ssthresh = 0.0
         self.long_latency: float | None = None
         self.samples = 0
         self.decreases = 0
@@ -92,7 +95,7 @@ class ConcurrencyLimit:
         if limit < self.ssthresh:  # slow start: one more per success
             self.limit = min(float(self.max_limit), limit + 1.0, self.ssthresh)
             if self.limit >= self.ssthresh:
-                self.ssthresh = math.inf
+                self.ssthresh = 0.0
             return
         if not self.adaptive:
             self.limit = min(float(self.max_limit), limit + 1.0 / limit)
@@ -102,9 +105,10 @@ class ConcurrencyLimit:
         self.samples += 1
         if long is None:
             long = short
-        else:
-            n = min(self.samples, self.long_window)
-            long += (short - long) / n
+        elif self.samples <= _WARMUP_SAMPLES:  # a plain mean at first (Gradient2's warm-up)
+            long += (short - long) / self.samples
+        else:  # then an exponential average over long_window samples
+            long += (short - long) * 2.0 / (self.long_window + 1)
         if short > 0 and long / short > 2:
             long *= 0.95
         self.long_latency = long
@@ -124,7 +128,7 @@ class ConcurrencyLimit:
         self.decreases += 1
         self.before_decrease = self.limit
         self.limit = max(float(self.min_limit), min(self.limit, self.backoff * in_flight))
-        self.ssthresh = math.inf
+        self.ssthresh = 0.0
         return True
 
     def on_pause(self) -> None:
