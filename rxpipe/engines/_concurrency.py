@@ -14,7 +14,8 @@ in flight) between ``min_limit`` and ``max_limit``. Two kinds of signal move it:
   call, ``gradient = clamp(tolerance × long / short, 0.5, 1)``, ``new = limit × gradient +
   sqrt(limit)``, ``limit = (1 − smoothing) × limit + smoothing × new``, where ``short`` is this
   call's normalised latency and ``long`` an exponential average of them over ``long_window``
-  samples, after a plain mean of the first 10 (pulled down by 5 % when it is more than twice ``short``, Gradient2's recovery rule).
+  samples, after a plain mean of the first 10 (pulled down by 5 % when it is more than twice
+  ``short``, Gradient2's recovery rule).
   It grows while latency stays near its long-run level and shrinks when latency grows beyond
   ``tolerance`` × that. It does not grow while fewer than half the window is in use
   (application-limited: no evidence the backend could take more). The queue allowance is

@@ -4,7 +4,6 @@ backend on virtual time (C slots, 429 above C; or queueing, latency growing with
 from __future__ import annotations
 
 import asyncio
-import math
 from collections import deque
 
 import pytest

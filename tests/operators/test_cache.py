@@ -7,12 +7,12 @@ import re
 from typing import Any
 
 import pytest
+from rxpipe.operators._cache import CACHE_HITS, CACHE_MISSES, cache_key
 
 from rxpipe import UNBOUNDED
 from rxpipe import operators as ops
 from rxpipe.engines import Completion, CompletionRequest, EngineError, SimulatedEngine
 from rxpipe.testing import TestPublisher, TestSubscriber
-from rxpipe.operators._cache import CACHE_HITS, CACHE_MISSES, cache_key
 
 pytestmark = pytest.mark.loops("virtual")
 
