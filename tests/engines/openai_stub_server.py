@@ -43,6 +43,7 @@ DEFAULTS: dict[str, Any] = {
     "cut_after": -1,          # >= 0: abort the connection after this many tokens (a crash mid-stream)
     "capacity": 0,            # > 0: answer throttle_status (with retry_after) above this many in flight
     "base_delay_s": 0.0,      # seconds after the response headers, before the first token
+    "empty_every": 0,         # > 0: every N-th streamed token has empty text (llama.cpp's split characters)
 }
 
 
@@ -157,6 +158,8 @@ def make_app(state: State) -> Any:
                 if opts["token_delay_s"]:
                     await asyncio.sleep(opts["token_delay_s"])
                 text = f" t{i}"
+                if opts["empty_every"] and (i + 1) % int(opts["empty_every"]) == 0:
+                    text = ""
                 if pad > len(text):
                     text = text + "." * (pad - len(text))
                 await response.write(chunk(text))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import random
 import time
+import uuid
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -145,6 +146,45 @@ async def test_chat_messages_stream_from_v1_chat_completions(server: StubServer)
         await e.aclose()
         await forced.aclose()
         await plain.aclose()
+
+
+async def test_the_request_id_is_a_uuid4_unless_headers_set_one(server: StubServer) -> None:
+    e = make(server)
+    mine = make(server, headers={"x-request-id": "my-own-id"})
+    try:
+        request = CompletionRequest(prompt="x", max_tokens=1, id="cmpl-abc")
+        await e.submit(request).result
+        await mine.submit(CompletionRequest(prompt="y", max_tokens=1)).result
+        ids = [b["id"] for b in server.state()["bodies"]]
+        assert ids[0] == wire_request_id("cmpl-abc") and uuid.UUID(ids[0]).version == 4
+        assert ids[1] == "my-own-id"
+    finally:
+        await e.aclose()
+        await mine.aclose()
+
+
+async def test_streamed_tokens_with_empty_text_count_when_the_server_sends_no_usage(server: StubServer) -> None:
+    server.control(empty_every=4)  # 8 tokens, 2 of them with empty text, and no usage chunk
+    e = make(server, include_usage=False)
+    try:
+        result = await e.submit(CompletionRequest(prompt="x", max_tokens=8)).result  # SSE on the wire
+        assert result.completion_tokens == 8
+        assert result.text == " t0 t1 t2 t4 t5 t6"
+    finally:
+        await e.aclose()
+
+
+def test_the_window_is_exported_as_rxpipe_engine_concurrency_limit() -> None:
+    from prometheus_client import REGISTRY, generate_latest
+
+    fixed = OpenAIEngine("http://127.0.0.1:1", "m", 7)
+    fixed.name = "window-fixed"
+    auto = OpenAIEngine("http://127.0.0.1:1", "m", "auto")
+    auto.name = "window-auto"
+    text = generate_latest(REGISTRY).decode()
+    assert 'rxpipe_engine_concurrency_limit{engine="window-fixed"} 7.0' in text
+    assert 'rxpipe_engine_concurrency_limit{engine="window-auto"} 4.0' in text  # AUTO_INITIAL_LIMIT
+    assert auto.max_num_seqs == 256 and auto.free_slots == 4
 
 
 # -- 429 / 503: backpressure from the server ----------------------------------------------------------
