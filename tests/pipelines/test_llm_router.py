@@ -66,7 +66,7 @@ def test_the_readme_table_lists_every_setting_with_its_default() -> None:
     section = section[:section.index("\n## ", 5)]
     router = load_router()
     for key, (default, _, meaning) in router.SCHEMA.items():
-        assert f"| `{key}` | `{orjson.dumps(default).decode()}` | {meaning} |" in section, key
+        assert f"| `{key}` | {orjson.dumps(default).decode()} | {meaning} |" in section, key
 
 
 async def test_balance_gives_fast_at_least_3x_slow_at_40_per_s_without_5xx(fast: StubServer,
