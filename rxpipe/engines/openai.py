@@ -72,10 +72,11 @@ class OpenAIEngine(_HTTPCall, _Backoff):
             our receive buffer is full because the consumer has no credit). total_timeout_s:
             seconds for the whole call (time parked without credit included). None disables one,
             explicitly.
-        retry_after_cap_s: the longest pause (seconds) a 429/503 can cause.
-        retry_after_jitter: the pause is ``min(cap, r + uniform(0, jitter * r))`` where ``r`` is
-            the server's Retry-After (full jitter over ``jitter`` more windows: never earlier than
-            the server asked, below the cap). Without a usable Retry-After — absent, unreadable,
+        retry_after_cap_s: the longest wait (seconds) a 429/503 can cause.
+        retry_after_jitter: the wait (of the refused call after a 429; of every call after a
+            503) is ``min(cap, r + uniform(0, jitter * r))`` where ``r`` is the server's
+            Retry-After (full jitter over ``jitter`` more windows: never earlier than the server
+            asked, below the cap). Without a usable Retry-After — absent, unreadable,
             or below 50 ms (``Retry-After: 0`` is no licence to retry at once) — ``r`` is the
             backoff, doubling from 1 s per consecutive 429/503, with the same jitter.
         throttle_retries: how often one request is retried after a 429/503 (default 5); the next
@@ -86,15 +87,20 @@ class OpenAIEngine(_HTTPCall, _Backoff):
         stall_timeout_s: a streaming request whose consumer gives no credit for this long
             finishes ``"stalled"`` and its HTTP call is closed (None: never).
         include_usage: ask for ``stream_options.include_usage`` (exact token counts in the last
-            chunk; vLLM, OpenAI and llama.cpp support it). Without it counts are one token per
-            streamed delta.
+            chunk; vLLM, OpenAI and llama.cpp support it). Without usage, each streamed chunk of
+            a choice counts one token, an empty-text one too (llama.cpp sends those for the
+            bytes of a character split across tokens), except the closing chunk that carries
+            ``finish_reason`` with no text.
         headers: extra HTTP headers for every call (they win over the engine's own, including
             ``X-Request-Id``). session: an ``aiohttp.ClientSession`` to use
             (not closed by :meth:`aclose`); default: one of our own, bounded to
             ``max_in_flight`` connections. rng: the jitter's ``random.Random``.
 
-    Capacity: ``free_slots`` is 0 while paused (all demand stops) and while the breaker's
-    half-open trial runs (half-open offers exactly one slot). ``available`` is False when closed,
+    Capacity: ``free_slots = min(window − running − ready, max_in_flight − running − ready −
+    held for a Retry-After)``; 0 while paused (all demand stops) and while the breaker's
+    half-open trial runs (half-open offers exactly one slot). A 429 holds only the refused call
+    for its Retry-After (the window shrinks once per window of calls; the others go on); the
+    engine is *paused* only when every admitted call is so held, or after a 503. ``available`` is False when closed,
     while the breaker is open, and during a pause caused by a 503 (a 429 pause keeps it True: the
     server is up, only busy); ``retry_after_s`` tells how long that lasts. While the breaker is
     open ``free_slots`` stays nominal, as for any engine that is down: ``execute`` then answers
