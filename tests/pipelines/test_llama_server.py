@@ -19,7 +19,7 @@ from typing import Any, Iterator
 import orjson
 import pytest
 
-from rxpipe.engines import CompletionRequest, OpenAIEngine
+from rxpipe.engines import CompletionRequest, EngineError, OpenAIEngine
 
 from .router_helpers import open_loop, running_router
 
@@ -80,18 +80,30 @@ def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[LlamaServ
 
 
 async def test_the_engine_streams_from_llama_cpp_with_exact_token_counts(servers: list[LlamaServer]) -> None:
-    engine = OpenAIEngine(servers[0].url, "tiny", 1)
+    # the server's own count, from a non-streamed answer to the same deterministic request
+    body = {"model": "tiny", "prompt": "the cat", "max_tokens": 16, **NO_EOS}
+    whole = urllib.request.Request(servers[0].url + "/v1/completions", data=orjson.dumps(body),
+                                   headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(whole, timeout=30) as response:
+        answer = orjson.loads(response.read())
+    expected = answer["usage"]["completion_tokens"]
+    engine = OpenAIEngine(servers[0].url, "tiny", 1)  # its X-Request-Id (a UUID4) is accepted
     try:
-        plain = await engine.submit(CompletionRequest(prompt="the cat", max_tokens=16, sampling=NO_EOS)).result
-        assert plain.finish_reason == "length" and plain.completion_tokens == 16
-        # counted from the stream: the server sends no usage while streaming, and empty-text chunks
-        engine_no_usage = OpenAIEngine(servers[0].url, "tiny", 1, include_usage=False)
-        try:
-            counted = await engine_no_usage.submit(
-                CompletionRequest(prompt="the cat", max_tokens=16, sampling=NO_EOS)).result
-        finally:
-            await engine_no_usage.aclose()
-        assert counted.completion_tokens == 16 and counted.text == plain.text
+        result = await engine.submit(CompletionRequest(prompt="the cat", max_tokens=16, sampling=NO_EOS)).result
+    finally:
+        await engine.aclose()
+    # counted from the stream: the server sends no usage while streaming, and many chunks of
+    # this model have empty text (bytes of characters split across tokens)
+    assert result.finish_reason == "length" and result.text == answer["choices"][0]["text"]
+    assert result.completion_tokens == expected >= 16
+
+
+async def test_the_server_refuses_a_request_id_that_is_not_a_uuid4(servers: list[LlamaServer]) -> None:
+    # why the engine sends a UUID4: the id it used to send ("cmpl-<hex>") is refused with a 400
+    engine = OpenAIEngine(servers[0].url, "tiny", 1, headers={"X-Request-Id": "cmpl-0123456789abcdef01234567"})
+    try:
+        with pytest.raises(EngineError, match="answered 400"):
+            await engine.submit(CompletionRequest(prompt="the cat", max_tokens=2)).result
     finally:
         await engine.aclose()
 
