@@ -542,7 +542,9 @@ def execute(engine: Engine, *, name: str | None = None) -> Operator:
 # -- many tenants ----------------------------------------------------------------------------------
 def fair_queue(capacity: int, *, tenant: Callable[[Any], Hashable] | None = None,
                weight: Mapping[Hashable, float] | None = None, cost: Callable[[Any], float] | None = None,
-               priority: Callable[[Any], int] | None = None, name: str | None = None) -> Operator:
+               priority: Callable[[Any], int] | None = None,
+               departure: Callable[[Any, Callable[[Any], None]], bool] | None = None,
+               name: str | None = None) -> Operator:
     """A bounded queue shared fairly by tenants: strict priority bands, weighted shares of the
     queue, and the Virtual Token Counter's service order within a band.
 
@@ -593,9 +595,21 @@ def fair_queue(capacity: int, *, tenant: Callable[[Any], Hashable] | None = None
     counted as dropped with reason ``tenant_full`` — and its unit of demand is requested again.
     An upstream that asks ``room_for`` first never has an item shed.
 
+    Departure (the exact bound at an HTTP edge). By default an item departs — frees its place
+    and its tenant's share, and lets one more in upstream — when it is dispatched downstream.
+    With ``departure``, the stage calls ``departure(item, callback)`` for each item it keeps; if
+    that returns True the item departs only when ``callback(item)`` is called (once), and until
+    then it still counts against the capacity and its tenant's share, wherever it waits
+    downstream. The gateway passes :func:`rxpipe.gateway.reply_departure`, which calls back when
+    the request starts on the engine (or fails, or its client leaves), so admitted and not
+    running requests never exceed ``capacity``, counting what ``batch`` holds — the bound
+    :func:`rxpipe.gateway.edge_queue` keeps for one tenant. A callback for an item still queued
+    (its client left) withdraws it (no VTC charge; counted as dropped, reason ``cancelled``).
+
     Args: capacity (items, int >= 1); tenant (item -> hashable tenant; default: one tenant);
         weight (tenant -> weight > 0, e.g. ``Tenants.weights``); cost (item -> tokens >= 0,
-        default 1 per item); priority (item -> int, higher served first; default 0).
+        default 1 per item); priority (item -> int, higher served first; default 0);
+        departure ((item, callback) -> bool, see above; default: departs when dispatched).
         ``tenant``, ``priority`` and ``cost`` must be pure (``reconcile`` calls them again) and
         tenants should come from a bounded set (one flow per tenant and band is kept).
     Signals: ValueError/TypeError (raised here) for a bad capacity, weight or non-callable. A
@@ -611,7 +625,7 @@ def fair_queue(capacity: int, *, tenant: Callable[[Any], Hashable] | None = None
     from ._fair_queue import FairQueueFlowable
 
     _check_int("fair_queue", "capacity", capacity, 1)
-    for arg, fn in (("tenant", tenant), ("cost", cost), ("priority", priority)):
+    for arg, fn in (("tenant", tenant), ("cost", cost), ("priority", priority), ("departure", departure)):
         if fn is not None and not callable(fn):
             raise TypeError(f"fair_queue({arg}=) needs a callable, got {fn!r}")
     if weight is not None:
@@ -619,7 +633,7 @@ def fair_queue(capacity: int, *, tenant: Callable[[Any], Hashable] | None = None
             raise TypeError(f"fair_queue(weight=) needs a mapping tenant -> weight, got {weight!r}")
         for key, w in weight.items():
             _check_positive("fair_queue", f"weight[{key!r}]", w)
-    return lambda source: FairQueueFlowable(source, capacity, tenant, weight, cost, priority, name)
+    return lambda source: FairQueueFlowable(source, capacity, tenant, weight, cost, priority, name, departure)
 
 
 def balance(*branches: Operator, retry_unstarted: bool = True, name: str | None = None) -> Operator:

@@ -18,14 +18,23 @@ upstream terminal, cancel):
   An item for ``t`` fits iff ``held[t] < share[t]`` (its own reserved room) or
   ``total + 1 + reserved <= capacity`` (room in the shared pool that leaves every other tenant's
   unused share free). Invariant: ``total + reserved <= capacity``, hence ``total <= capacity``.
-- Upstream demand: ``capacity`` at subscribe, then one more per item that left (dispatched, or
-  refused on arrival). Invariant: ``total + upstream_outstanding <= capacity``.
+- Departure: an item leaves when dispatched downstream, or, if the ``departure`` hook took it
+  (e.g. an HTTP request, which departs when it starts on the engine), when the hook calls back.
+  ``held[t]`` and ``occupied`` count items of ``t`` / all items received and not departed
+  (queued, or dispatched and not departed: ``dispatched``); ``total`` counts the queued ones.
+  Shares and the pool are judged on ``held`` and ``occupied``, so items a ``batch`` behind the
+  queue holds still take their tenant's place. An item whose hook calls back while it is still
+  queued (its client left) is withdrawn from its flow at once.
+- Upstream demand: ``capacity`` at subscribe, then one more per item that departed (or was
+  refused on arrival). Invariant: ``occupied + upstream_outstanding <= capacity``.
 """
 
 from __future__ import annotations
 
+import math
 from collections import deque
 from collections.abc import Callable, Hashable, Mapping
+from fractions import Fraction
 from typing import Any
 
 # ---------------------------------------------------------------------------------------------------
@@ -51,7 +60,7 @@ class _Flow:
     def __init__(self, tenant: Hashable, weight: float) -> None:
         self.tenant = tenant
         self.weight = weight
-        self.items: deque[tuple[Any, float]] = deque()  # (item, estimated cost)
+        self.items: deque[tuple[Any, float, bool]] = deque()  # (item, estimated cost, tracked by the hook)
         self.counter = 0.0
 
 
@@ -79,18 +88,30 @@ def _zero(_: Any) -> int:
     return 0
 
 
+#: a ``dispatched`` lookup miss (None is a valid tenant)
+_MISSING = object()
+
+
 class FairQueueSubscription(DrainSubscription, UpstreamLink):
     """Subscriber to upstream, subscription to downstream, and the per-tenant admission
     extension for upstream (:meth:`room_for`, :meth:`demand_for`) plus the completion hook
     (:meth:`reconcile`). See ``ops.fair_queue`` for the contract."""
 
     __slots__ = (*LINK_SLOTS, "capacity", "tenant_of", "cost_of", "priority_of", "weights", "shares", "held",
-                 "total", "reserved", "bands", "active_bands", "received", "due", "prefetch_due", "finished", "error")
+                 "total", "reserved", "bands", "active_bands", "received", "due", "prefetch_due", "finished", "error",
+                 "departure", "occupied", "dispatched", "_departed")
 
     def __init__(self, downstream: Subscriber[Any], capacity: int, tenant: Callable[[Any], Hashable] | None,
                  weight: Mapping[Hashable, float] | None, cost: Callable[[Any], float] | None,
-                 priority: Callable[[Any], int] | None, name: str) -> None:
+                 priority: Callable[[Any], int] | None, name: str,
+                 departure: Callable[[Any, Callable[[Any], None]], bool] | None = None) -> None:
         super().__init__(downstream)
+        self.departure = departure
+        #: received and not departed (queued, or dispatched and not departed)
+        self.occupied = 0
+        #: id(item) → tenant of dispatched items whose departure hook has not called back yet
+        self.dispatched: dict[int, Hashable] = {}
+        self._departed = self._on_departure  # bound once
         self.capacity = capacity
         self.tenant_of = tenant or _none
         self.cost_of = cost or _one
@@ -114,12 +135,12 @@ class FairQueueSubscription(DrainSubscription, UpstreamLink):
     # -- the admission extension (asked by an upstream that knows it, e.g. the HTTP edge) -------
     def fits(self, tenant: Hashable) -> bool:
         """An item for ``tenant`` would be kept (its share or the shared pool has room)."""
-        total = self.total
-        if total >= self.capacity:
+        occupied = self.occupied
+        if occupied >= self.capacity:
             return False
         if self.held.get(tenant, 0) < self.shares.get(tenant, 0):
             return True
-        return total + 1 + self.reserved <= self.capacity
+        return occupied + 1 + self.reserved <= self.capacity
 
     def room_for(self, tenant: Hashable) -> bool:
         """True iff an item for ``tenant`` emitted now is kept: there is outstanding demand and
@@ -136,8 +157,8 @@ class FairQueueSubscription(DrainSubscription, UpstreamLink):
             return 0
         outstanding = self.upstream_outstanding
         own = max(0, self.shares.get(tenant, 0) - self.held.get(tenant, 0))
-        pool = max(0, self.capacity - self.total - self.reserved)
-        return max(0, min(outstanding, own + pool, self.capacity - self.total))
+        pool = max(0, self.capacity - self.occupied - self.reserved)
+        return max(0, min(outstanding, own + pool, self.capacity - self.occupied))
 
     def reconcile(self, item: Any, actual_cost: float) -> None:
         """Completion hook: correct the counter of ``item``'s flow by ``(actual_cost −
@@ -156,8 +177,10 @@ class FairQueueSubscription(DrainSubscription, UpstreamLink):
             if isinstance(w, bool) or not isinstance(w, (int, float)) or not 0 < w < float("inf"):
                 raise ValueError(f"fair_queue(weight=) needs finite weights > 0, got {w!r} for tenant {tenant!r}")
         self.weights = {t: float(w) for t, w in weight.items()}
-        total_weight = sum(self.weights.values())
-        self.shares = {t: int(self.capacity * w // total_weight) for t, w in self.weights.items()}
+        # floor(capacity × weight / Σ weights), exactly: in floats, capacity × weight and the sum
+        # overflow to inf for weights near the largest finite float (inf // inf is nan).
+        total_weight = sum(Fraction(w) for w in self.weights.values())
+        self.shares = {t: math.floor(self.capacity * Fraction(w) / total_weight) for t, w in self.weights.items()}
         self.reserved = sum(max(0, s - self.held.get(t, 0)) for t, s in self.shares.items())
         for band in self.bands.values():
             for tenant, flow in band.flows.items():
@@ -223,25 +246,40 @@ class FairQueueSubscription(DrainSubscription, UpstreamLink):
                 flow.counter = lift
             active[tenant] = flow
             self.active_bands.add(priority)
-        flow.items.append((item, cost))
+        departure = self.departure
+        tracked = departure is not None and departure(item, self._departed)
+        flow.items.append((item, cost, tracked))
         held = self.held.get(tenant, 0)
         if held < self.shares.get(tenant, 0):
             self.reserved -= 1
         self.held[tenant] = held + 1
         self.total += 1
+        self.occupied += 1
 
-    def _pop(self) -> Any:
+    def _pop(self) -> tuple[Any, bool]:
+        """The next item by band and VTC, charged to its flow; (item, tracked by the hook)."""
         priority = max(self.active_bands)  # strict bands: the highest holding items
         band = self.bands[priority]
         flow = min(band.active.values(), key=_counter)  # first minimum: earliest activated
-        item, cost = flow.items.popleft()
+        item, cost, tracked = flow.items.popleft()
         flow.counter += cost / flow.weight
         if not flow.items:
-            del band.active[flow.tenant]
-            if not band.active:
-                band.floor = flow.counter
-                self.active_bands.discard(priority)
-        tenant = flow.tenant
+            self._deactivate(band, flow, priority)
+        self.total -= 1
+        if tracked:
+            self.dispatched[id(item)] = flow.tenant  # departs when the hook calls back
+        else:
+            self._vacate(flow.tenant)
+        return item, tracked
+
+    def _deactivate(self, band: _Band, flow: _Flow, priority: int) -> None:
+        del band.active[flow.tenant]
+        if not band.active:
+            band.floor = flow.counter
+            self.active_bands.discard(priority)
+
+    def _vacate(self, tenant: Hashable) -> None:
+        """One item of ``tenant`` departed: its place is free again."""
         held = self.held[tenant] - 1
         if held:
             self.held[tenant] = held
@@ -249,8 +287,43 @@ class FairQueueSubscription(DrainSubscription, UpstreamLink):
             del self.held[tenant]
         if held < self.shares.get(tenant, 0):
             self.reserved += 1
+        self.occupied -= 1
+
+    def _on_departure(self, item: Any) -> None:
+        # Called by the departure hook, possibly from inside our own on_next call downstream
+        # (the executor started the item): the drain below is then folded into the running pass.
+        # Ignored once this stage was cancelled or cut off from upstream (failing: what it held
+        # is being told); after upstream merely completed, departures still free places.
+        if self.cancelled or (self.upstream_done and not self.finished):
+            return
+        tenant = self.dispatched.pop(id(item), _MISSING)
+        if tenant is _MISSING:
+            if not self._withdraw(item):
+                return  # not held any more
+            self.counters.drop("cancelled")
+        else:
+            self._vacate(tenant)
+        self.due += 1
+        self.drain()
+
+    def _withdraw(self, item: Any) -> bool:
+        """Remove a still-queued ``item`` (its client left): no VTC charge, its place freed."""
+        priority = self.priority_of(item)
+        band = self.bands.get(priority)
+        flow = band.active.get(self.tenant_of(item)) if band is not None else None
+        if band is None or flow is None:
+            return False
+        for index, entry in enumerate(flow.items):
+            if entry[0] is item:
+                del flow.items[index]
+                break
+        else:
+            return False
+        if not flow.items:
+            self._deactivate(band, flow, priority)
         self.total -= 1
-        return item
+        self._vacate(flow.tenant)
+        return True
 
     def _drain(self) -> None:
         if self.prefetch_due:
@@ -262,15 +335,19 @@ class FairQueueSubscription(DrainSubscription, UpstreamLink):
             on_next = self.downstream.on_next
             # Invariant: e items delivered in this pass, e <= r; demand added meanwhile is
             # picked up by the next pass (the loop was marked missed).
+            plain = 0
             while e != r and self.total:
-                on_next(self._pop())
+                item, tracked = self._pop()
+                if not tracked:
+                    plain += 1
+                on_next(item)
                 e += 1
                 if self.cancelled:
                     break
             self.emitted += e
             if r != UNBOUNDED:
                 self.requested -= e
-            self.due += e
+            self.due += plain  # tracked items ask for one more when the hook calls back
             self.counters.items_in = self.received
             self.counters.items_out = self.emitted
             if self.cancelled:
@@ -302,7 +379,9 @@ class FairQueueSubscription(DrainSubscription, UpstreamLink):
             band.active.clear()
         self.active_bands.clear()
         self.held.clear()
+        self.dispatched.clear()
         self.total = 0
+        self.occupied = 0
         self.reserved = sum(self.shares.values())
 
     def _release(self) -> None:
@@ -335,8 +414,10 @@ class FairQueueFlowable(Flowable[Any]):
 
     def __init__(self, source: Flowable[Any], capacity: int, tenant: Callable[[Any], Hashable] | None,
                  weight: Mapping[Hashable, float] | None, cost: Callable[[Any], float] | None,
-                 priority: Callable[[Any], int] | None, name: str | None) -> None:
+                 priority: Callable[[Any], int] | None, name: str | None,
+                 departure: Callable[[Any, Callable[[Any], None]], bool] | None = None) -> None:
         super().__init__(name=name, upstreams=(source,))
+        self.departure = departure
         self.source = source
         self.capacity = capacity
         self.tenant = tenant
@@ -346,4 +427,4 @@ class FairQueueFlowable(Flowable[Any]):
 
     def _subscribe(self, subscriber: Subscriber[Any]) -> None:
         self.source._subscribe(FairQueueSubscription(subscriber, self.capacity, self.tenant, self.weight,
-                                                     self.cost, self.priority, self.name))
+                                                     self.cost, self.priority, self.name, self.departure))

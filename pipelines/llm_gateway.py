@@ -8,6 +8,12 @@ The graph, with demand flowing right to left::
     gateway ─> rate_limit(rate, burst) ─> edge_queue(queue_capacity) ─> batch(batch_max_size,
         batch_max_delay_s) ─> execute(SimulatedEngine(max_num_seqs, ...))
 
+With ``tenants_file`` (many tenants, README "Many tenants") the queue is per tenant and comes
+first, so the edge can ask it for room *for this tenant*::
+
+    gateway ─> fair_queue(queue_capacity, tenant, weight, cost=VTC estimate, priority)
+        ─> rate_limit(rate, burst) ─> batch ─> execute
+
 The engine asks for work only when it has free sequence slots; that demand travels up through
 the batcher, the bounded queue and the shaping rate limiter to the gateway, which admits an HTTP
 request only while demand is > 0 and otherwise answers 429 with Retry-After at once.
@@ -17,7 +23,8 @@ wrong one stops the start with a one-line error naming it). Defaults and meaning
 ``SCHEMA`` below and in README.md's table; the graph's bounds: ``queue_capacity`` (requests
 admitted and not running, counting what ``batch`` holds), ``max_num_seqs``, ``rate``/``burst``;
 the edge's: ``max_model_len``, ``max_body_bytes``, ``max_connections``, ``keepalive_timeout_s``,
-``header_timeout_s``, ``latency_budget_s``, ``key_rate``/``key_burst``; keys: ``api_keys`` —
+``header_timeout_s``, ``latency_budget_s``, ``key_rate``/``key_burst``; tenants: ``tenants_file``
+(weights, priorities, rpm/tpm and keys per tenant; SIGHUP reloads it); keys: ``api_keys`` —
 prefer the ``RXPIPE_API_KEYS`` environment variable (a command line is readable by every local
 user).
 
@@ -31,9 +38,17 @@ import os
 from typing import Any
 
 from rxpipe import operators as ops
-from rxpipe.engines import Engine, SimulatedEngine
+from rxpipe.engines import CompletionRequest, Engine, SimulatedEngine
 from rxpipe.flowable import Operator
-from rxpipe.gateway import Gateway, GatewayConfig, edge_queue, parse_api_keys
+from rxpipe.gateway import (
+    Gateway,
+    GatewayConfig,
+    TenantsFileError,
+    edge_queue,
+    parse_api_keys,
+    reply_departure,
+    vtc_cost,
+)
 from rxpipe.loader import PipelineLoadError
 from rxpipe.runtime import Pipeline
 
@@ -65,6 +80,8 @@ SCHEMA: dict[str, tuple[Any, str, float | None, bool, str]] = {
     "keepalive_timeout_s": (75.0, "number", 0, False, "an idle keep-alive connection is closed after it (s)"),
     "header_timeout_s": (10.0, "number", 0, False, "a new connection without a complete request head by then "
                                                     "is closed (s)"),
+    "tenants_file": (None, "str", None, True, "tenants (JSON or TOML): per-tenant fair queue, priority, rpm/tpm; "
+                                              "null: one tenant"),
 }
 
 DEFAULTS: dict[str, Any] = {key: spec[0] for key, spec in SCHEMA.items()}
@@ -144,7 +161,7 @@ def build(s: dict[str, Any], engine: Engine, *, queue: Operator | None = None,
     ``engine``. ``queue`` replaces the bounded queue stage (default ``edge_queue(queue_capacity)``);
     benchmarks use it to compare queue disciplines on the same graph."""
     api_keys = parse_api_keys(s["api_keys"]) or parse_api_keys(os.environ.get("RXPIPE_API_KEYS"))
-    gateway = Gateway(GatewayConfig(
+    config = GatewayConfig(
         model=s["model"],
         api_keys=api_keys,
         key_rate=s["key_rate"],
@@ -156,13 +173,36 @@ def build(s: dict[str, Any], engine: Engine, *, queue: Operator | None = None,
         max_connections=s["max_connections"],
         keepalive_timeout_s=s["keepalive_timeout_s"],
         header_timeout_s=s["header_timeout_s"],
-    ), name="gateway")
+        tenants_file=s["tenants_file"],
+    )
+    try:
+        gateway = Gateway(config, name="gateway")
+    except TenantsFileError as exc:
+        raise SettingError(f"setting tenants_file: {exc}") from exc
+    rate_limit = ops.rate_limit(s["rate"], burst=s["burst"], name="rate_limit")
+    gate = gateway.tenant_gate
+    if gate is not None and queue is None:
+        # fair_queue right behind the edge (anything in between would hide room_for); a request
+        # departs when it starts on the engine, so the exact bound holds as with edge_queue
+        front = [ops.fair_queue(s["queue_capacity"], tenant=_tenant, weight=gate.tenants.weights, cost=_vtc_cost,
+                                priority=lambda item: gateway.tenant_priority(item.tenant),
+                                departure=reply_departure, name="queue"), rate_limit]
+    else:
+        front = [rate_limit, queue or edge_queue(s["queue_capacity"], name="queue")]
     return Pipeline(
         gateway,
-        ops.rate_limit(s["rate"], burst=s["burst"], name="rate_limit"),
-        queue or edge_queue(s["queue_capacity"], name="queue"),
+        *front,
         ops.batch(s["batch_max_size"], s["batch_max_delay_s"], name="batch"),
         ops.execute(engine, name="executor"),
         name=name,
         drain_timeout_s=s["drain_timeout_s"],
     )
+
+
+def _tenant(item: CompletionRequest) -> str | None:
+    return item.tenant
+
+
+def _vtc_cost(item: CompletionRequest) -> int:
+    """VTC's estimate at dispatch (tokens): prompt + 2 × max_tokens; reconciled at completion."""
+    return vtc_cost(item.prompt_tokens, item.max_tokens or 0)

@@ -291,6 +291,7 @@ class FlowableIterator(AsyncIterator[T]):
         receiver = self._receiver
         queue = receiver.queue
         while not queue:
+            # inline, not self._wait(): no coroutine frame per item on the hot path
             if receiver.finished or self._closed:
                 self._closed = True
                 if receiver.error is not None:
@@ -310,6 +311,43 @@ class FlowableIterator(AsyncIterator[T]):
         if not self._credit:
             receiver.replenish(1)
         return item
+
+    async def next_window(self) -> list[T]:
+        """Wait for at least one item, then take every item received so far, in order.
+
+        One wake for a whole ready window instead of one per item: a consumer that writes
+        what it takes (an SSE stream) makes one write per window. What was taken never exceeds
+        what was requested of upstream (the window is the queue, and the queue holds only what
+        upstream delivered within demand). ``credit=True``: grant what was taken once it is
+        handled; otherwise the §2 replenish rule counts every item taken. Raises
+        ``StopAsyncIteration`` at the end, or the stream's error once the items before it were
+        taken (as ``__anext__`` does)."""
+        receiver = self._receiver
+        queue = receiver.queue
+        while not queue:
+            await self._wait(receiver)
+        window = list(queue)
+        queue.clear()
+        if not self._credit:
+            receiver.replenish(len(window))
+        return window
+
+    async def _wait(self, receiver: _IteratorSubscriber) -> None:
+        """Wait for the next signal while the queue is empty (one future per wait, none while
+        items are queued); raise the end of the stream."""
+        if receiver.finished or self._closed:
+            self._closed = True
+            if receiver.error is not None:
+                raise receiver.error
+            raise StopAsyncIteration
+        waiter = receiver.waiter = asyncio.get_running_loop().create_future()
+        try:
+            await waiter
+        except asyncio.CancelledError:
+            # as in __anext__: a cancelled wait is not leaving the stream
+            if receiver.waiter is waiter:
+                receiver.waiter = None
+            raise
 
     def _close(self) -> None:
         if not self._closed:

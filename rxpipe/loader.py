@@ -59,6 +59,11 @@ def _import_file(path: Path) -> ModuleType:
     if spec is None or spec.loader is None:
         raise PipelineLoadError(f"{path}: cannot be imported as Python")
     module = importlib.util.module_from_spec(spec)
+    # As `python FILE` does: the file's directory comes first on sys.path, so a pipeline file
+    # imports the modules beside it (an operator of its own, README's pairs.py).
+    directory = str(path.resolve().parent)
+    if directory not in sys.path:
+        sys.path.insert(0, directory)
     sys.modules[module_name] = module
     try:
         spec.loader.exec_module(module)
@@ -72,8 +77,10 @@ def load_pipeline(spec: str, config: dict[str, Any] | None = None) -> Pipeline:
     """Load ``FILE[:NAME]`` (NAME defaults to ``pipeline``) and build the Pipeline.
 
     The attribute may be a :class:`Pipeline`, a Flowable, or a factory called with the config
-    dict (``def pipeline(config: dict)``) returning either. Exceptions raised while importing
-    the file or running the factory propagate (use :func:`locate_error` to report them);
+    dict (``def pipeline(config: dict)``) returning either. The file's directory is put first on
+    ``sys.path`` (as ``python FILE`` does), so it can import the modules beside it. Exceptions
+    raised while importing the file or running the factory propagate (use :func:`locate_error`
+    to report them);
     a missing or unusable attribute raises PipelineLoadError.
     """
     path, name = split_spec(spec)

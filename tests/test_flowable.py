@@ -175,3 +175,41 @@ def test_pipe_and_module_level_pipe_compose_left_to_right() -> None:
 def test_pipe_rejects_operators_that_return_non_flowables() -> None:
     with pytest.raises(TypeError, match="not a Flowable"):
         rx.range(0, 3).pipe(lambda source: 42)  # type: ignore[arg-type, return-value]
+
+
+async def test_next_window_takes_every_ready_item_in_one_wake_within_the_credit_asked() -> None:
+    source: TestPublisher[int] = TestPublisher()
+    it = source.iterate(3, credit=True)
+    assert source.requests == [3]
+    waiting = asyncio.ensure_future(it.next_window())
+    await asyncio.sleep(0)
+    source.emit(1, 2)
+    assert await waiting == [1, 2]  # one wake for both
+    source.emit(3)
+    assert await it.next_window() == [3]
+    assert source.requests == [3]  # credit only through grant: never more than asked
+    it.grant(2)
+    assert source.requests == [3, 2]
+    source.emit(4, 5)
+    source.emit(6)  # beyond the credit granted: the link's overrun rule, not a bigger window
+    assert await it.next_window() == [4, 5]
+    with pytest.raises(rx.MissingBackpressureError):
+        await it.next_window()
+
+
+async def test_next_window_delivers_what_came_before_the_end_then_ends() -> None:
+    source: TestPublisher[int] = TestPublisher()
+    it = source.iterate(8)
+    source.emit(1, 2, 3)
+    source.error(ValueError("boom"))
+    assert await it.next_window() == [1, 2, 3]
+    assert source.requests == [8]  # replenish rule: 6 consumed of 8 would ask 6 more; 3 is not due
+    with pytest.raises(ValueError, match="boom"):
+        await it.next_window()
+    done: TestPublisher[int] = TestPublisher()
+    it = done.iterate(4)
+    done.emit(7)
+    done.complete()
+    assert await it.next_window() == [7]
+    with pytest.raises(StopAsyncIteration):
+        await it.next_window()

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import pytest
@@ -31,6 +32,20 @@ def test_factory_receives_the_config(tmp_path: Path) -> None:
     pipeline = load_pipeline(str(tmp_path / "f.py"), {"items": [1, 2]})
     assert isinstance(pipeline, Pipeline)
     assert pipeline.flowable.kind == "just"
+
+
+def test_a_pipeline_file_imports_the_modules_beside_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # README's "Write your own operator": pairs.py beside the pipeline file that uses it, as
+    # `python FILE` would find it (the file's directory first on sys.path).
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    monkeypatch.delitem(sys.modules, "rxpipe_test_sibling_helper", raising=False)
+    (tmp_path / "rxpipe_test_sibling_helper.py").write_text("ITEMS = (4, 5)\n")
+    (tmp_path / "uses_helper.py").write_text("import rxpipe as rx\n"
+                                             "from rxpipe_test_sibling_helper import ITEMS\n"
+                                             "pipeline = rx.just(*ITEMS)\n")
+    pipeline = load_pipeline(str(tmp_path / "uses_helper.py"))
+    assert pipeline.flowable.kind == "just"
+    assert sys.path[0] == str(tmp_path.resolve())
 
 
 def test_factory_returning_garbage_is_refused(tmp_path: Path) -> None:

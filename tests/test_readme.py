@@ -45,6 +45,38 @@ def test_write_your_own_operator_example_passes(tmp_path: Path) -> None:
     assert "3 passed" in output
 
 
+def test_the_write_your_own_operator_stage_counts_in_and_out_like_a_built_in(tmp_path: Path) -> None:
+    # link_upstream(name) exports the stage's statistics() while it lives and its counters once it
+    # is gone: both must agree, or rxpipe_stage_items_total would stay 0 (in) and go backwards (out).
+    import gc
+    import importlib.util
+
+    from prometheus_client import REGISTRY
+
+    from rxpipe.testing import TestPublisher, TestSubscriber
+
+    (tmp_path / "readme_pairs.py").write_text(python_blocks("## Write your own operator")[0])
+    spec = importlib.util.spec_from_file_location("readme_pairs", tmp_path / "readme_pairs.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+
+    def items(direction: str) -> float | None:
+        return REGISTRY.get_sample_value("rxpipe_stage_items_total", {"stage": "readme_pairs", "direction": direction})
+
+    pub, ts = TestPublisher[int](), TestSubscriber[tuple[int, int]]()
+    pub.pipe(module.pairs(name="readme_pairs")).subscribe(ts)
+    pub.emit(1, 2, 3, 4)
+    ts.request(2)
+    assert (items("in"), items("out")) == (4, 2)  # live
+    pub.complete()
+    ts.request(5)
+    assert ts.values == [(1, 2), (2, 3), (3, 4)] and ts.completed
+    del pub, ts
+    gc.collect()
+    assert (items("in"), items("out")) == (4, 3)  # retired
+
+
 def test_the_architecture_page_is_linked() -> None:
     assert "(docs/architecture.md)" in README and (ROOT / "docs" / "architecture.md").is_file()
 
@@ -66,3 +98,18 @@ def test_real_engine_example_builds(tmp_path: Path) -> None:
     code, output = run([sys.executable, "-c", block + "\nprint([s.kind for s in pipeline.stages])"], ROOT, tmp_path)
     assert code == 0, output
     assert output == "['gateway', 'buffer', 'execute']\n"
+
+
+def test_many_tenants_examples_are_the_same_valid_tenants_file(tmp_path: Path) -> None:
+    from rxpipe.gateway import Tenants
+
+    start = README.index("## Many tenants")
+    section = README[start:README.find("\n## ", start + 1)]
+    (json_text,) = re.findall(r"```json\n(.*?)```", section, re.S)
+    (toml_text,) = re.findall(r"```toml\n(.*?)```", section, re.S)
+    (tmp_path / "t.json").write_text(json_text)
+    (tmp_path / "t.toml").write_text(toml_text)
+    from_json, from_toml = Tenants.load(tmp_path / "t.json"), Tenants.load(tmp_path / "t.toml")
+    assert dict(from_json) == dict(from_toml)
+    assert from_json["acme"].weight == 2 and from_json["on-call"].priority == 1
+    assert from_json.for_key("sk-hobby") == from_json["hobby"]

@@ -163,25 +163,65 @@ class _HTTPCall(_OpenAIState):
 
         Stops early when the completion is cancelled or stalled. A body cut short by the server
         (no terminating chunk) raises ``aiohttp.ClientPayloadError``; a clean end without
-        ``[DONE]`` is accepted (the server ended the response deliberately).
+        ``[DONE]`` is accepted (the server ended the response deliberately), but a body without
+        a single ``data:`` event is not an answer (e.g. a web server's HTML page): ValueError.
         """
         content = response.content
         completion = call.completion
         gated = call.request.stream
+        if not gated:
+            await self._read_all_events(call, response)
+            return
+        events = False
         while True:
             # Credit: read nothing while the consumer cannot take a chunk (TCP backpressure).
             if gated and not completion.credit and not await self._await_credit(call):
                 return
             line = await content.readline()
+            if not line and not events and not completion.cancel_requested:
+                raise ValueError(f"not an OpenAI answer: a {response.content_type} body without one SSE event")
             if not line or completion.cancel_requested:
                 return
             if not line.startswith(b"data:"):
                 continue  # blank separators, comments, event:/id: fields
+            events = True
             data = line[5:].strip()
             if data == b"[DONE]":
                 return
             if data:
                 self._take(call, orjson.loads(data), "delta")
+
+    async def _read_all_events(self, call: _Call, response: aiohttp.ClientResponse) -> None:
+        """:meth:`_read_events` for a request without credit (not streamed to its client): each
+        read takes whatever arrived and its whole lines are parsed in one go, instead of one
+        ``readline`` per line. Same lines, same order, same early ends, same ValueError for a
+        body without a single ``data:`` event."""
+        completion = call.completion
+        content = response.content
+        rest = b""
+        events = False
+        while True:
+            data = await content.readany()
+            if not data:
+                if not events and not rest.startswith(b"data:") and not completion.cancel_requested:
+                    raise ValueError(f"not an OpenAI answer: a {response.content_type} body without one SSE event")
+                lines = [rest] if rest else []  # a last line without its newline
+            else:
+                lines = (rest + data).split(b"\n")
+                rest = lines.pop()  # an unfinished line waits for the next read
+            for line in lines:
+                if completion.cancel_requested:
+                    return
+                if not line.startswith(b"data:"):
+                    continue  # blank separators, comments, event:/id: fields
+                events = True
+                payload = line[5:].strip()
+                if payload == b"[DONE]":
+                    return
+                if payload:
+                    self._take(call, orjson.loads(payload), "delta")
+            if not data:
+                return
 
     async def _read_json(self, call: _Call, response: aiohttp.ClientResponse) -> None:
         """A whole (non-streamed) answer: one chunk."""

@@ -84,6 +84,8 @@ class CompletionRequest:
             with a Completion already finished with reason ``"deadline"`` (no tokens, no slot).
         reply: a future the executor completes with the :class:`Completion` on admission (or
             fails with the stage's error; ``EngineUnavailableError`` when the engine is down).
+        tenant: the caller's configured tenant name when the edge has tenants (DESIGN §5,
+            "Many tenants"), else None; ``fair_queue`` keys its flows by it.
         cancelled: set by :meth:`cancel`. completion: set on admission.
     """
 
@@ -99,6 +101,7 @@ class CompletionRequest:
     deadline_s: float | None = None
     reply: asyncio.Future[Completion] | None = field(default=None, repr=False)
     max_tokens_defaulted: bool = False
+    tenant: str | None = None
     cancelled: bool = field(default=False, init=False)
     completion: Completion | None = field(default=None, init=False, repr=False)
     _prompt_tokens: int | None = field(default=None, init=False, repr=False)

@@ -6,6 +6,9 @@
 
 from ._config import GatewayConfig, parse_api_keys
 from ._gateway import Gateway
-from ._queue import EdgeQueueFlowable, ReplyFuture, edge_queue
+from ._queue import EdgeQueueFlowable, ReplyFuture, edge_queue, reply_departure
+from ._tenant_gate import vtc_cost
+from ._tenants import Tenant, Tenants, TenantsFileError
 
-__all__ = ["Gateway", "GatewayConfig", "EdgeQueueFlowable", "ReplyFuture", "edge_queue", "parse_api_keys"]
+__all__ = ["Gateway", "GatewayConfig", "EdgeQueueFlowable", "ReplyFuture", "Tenant", "Tenants", "TenantsFileError",
+           "edge_queue", "parse_api_keys", "reply_departure", "vtc_cost"]

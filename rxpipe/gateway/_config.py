@@ -48,6 +48,10 @@ class GatewayConfig:
     keepalive_timeout_s: an idle keep-alive connection is closed after it (seconds).
     header_timeout_s: a new connection that has not sent a complete request head within it is
         closed (seconds).
+    tenants_file: path of a tenants file (JSON, or TOML by its ``.toml`` suffix; schema in
+        :class:`~rxpipe.gateway.Tenants`), or None for one tenant. With it, admission is per
+        tenant (DESIGN §5 "Many tenants"): auth keys are ``api_keys`` plus every tenant's keys,
+        rpm/tpm limits answer with OpenAI's ``x-ratelimit-*`` headers, SIGHUP reloads the file.
     """
 
     model: str = "sim"
@@ -67,6 +71,7 @@ class GatewayConfig:
     max_connections: int = 4096
     keepalive_timeout_s: float = 75.0
     header_timeout_s: float = 10.0
+    tenants_file: str | None = None
 
     def __post_init__(self) -> None:
         if not self.model or not isinstance(self.model, str):

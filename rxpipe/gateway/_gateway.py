@@ -6,12 +6,14 @@ import asyncio
 import hmac
 import logging
 import random
+import signal
+import time
 from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
 from .._protocol import UNBOUNDED, Subscriber
-from ..engines import CompletionRequest
+from ..engines import Completion, CompletionRequest, CompletionResult
 from ..errors import EngineUnavailableError, RxPipeError
 from ..flowable import Flowable
 from ..metrics import StageCounters, StageStatistics, track
@@ -21,6 +23,8 @@ from ._config import GatewayConfig
 from ._metrics import count_finished, count_rejection, outcome_of
 from ._policy import DrainMeter, KeyBuckets, Refusal, clamp_retry_after
 from ._queue import ReplyFuture
+from ._tenant_gate import GateDecision, TenantGate
+from ._tenants import Tenants, TenantsFileError
 
 if TYPE_CHECKING:
     from ..runtime import Pipeline
@@ -112,6 +116,21 @@ class Gateway(Flowable[CompletionRequest], Service):
     message); a missing ``max_tokens`` becomes what remains of ``max_model_len`` (capped by
     ``default_max_tokens``). Client-visible messages never carry an engine's address or other
     internal detail (the log does). Every answer has ``x-request-id`` (echoed or new).
+
+    Many tenants (``tenants_file``, DESIGN §5): the caller's tenant is the one listing its bearer
+    key (auth on; a key of ``api_keys`` no tenant lists: ``default``), else the
+    ``x-rxpipe-tenant`` header (unknown: ``default``). Admission asks the queue behind the edge
+    whether it has room *for this tenant* (``room_for`` of ``ops.fair_queue``, which must come
+    right after the gateway; behind any other stage, plain demand), then reserves
+    ``prompt_tokens + max_tokens`` of the tenant's rpm/tpm quota, and emits, in one synchronous
+    step: 429 ``queue_full`` (Retry-After: the reservation above) or ``rate_limited``
+    (Retry-After: the time until the reservation fits, clamped; a request over the tenant's
+    ``tpm`` alone is refused with a message saying so). Every answer to a tenant with limits
+    carries ``x-ratelimit-{limit,remaining,reset}-{requests,tokens}`` as of its admission. At
+    completion the quota and the queue's Virtual Token Counter are reconciled with the real token
+    counts; a request that never started gives its reservation back. SIGHUP reloads the file
+    (:meth:`reload_tenants`); a bad file is logged and the previous one stays in force.
+    Raises :class:`~rxpipe.gateway.TenantsFileError` for a bad file at construction.
     """
 
     kind = "gateway"
@@ -136,6 +155,18 @@ class Gateway(Flowable[CompletionRequest], Service):
         self._idle: asyncio.Event | None = None
         self._force: asyncio.Event | None = None
         self._runner: web.AppRunner | None = None
+        #: per-tenant admission (None: one tenant). Its clock is time.monotonic: it is built
+        #: before any loop runs, and it only ever compares its own readings.
+        self.tenant_gate: TenantGate | None = None
+        if self.config.tenants_file is not None:
+            tenants = Tenants.load(self.config.tenants_file)
+            self.tenant_gate = TenantGate(tenants, time.monotonic, auth=False)
+        #: admitted requests of a tenant whose reservation is not settled yet
+        self._decisions: dict[CompletionRequest, GateDecision] = {}
+        self._keys: tuple[tuple[bytes, str], ...] = ()
+        self._key_tenants: dict[str, str] = {}
+        self._sighup = False
+        self._set_keys()
 
     # -- Flowable ------------------------------------------------------------------------------
     def _subscribe(self, subscriber: Subscriber[CompletionRequest]) -> None:
@@ -160,7 +191,12 @@ class Gateway(Flowable[CompletionRequest], Service):
     @property
     def available(self) -> bool:
         """False when the graph behind the edge stopped or an engine is down (503)."""
-        return not self.stopped and all(engine.available for engine in self.engines)
+        if self.stopped:
+            return False
+        for engine in self.engines:  # a loop, not all(<genexpr>): asked twice per request
+            if not engine.available:
+                return False
+        return True
 
     def pipeline_stopped(self) -> None:
         """The graph cancelled the edge's subscription: fail every admitted request that has not
@@ -173,12 +209,30 @@ class Gateway(Flowable[CompletionRequest], Service):
                 reply.set_exception(error)
 
     # -- admission -----------------------------------------------------------------------------
+    def _set_keys(self) -> None:
+        """Auth keys = ``api_keys`` (ids ``key_0``...) then the tenants' other keys, sorted."""
+        api_keys = self.config.api_keys
+        gate = self.tenant_gate
+        tenants = gate.tenants if gate is not None else None
+        extra = sorted(tenants.keys_configured - set(api_keys)) if tenants is not None else []
+        self._keys = tuple((key.encode(), f"key_{i}") for i, key in enumerate((*api_keys, *extra)))
+        self._key_tenants = {}
+        if tenants is not None:
+            for i, key in enumerate((*api_keys, *extra)):
+                tenant = tenants.for_key(key)
+                if tenant is not None:
+                    self._key_tenants[f"key_{i}"] = tenant.name
+        if gate is not None:
+            gate.auth = bool(self._keys)
+
     def authenticate(self, header: str | None) -> str | None:
         """Return the key id (``key_<i>``) for ``Authorization: Bearer <key>``, ``"anonymous"``
-        when no keys are configured, or None when the key is missing, wrong or not UTF-8. The scheme is
+        when no keys are configured, or None when the key is missing, wrong or not UTF-8. The
+        keys are ``api_keys`` and, with a tenants file, every tenant's keys (ids numbered after
+        ``api_keys``; :meth:`tenant_of` names the key's tenant). The scheme is
         case-insensitive (RFC 9110 §11.1); every configured key is compared in constant time
         (``hmac.compare_digest``)."""
-        keys = self.config.api_keys
+        keys = self._keys
         if not keys:
             return "anonymous"
         scheme, _, token = (header or "").strip().partition(" ")
@@ -189,10 +243,114 @@ class Gateway(Flowable[CompletionRequest], Service):
         except UnicodeEncodeError:  # bytes that are not UTF-8 (aiohttp keeps them as surrogates)
             return None
         found = None
-        for index, key in enumerate(keys):
-            if hmac.compare_digest(given, key.encode()):
-                found = f"key_{index}"
+        for key, key_id in keys:
+            if hmac.compare_digest(given, key):
+                found = key_id
         return found
+
+    # -- tenants -------------------------------------------------------------------------------
+    def tenant_of(self, key_id: str, header: str | None) -> str | None:
+        """The caller's tenant name (DESIGN §5), or None without a tenants file. ``key_id``: what
+        :meth:`authenticate` returned; ``header``: the ``x-rxpipe-tenant`` value (used only
+        when authentication is off)."""
+        gate = self.tenant_gate
+        if gate is None:
+            return None
+        if gate.auth:
+            return self._key_tenants.get(key_id, gate.tenants.default.name)
+        return gate.resolve(header=header).name
+
+    def tenant_priority(self, tenant: str | None) -> int:
+        """The priority band of ``tenant`` (higher first; 0 for no or an unknown tenant), e.g. for
+        ``ops.fair_queue(priority=...)``; reads the tenants in force (a reload changes it)."""
+        gate = self.tenant_gate
+        configured = gate.tenants.get(tenant) if gate is not None and tenant is not None else None
+        return configured.priority if configured is not None else 0
+
+    def ratelimit_headers(self, tenant: str | None) -> dict[str, str]:
+        """``x-ratelimit-*`` of ``tenant`` now (empty: no tenant, or no limits)."""
+        gate = self.tenant_gate
+        return gate.quotas.headers(tenant) if gate is not None and tenant is not None else {}
+
+    def admitted_headers(self, request: CompletionRequest) -> dict[str, str]:
+        """``x-ratelimit-*`` as of ``request``'s admission (empty: no tenant or no limits)."""
+        decision = self._decisions.get(request)
+        return decision.headers if decision is not None else self.ratelimit_headers(request.tenant)
+
+    def count_refusal(self, tenant: str | None, reason: str) -> None:
+        """Count a refusal decided outside :meth:`admit` in the tenant's metrics."""
+        gate = self.tenant_gate
+        if gate is not None and tenant is not None:
+            gate.metrics.refused(tenant, reason)
+
+    def _queue_stage(self) -> Any:
+        """What the tenant gate asks for room: the stage right behind the edge if it answers
+        ``room_for`` (``ops.fair_queue``), else the edge's own demand counter."""
+        admission = self._admission
+        downstream = getattr(admission, "downstream", None)
+        return downstream if hasattr(downstream, "room_for") else admission
+
+    def _tenant_refusal(self, decision: GateDecision, request: CompletionRequest, now: float) -> Refusal:
+        cfg = self.config
+        if decision.reason == "queue_full":
+            return Refusal(429, "queue_full", self._retry_after_queue(now),
+                           f"the server has no room for tenant {decision.tenant!r} now (its share of the queue "
+                           f"is in use); retry after the indicated delay", decision.headers)
+        if decision.retry_after_s is None:  # the request alone is over the per-minute token limit
+            gate = self.tenant_gate
+            tpm = gate.tenants[decision.tenant].tpm if gate is not None else None
+            max_tokens = request.max_tokens or 0
+            return Refusal(429, "rate_limited", cfg.retry_after_max_s,
+                           f"this request needs {request.prompt_tokens + max_tokens} tokens (prompt "
+                           f"{request.prompt_tokens} + max_tokens {max_tokens}), more than tenant "
+                           f"{decision.tenant!r}'s limit of {tpm} tokens per minute; lower max_tokens",
+                           decision.headers)
+        return Refusal(429, "rate_limited",
+                       clamp_retry_after(max(decision.retry_after_s, self.engine_pause_s()), cfg.retry_after_min_s,
+                                         cfg.retry_after_max_s),
+                       f"rate limit reached for tenant {decision.tenant!r} (requests or tokens per minute); "
+                       f"retry after the indicated delay", decision.headers)
+
+    def tenant_started(self, request: CompletionRequest, completion: Completion) -> None:
+        """The engine took ``request``: its queue wait is observed, and at completion its
+        quota and VTC counter are reconciled with the real token counts (any outcome)."""
+        decision = self._decisions.pop(request, None)
+        gate = self.tenant_gate
+        if decision is None or gate is None:
+            return
+        arrival = request.arrival_s
+        gate.started(decision, max(0.0, asyncio.get_running_loop().time() - arrival) if arrival is not None else 0.0)
+        queue = self._queue_stage()
+
+        def settle(future: asyncio.Future[CompletionResult]) -> None:
+            if future.cancelled() or future.exception() is not None:
+                prompt, completion_tokens = request.prompt_tokens, 0
+            else:
+                result = future.result()
+                prompt, completion_tokens = result.prompt_tokens, result.completion_tokens
+            gate.finish(decision, prompt, completion_tokens, queue, request)
+
+        completion.result.add_done_callback(settle)
+
+    def tenant_cancel(self, request: CompletionRequest) -> None:
+        """``request`` was admitted and will never start (refused further on, dropped, its
+        client left first): its whole reservation goes back. No-op once it started."""
+        decision = self._decisions.pop(request, None)
+        if decision is not None and self.tenant_gate is not None:
+            self.tenant_gate.cancel(decision)
+
+    def reload_tenants(self) -> TenantsFileError | None:
+        """Read the tenants file again (SIGHUP): new tenants, keys, limits (an unchanged limit
+        keeps its level) and the fair queue's weights take effect; on error the previous
+        configuration stays in force, the error is logged and returned. None without a file."""
+        gate = self.tenant_gate
+        if gate is None:
+            return None
+        error = gate.reload(self._queue_stage())
+        if error is None:
+            self._set_keys()
+            log.info("tenants file %s reloaded: %d tenants", self.config.tenants_file, len(gate.tenants))
+        return error
 
     def engine_pause_s(self) -> float:
         """Seconds until every engine takes work again (an OpenAIEngine paused by its backend's
@@ -245,18 +403,33 @@ class Gateway(Flowable[CompletionRequest], Service):
         return None
 
     def admit(self, request: CompletionRequest, now: float) -> Refusal | None:
-        """Emit ``request`` into the graph, or return the refusal (429 ``queue_full``)."""
+        """Emit ``request`` into the graph, or return the refusal (429 ``queue_full``; with
+        tenants also ``rate_limited``, see the class docstring). With a tenants file the room
+        check, the quota reservation and the emission are one synchronous step."""
         admission = self._admission
+        gate = self.tenant_gate
+        decision: GateDecision | None = None
+        if gate is not None and request.tenant is not None:
+            decision = gate.check(request.tenant, request.prompt_tokens, request.max_tokens or 0,
+                                  self._queue_stage())
+            if not decision.allowed:
+                return self._tenant_refusal(decision, request, now)
         request.arrival_s = now
         if request.reply is None:
             request.reply = ReplyFuture(loop=asyncio.get_running_loop())
         if self.config.latency_budget_s is not None:
             request.deadline_s = now + self.config.latency_budget_s
         self.pending.add(request)  # before emitting: a synchronous failure downstream must find it
+        if decision is not None:
+            self._decisions[request] = decision  # before emitting: a synchronous drop must find it
         if admission is None or not admission.admit(request):
             self.pending.discard(request)
+            if decision is not None and gate is not None:
+                self.tenant_cancel(request)
+                gate.metrics.refused(decision.tenant, "queue_full")
             return Refusal(429, "queue_full", self._retry_after_queue(now),
-                           "the server is at capacity (queue full); retry after the indicated delay")
+                           "the server is at capacity (queue full); retry after the indicated delay",
+                           decision.headers if decision is not None else None)
         self.meter.record_admit()
         return None
 
@@ -269,6 +442,7 @@ class Gateway(Flowable[CompletionRequest], Service):
     def leave(self, request: CompletionRequest) -> None:
         """The answer to ``request`` is finished (or abandoned)."""
         count_finished(outcome_of(request))
+        self.tenant_cancel(request)  # never started: its reservation goes back
         self.pending.discard(request)
         if not self.pending and self._idle is not None:
             self._idle.set()
@@ -301,6 +475,8 @@ class Gateway(Flowable[CompletionRequest], Service):
         bound_host, bound_port = sockets[0].getsockname()[:2]
         shown = f"[{bound_host}]" if ":" in bound_host else bound_host
         self.url = f"http://{shown}:{bound_port}"
+        if self.tenant_gate is not None and not self._sighup:
+            self._sighup = _on_sighup(self, True)
         return self.url
 
     async def drain(self, timeout_s: float) -> None:
@@ -341,6 +517,37 @@ class Gateway(Flowable[CompletionRequest], Service):
         self._force.set()
 
     async def stop(self) -> None:
+        if self._sighup:
+            self._sighup = _on_sighup(self, False)
         if self._runner is not None:
             runner, self._runner = self._runner, None
             await runner.cleanup()
+
+
+#: gateways serving with a tenants file: one SIGHUP reloads each of them
+_RELOADING: set[Gateway] = set()
+
+
+def _reload_all() -> None:
+    for gateway in list(_RELOADING):
+        gateway.reload_tenants()
+
+
+def _on_sighup(gateway: Gateway, on: bool) -> bool:
+    """Register (``on``) or unregister ``gateway`` for SIGHUP; the loop's handler is installed
+    with the first and removed with the last. Returns whether ``gateway`` is registered."""
+    loop = asyncio.get_running_loop()
+    if not on:
+        _RELOADING.discard(gateway)
+        if not _RELOADING:
+            loop.remove_signal_handler(signal.SIGHUP)
+        return False
+    if not _RELOADING:
+        try:
+            loop.add_signal_handler(signal.SIGHUP, _reload_all)
+        except (ValueError, RuntimeError, NotImplementedError):  # not the main thread, or no signals
+            log.warning("SIGHUP cannot reload the tenants file here (not the main thread); "
+                        "call Gateway.reload_tenants() instead")
+            return False
+    _RELOADING.add(gateway)
+    return True

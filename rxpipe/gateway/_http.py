@@ -6,15 +6,17 @@ import asyncio
 import logging
 import socket
 import time
-from typing import TYPE_CHECKING, Awaitable, Callable
+from typing import TYPE_CHECKING, Any, Awaitable, Callable
 
 import orjson
 from aiohttp import web
 from aiohttp.http_exceptions import ContentEncodingError
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
 
+from .._protocol import Subscription
 from ..engines import Completion, CompletionRequest, CompletionResult
 from ..errors import DroppedError, EngineError, EngineUnavailableError
+from ..stage import InternalSubscriber
 from ._metrics import REQUEST_DURATION, TIME_TO_FIRST_TOKEN, count_request
 from ._openai import (
     SSE_DONE,
@@ -25,9 +27,11 @@ from ._openai import (
     now_created,
     parse_request,
     sse,
+    token_event_template,
 )
 from ._policy import Refusal, retry_after_headers
 from ._server import HTTP_LOG, new_request_id
+from ._tenants import TENANT_HEADER
 
 if TYPE_CHECKING:
     from ._gateway import Gateway
@@ -42,6 +46,10 @@ _ITEM = web.RequestKey("rxpipe_item", CompletionRequest)
 _ROUTES = {"/v1/completions", "/v1/chat/completions", "/v1/models", "/metrics", "/health", "/healthz", "/readyz"}
 #: OpenAI error ``type`` per refusal status; ``code`` carries the reason label (queue_full, ...).
 _TYPES = {429: "rate_limit_error", 503: "overloaded_error"}
+#: request-scoped store of the tenant's ``x-ratelimit-*`` headers, added to whatever answer goes out
+#: (a typed key where aiohttp has them, 3.12+: a plain string key warns there)
+_request_key = getattr(web, "RequestKey", None)
+_RATELIMIT: Any = _request_key("rxpipe_ratelimit_headers", dict) if _request_key else "rxpipe.ratelimit_headers"
 
 
 def _json(status: int, body: bytes, headers: dict[str, str] | None = None) -> web.Response:
@@ -94,15 +102,24 @@ class _Edge:
         key_id = gateway.authenticate(request.headers.get("Authorization"))
         if key_id is None:
             return _unauthorized()
+        tenant = None
+        if gateway.tenant_gate is not None:  # one tenant: no per-request cost
+            tenant = gateway.tenant_of(key_id, request.headers.get(TENANT_HEADER))
+            request[_RATELIMIT] = gateway.ratelimit_headers(tenant)
         refusal = gateway.early_refusal(now)
         if refusal is not None:
-            return self._refuse(refusal)
+            return self._refuse(refusal, tenant)
         limit = self.config.max_body_bytes
         if request.content_length is not None and request.content_length > limit:
             return _too_large(limit)
         try:
-            async with asyncio.timeout(self.config.body_timeout_s):
+            if request.content.is_eof():
+                # The whole body came with the headers (the usual case): reading it cannot
+                # wait, so there is no deadline to watch and no timer to arm.
                 body = await request.read()
+            else:
+                async with asyncio.timeout(self.config.body_timeout_s):
+                    body = await request.read()
         except web.HTTPRequestEntityTooLarge:
             return _too_large(limit)
         except web.RequestPayloadError as error:  # the body does not decode: the client's fault
@@ -127,17 +144,25 @@ class _Edge:
         if item.model != self.config.model:
             return _model_not_found(item.model)
         item.api_key_id = key_id
+        item.tenant = tenant
         now = loop.time()
-        refusal = gateway.policy_refusal(key_id, now) or gateway.early_refusal(now) or gateway.admit(item, now)
+        refusal = gateway.policy_refusal(key_id, now) or gateway.early_refusal(now)
+        if refusal is not None:
+            return self._refuse(refusal, tenant)
+        refusal = gateway.admit(item, now)  # counts its own refusals per tenant
         if refusal is not None:
             return self._refuse(refusal)
+        if tenant is not None:
+            request[_RATELIMIT] = gateway.admitted_headers(item)
         try:
             return await self._answer(request, item, chat=chat)
         finally:
             gateway.leave(item)
 
-    def _refuse(self, refusal: Refusal) -> web.Response:
+    def _refuse(self, refusal: Refusal, tenant: str | None = None) -> web.Response:
+        """Count ``refusal`` (per tenant too, given its tenant) and answer it."""
         self.gateway.reject(refusal)
+        self.gateway.count_refusal(tenant, refusal.reason)
         return _refusal_response(refusal)
 
     def _unavailable(self, item: CompletionRequest, error: BaseException) -> web.Response:
@@ -145,15 +170,16 @@ class _Edge:
         (a backend's address, say) goes to the log, never to the client."""
         log.debug("request %s: engine unavailable: %s", item.id, error)
         return self._refuse(Refusal(503, "unavailable", self.gateway.retry_after_queue(),
-                                    "the model backend is unavailable; retry after the indicated delay"))
+                                    "the model backend is unavailable; retry after the indicated delay"),
+                            item.tenant)
 
-    def _stopped_response(self, reason: str) -> web.Response:
+    def _stopped_response(self, reason: str, tenant: str | None) -> web.Response:
         """The request was admitted, then cut off by the edge itself: draining past its timeout,
         or the graph behind it stopped."""
         if self.gateway.draining:
             return self._refuse(Refusal(503, "draining", self.config.retry_after_min_s,
-                                        "the server shut down before the request finished; retry elsewhere"))
-        return self._refuse(Refusal(503, "unavailable", self.gateway.retry_after_queue(), reason))
+                                        "the server shut down before the request finished; retry elsewhere"), tenant)
+        return self._refuse(Refusal(503, "unavailable", self.gateway.retry_after_queue(), reason), tenant)
 
     async def _answer(self, request: web.Request, item: CompletionRequest, *, chat: bool) -> web.StreamResponse:
         gateway = self.gateway
@@ -167,28 +193,28 @@ class _Edge:
             except asyncio.CancelledError:
                 if _task_cancelled():
                     raise  # the client left
-                return self._stopped_response("the request was cancelled before it started")
+                return self._stopped_response("the request was cancelled before it started", item.tenant)
             except DroppedError as error:  # shed by an overflow strategy, or its stage failed
                 return self._refuse(Refusal(429, "queue_full", gateway.retry_after_queue(),
-                                            f"the server shed the request ({error.reason}); retry later"))
+                                            f"the server shed the request ({error.reason}); retry later"), item.tenant)
             except EngineUnavailableError as error:
                 return self._unavailable(item, error)
             started = True
             gateway.meter.record_start(asyncio.get_running_loop().time())
+            gateway.tenant_started(item, completion)
             if completion.finish_reason == "deadline":
                 # Queued past its latency budget: it never ran. Refuse it like an early deadline.
                 return self._refuse(Refusal(429, "deadline", self.config.retry_after_min_s,
-                                            "the request waited longer than the latency budget and was not started"))
+                                            "the request waited longer than the latency budget and was not started"),
+                                    item.tenant)
             if item.stream:
                 return await self._stream(request, item, completion, chat=chat)
             try:
-                # shield: a cancelled handler must not cancel the Completion's shared result
-                # future (the CancelledError clause below cancels the completion itself)
-                result: CompletionResult = await asyncio.shield(completion.result)
+                result = await _result_of(completion)
             except EngineUnavailableError as error:
                 return self._unavailable(item, error)
             if result.finish_reason == "cancelled":
-                return self._stopped_response("the request was cancelled while running")
+                return self._stopped_response("the request was cancelled while running", item.tenant)
             _observe(result)
             self.gateway.meter.record_service(result.e2e_s - result.queue_time_s)
             return _json(200, completion_body(item, result, chat=chat, created=now_created()))
@@ -208,7 +234,9 @@ class _Edge:
         response = web.StreamResponse(status=200, headers={
             "Content-Type": "text/event-stream", "Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
         # Subscribe before the first await, so the sequence has its credit for the first step.
-        tokens = completion.tokens.iterate(self.config.stream_window, credit=True)
+        created = now_created()
+        writer = _EventWriter(self.config.stream_window, *token_event_template(item, chat=chat, created=created))
+        completion.tokens.subscribe(writer)
         result_future = completion.result
         transport = request.transport
 
@@ -223,14 +251,30 @@ class _Edge:
         try:
             _bound_socket_buffers(request, self.config.stream_buffer_bytes)
             await response.prepare(request)
-            created = now_created()
             try:
                 if chat:
                     await response.write(sse(chunk_body(item, chat=True, created=created, text="", role=True)))
-                async for chunk in tokens:
-                    await response.write(sse(chunk_body(item, chat=chat, created=created, text=chunk.text)))
-                    tokens.grant(1)  # credit follows what the socket actually took
-                result = await asyncio.shield(result_future)
+                pending = writer.pending
+                while True:
+                    if pending:
+                        # What arrived while the writer could not write itself (before this
+                        # point, during this task's own write, or while the socket is over its
+                        # high-water mark): one write of whole events, then as much credit back.
+                        n = len(pending)
+                        data = b"".join(pending)
+                        pending.clear()
+                        await response.write(data)
+                        writer.grant(n)
+                        continue
+                    if writer.broken:
+                        raise ConnectionResetError("the client connection closed mid-stream")
+                    if writer.done:
+                        break
+                    writer.go_live(response, request)
+                    await writer.wait()
+                if writer.error is not None:
+                    raise writer.error
+                result = await _result_of(completion)
             except EngineError as error:
                 # The status line is sent: the failure goes in the stream, as an error event
                 # (its detail only in the log: it may name the backend).
@@ -246,16 +290,15 @@ class _Edge:
                 return response
             _observe(result)
             self.gateway.meter.record_service(result.e2e_s - result.queue_time_s)
-            await response.write(sse(chunk_body(item, chat=chat, created=created, result=result)))
+            # the final chunk, the usage chunk and [DONE] end the stream in one write
+            tail = sse(chunk_body(item, chat=chat, created=created, result=result))
             if item.sampling.get("include_usage"):
-                await response.write(sse(chunk_body(item, chat=chat, created=created, result=result,
-                                                    usage_only=True)))
-            await response.write(SSE_DONE)
-            await response.write_eof()
+                tail += sse(chunk_body(item, chat=chat, created=created, result=result, usage_only=True))
+            await response.write_eof(tail + SSE_DONE)
         except (ConnectionResetError, ConnectionError):
             completion.cancel()  # the client went away mid-stream: free the slot
         finally:
-            await tokens.aclose()
+            writer.cancel()
             result_future.remove_done_callback(abort_if_stalled)
         return response
 
@@ -273,6 +316,123 @@ class _Edge:
 
     async def metrics(self, request: web.Request) -> web.Response:
         return web.Response(body=generate_latest(REGISTRY), headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+
+class _EventWriter(InternalSubscriber):
+    """The token consumer of one SSE stream: writes each chunk as one whole event straight to
+    the socket from inside ``on_next`` (no task wake, no future per token) while the connection
+    is live and under its write-buffer high-water mark, and only then gives the chunk of credit
+    back; otherwise it queues the event in ``pending`` and wakes the handler task, which writes
+    the queue in one write and grants as much. Invariant: chunks received but not yet written
+    and granted back never exceed ``window`` (the credit asked at subscribe), so what is
+    outstanding upstream plus ``pending`` stays within ``stream_window``. The writes made here
+    bypass aiohttp's payload writer, so its byte counters (``body_length``, access-log sizes)
+    do not include them; the edge runs without an access log."""
+
+    __slots__ = ("window", "subscription", "pending", "prefix", "suffix", "transport", "protocol", "live",
+                 "done", "broken", "error", "waiter")
+
+    def __init__(self, window: int, prefix: bytes, suffix: bytes) -> None:
+        self.window = window
+        self.subscription: Subscription | None = None
+        self.pending: list[bytes] = []
+        #: the token event's template (:func:`token_event_template`)
+        self.prefix, self.suffix = prefix, suffix
+        self.transport: asyncio.Transport | None = None
+        self.protocol: Any = None
+        #: True while on_next may write to the socket itself (this task is waiting, not writing)
+        self.live = False
+        self.done = False
+        self.broken = False
+        self.error: BaseException | None = None
+        self.waiter: asyncio.Future[None] | None = None
+
+    def go_live(self, response: web.StreamResponse, request: web.Request) -> None:
+        """Let ``on_next`` write itself: only on a plain chunked HTTP/1.1 body (anything else,
+        e.g. compression, keeps every write in aiohttp's hands)."""
+        if (self.transport is None and response.headers.get("Transfer-Encoding") == "chunked"
+                and not response.compression):
+            self.transport = request.transport  # type: ignore[assignment]
+            self.protocol = request.protocol
+        self.live = self.transport is not None
+
+    def on_subscribe(self, subscription: Subscription) -> None:
+        self.subscription = subscription
+        subscription.request(self.window)
+
+    def on_next(self, chunk: Any) -> None:
+        event = self.prefix + orjson.dumps(chunk.text) + self.suffix
+        transport = self.transport
+        if self.live and transport is not None and not self.protocol.writing_paused:
+            if transport.is_closing():
+                self.broken = True
+                self._wake()
+                return
+            # one HTTP chunk (aiohttp's chunked framing) per event: never a split event
+            transport.write(b"%x\r\n%b\r\n" % (len(event), event))
+            self.subscription.request(1)  # type: ignore[union-attr]  # the socket took it
+            if self.protocol.writing_paused:
+                self.live = False  # over the high-water mark: writes go through the handler's
+            return
+        else:
+            self.pending.append(event)
+        self._wake()
+
+    def on_error(self, error: BaseException) -> None:
+        self.error = error
+        self.done = True
+        self._wake()
+
+    def on_complete(self) -> None:
+        self.done = True
+        self._wake()
+
+    def _wake(self) -> None:
+        waiter = self.waiter
+        if waiter is not None:
+            self.waiter = None
+            if not waiter.done():
+                waiter.set_result(None)
+
+    async def wait(self) -> None:
+        """Until a chunk is pending, the stream ended or the connection broke."""
+        self.waiter = waiter = asyncio.get_running_loop().create_future()
+        try:
+            await waiter
+        finally:
+            self.waiter = None
+            self.live = False
+
+    def grant(self, n: int) -> None:
+        if not self.done and self.subscription is not None:
+            self.subscription.request(n)
+
+    def cancel(self) -> None:
+        self.live = False
+        if self.subscription is not None and not self.done:
+            self.done = True
+            self.subscription.cancel()
+
+
+async def _result_of(completion: Completion) -> CompletionResult:
+    """The completion's result (raises the engine's error), without cancelling the Completion's
+    shared result future when the awaiting handler is cancelled (the caller cancels the
+    completion itself). Like ``asyncio.shield``, at the cost of one waiter future and none
+    when the completion is already done."""
+    future = completion.result
+    if not future.done():
+        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+        def wake(_: object) -> None:
+            if not waiter.done():
+                waiter.set_result(None)
+
+        future.add_done_callback(wake)
+        try:
+            await waiter
+        finally:
+            future.remove_done_callback(wake)
+    return future.result()
 
 
 def _task_cancelled() -> bool:
@@ -365,11 +525,16 @@ async def _edge_middleware(request: web.Request, handler: Handler) -> web.Stream
 
 
 async def _add_request_id(request: web.Request, response: web.StreamResponse) -> None:
-    """``x-request-id`` on every answer (streams too): the client's own, if sane, else a new one."""
+    """``x-request-id`` on every answer (streams too): the client's own, if sane, else a new one;
+    and a tenant's ``x-ratelimit-*`` headers (those a refusal set itself are fresher and kept)."""
     response.headers["x-request-id"] = new_request_id(request.headers.get("x-request-id"))
     item = request.get(_ITEM)
     if item is not None and item.cache is not None:
         response.headers["x-rxpipe-cache"] = item.cache
+    ratelimit = request.get(_RATELIMIT)
+    if ratelimit:
+        for name, value in ratelimit.items():
+            response.headers.setdefault(name, value)
 
 
 def make_app(gateway: Gateway) -> web.Application:

@@ -14,7 +14,8 @@ import orjson
 
 from ..engines import CompletionRequest, CompletionResult
 
-__all__ = ["InvalidRequest", "parse_request", "completion_body", "chunk_body", "error_body", "sse"]
+__all__ = ["InvalidRequest", "parse_request", "completion_body", "chunk_body", "error_body", "sse",
+           "token_event_template"]
 
 _SAMPLING_FIELDS = {
     "temperature": (int, float), "top_p": (int, float), "presence_penalty": (int, float),
@@ -227,6 +228,20 @@ def chunk_body(request: CompletionRequest, *, chat: bool, created: int, text: st
         extra = {}
     return orjson.dumps({"id": request.id, "object": "chat.completion.chunk" if chat else "text_completion",
                          "created": created, "model": request.model, "choices": choices, **extra})
+
+
+#: the text of :func:`token_event_template`'s probe chunk (orjson writes it as ``"\u0000"``)
+_PROBE = "\x00"
+
+
+def token_event_template(request: CompletionRequest, *, chat: bool, created: int) -> tuple[bytes, bytes]:
+    """``(prefix, suffix)`` of one token's SSE event: ``prefix + orjson.dumps(text) + suffix`` is
+    byte for byte ``sse(chunk_body(request, chat=chat, created=created, text=text))``, built once
+    per stream instead of a dict and a whole-object encode per token."""
+    event = sse(chunk_body(request, chat=chat, created=created, text=_PROBE))
+    prefix, probe, suffix = event.partition(orjson.dumps(_PROBE))
+    assert probe and suffix.find(probe) < 0, "the probe text occurs once in a token chunk"
+    return prefix, suffix
 
 
 def sse(payload: bytes) -> bytes:

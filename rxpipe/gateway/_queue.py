@@ -35,7 +35,7 @@ from ..flowable import Flowable, Operator
 from ..metrics import StageStatistics
 from ..stage import LINK_SLOTS, DrainSubscription, UpstreamLink
 
-__all__ = ["edge_queue", "EdgeQueueFlowable", "ReplyFuture"]
+__all__ = ["edge_queue", "EdgeQueueFlowable", "ReplyFuture", "reply_departure"]
 
 log = logging.getLogger("rxpipe.gateway")
 
@@ -74,6 +74,20 @@ class ReplyFuture(asyncio.Future[Any]):
         if cancelled:
             self._settled()
         return cancelled
+
+
+def reply_departure(item: Any, callback: Callable[[Any], None]) -> bool:
+    """The ``departure`` hook of ``ops.fair_queue`` for the gateway's requests: arranges
+    ``callback(item)`` for the moment ``item.reply`` (a :class:`ReplyFuture`) is settled — the
+    request started on the engine, failed, was dropped or its client left — and returns True;
+    returns False (the item departs when dispatched) for an item without a fresh ReplyFuture.
+    The same departure rule as :func:`edge_queue`, so a ``fair_queue`` behind the edge keeps
+    its exact bound (admitted and not running <= capacity)."""
+    reply = getattr(item, "reply", None)
+    if not isinstance(reply, ReplyFuture) or reply.done() or reply.listener is not None:
+        return False
+    reply.listener = lambda _reply: callback(item)
+    return True
 
 
 class _EdgeQueueSubscription(DrainSubscription, UpstreamLink):

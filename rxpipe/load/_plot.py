@@ -10,7 +10,7 @@ __all__ = ["PlotUnavailable", "write_plot", "FIGURE_PX", "INSTALL_HINT"]
 #: the PNG's size in pixels (width, height)
 FIGURE_PX = (1200, 900)
 _DPI = 100
-INSTALL_HINT = "pip install 'rxpipe[plot]' (or: pip install matplotlib)"
+INSTALL_HINT = "pip install matplotlib (or, in the rxpipe checkout: pip install -e '.[plot]')"
 
 
 class PlotUnavailable(RuntimeError):

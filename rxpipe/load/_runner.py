@@ -70,12 +70,32 @@ class LoadResult:
 Progress = Callable[[float, float, list[RequestRecord], int], None]
 
 
+class _ModelsRefused(Exception):
+    """``GET /v1/models`` answered other than 200; ``detail`` is its error's code and message."""
+
+    def __init__(self, status: int, body: bytes) -> None:
+        super().__init__(status)
+        self.status = status
+        try:
+            error = orjson.loads(body)["error"]
+            self.detail = f"{error.get('code')}: {error.get('message')}"
+        except (ValueError, KeyError, TypeError, AttributeError):
+            self.detail = body[:200].decode("utf-8", "replace") or "no body"
+
+
 async def _first_model(session: aiohttp.ClientSession, base_url: str, headers: dict[str, str]) -> str:
     try:
         async with session.get(f"{base_url}/v1/models", headers=headers,
                                timeout=aiohttp.ClientTimeout(total=10)) as response:
-            data = orjson.loads(await response.read())
+            body = await response.read()
+            status = response.status
+            if status != 200:  # e.g. 401 from a server with keys: the fix is --api-key, not --model
+                raise _ModelsRefused(status, body)
+            data = orjson.loads(body)
             return str(data["data"][0]["id"])
+    except _ModelsRefused as refused:
+        raise RuntimeError(f"{base_url}/v1/models answered HTTP {refused.status} ({refused.detail}); pass "
+                           f"{'--api-key' if refused.status in (401, 403) else '--model'}") from None
     except (aiohttp.ClientError, OSError, TimeoutError, ValueError, KeyError, IndexError, TypeError) as error:
         raise RuntimeError(f"could not read the model id from {base_url}/v1/models ({type(error).__name__}: "
                            f"{error}); pass --model") from None

@@ -506,3 +506,40 @@ async def test_while_down_the_executor_answers_queued_requests_with_a_reply_slot
             reply.result()
     finally:
         await e.aclose()
+
+
+async def test_a_request_without_credit_parses_whatever_arrived_line_by_line_across_reads() -> None:
+    """The non-streamed read takes whole reads and splits them into lines itself: a line cut
+    across reads, CRLF endings, comments and a last line without its newline read as before."""
+    from rxpipe.engines._openai_state import _Call
+
+    class Reads:
+        def __init__(self, *parts: bytes) -> None:
+            self.parts = list(parts)
+
+        async def readany(self) -> bytes:
+            return self.parts.pop(0) if self.parts else b""
+
+    class Response:
+        content_type = "text/event-stream"
+
+        def __init__(self, *parts: bytes) -> None:
+            self.content = Reads(*parts)
+
+    def event(text: str) -> bytes:
+        return b'data: {"choices": [{"text": "' + text.encode() + b'", "finish_reason": null}]}'
+
+    e = OpenAIEngine("http://127.0.0.1:9", model="m", max_in_flight=1)
+    try:
+        e._bind()
+        request = CompletionRequest(prompt="p")
+        call = _Call(Completion(request, e, asyncio.get_running_loop()), chat=False)
+        whole = (b": a comment\r\n\r\n" + event("a") + b"\r\n\r\n" + event("b") + b"\n\n" + event("c"))
+        cut = whole.index(b"b") + 1
+        await e._read_all_events(call, Response(whole[:7], whole[7:cut], whole[cut:]))  # type: ignore[arg-type]
+        assert call.parts == ["a", "b", "c"] and call.tokens == 3
+        call = _Call(Completion(CompletionRequest(prompt="p"), e, asyncio.get_running_loop()), chat=False)
+        await e._read_all_events(call, Response(event("x") + b"\n\ndata: [DONE]\n\n" + event("y") + b"\n"))  # type: ignore[arg-type]
+        assert call.parts == ["x"]  # nothing after [DONE]
+    finally:
+        await e.aclose()

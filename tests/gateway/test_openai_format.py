@@ -8,7 +8,15 @@ import orjson
 import pytest
 
 from rxpipe.engines import CompletionRequest, CompletionResult
-from rxpipe.gateway._openai import InvalidRequest, chunk_body, completion_body, error_body, parse_request
+from rxpipe.gateway._openai import (
+    InvalidRequest,
+    chunk_body,
+    completion_body,
+    error_body,
+    parse_request,
+    sse,
+    token_event_template,
+)
 
 
 def parse(body: Any, chat: bool = False) -> CompletionRequest:
@@ -90,3 +98,11 @@ def test_chunk_bodies() -> None:
 def test_error_body_shape() -> None:
     assert orjson.loads(error_body("m", "t", "c")) == {
         "error": {"message": "m", "type": "t", "code": "c", "param": None}}
+
+
+@pytest.mark.parametrize("chat", [False, True])
+@pytest.mark.parametrize("text", ["hi", "", 'quote " and \\ and \n', "\x00", "é 漢 🙂"])
+def test_token_event_template_is_byte_for_byte_the_chunk_event(chat: bool, text: str) -> None:
+    req = CompletionRequest(prompt="p", id="cmpl-abc", model="m-1")
+    prefix, suffix = token_event_template(req, chat=chat, created=12)
+    assert prefix + orjson.dumps(text) + suffix == sse(chunk_body(req, chat=chat, created=12, text=text))

@@ -102,3 +102,21 @@ async def test_chat_streams_against_our_gateway_measure_every_token_chunk() -> N
     assert [len(itl) for itl in figures["itls"]] == [6] * expected
     assert figures["mean_ttft_ms"] > 0 and figures["mean_tpot_ms"] > 0 and figures["p99_itl_ms"] > 0
     assert [p["queue"] is not None for p in figures["series"]] == [True]  # our /metrics was read
+
+
+async def test_a_server_that_wants_a_key_says_so_not_pass_model() -> None:
+    from rxpipe import operators as ops
+    from rxpipe.engines import SimulatedEngine
+    from rxpipe.gateway import Gateway
+    from rxpipe.runtime import Pipeline
+
+    async with Pipeline(Gateway(model="sim", api_keys=("k1",)), ops.buffer(4),
+                        ops.execute(SimulatedEngine(max_num_seqs=2))).start(port=0) as running:
+        assert running.url is not None
+        with pytest.raises(RuntimeError) as refused:
+            await run_load(LoadConfig(running.url, duration_s=1.0, scrape=False))
+        result = await run_load(LoadConfig(running.url, rate=(2.0, 2.0), duration_s=1.0, api_key="k1", seed=2,
+                                           scrape=False))
+    assert str(refused.value) == (f"{running.url}/v1/models answered HTTP 401 (invalid_api_key: missing or invalid "
+                                  "API key (Authorization: Bearer <key>)); pass --api-key")
+    assert result.figures["config"]["model"] == "sim"

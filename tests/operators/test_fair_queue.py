@@ -244,6 +244,18 @@ def test_set_weights_recomputes_shares_without_dropping_what_is_held() -> None:
     assert names(ts) == ["a0", "a1"]
 
 
+def test_shares_are_the_exact_floor_even_for_huge_finite_weights() -> None:
+    # Any finite weight > 0 is accepted (a tenants file's too), so the shares
+    # floor(capacity * weight / sum of weights) must not overflow: 100 * 1e308 is inf in floats.
+    pub, ts, stage = setup(100, {"a": 1e308, "b": 1e308, "c": 1})
+    assert stage.shares == {"a": 49, "b": 49, "c": 0}
+    stage.set_weights({"a": 1.5e308, "b": 1.5e308})  # their sum is inf in floats
+    assert stage.shares == {"a": 50, "b": 50}
+    pub.emit(Req("a0"))
+    ts.request(1)
+    assert names(ts) == ["a0"]
+
+
 @pytest.mark.virtual
 async def test_on_virtual_time_behind_a_slow_consumer() -> None:
     loop = asyncio.get_running_loop()
@@ -292,3 +304,107 @@ def test_two_backlogged_tenants_never_differ_by_more_than_twice_the_largest_requ
     gap = max(abs((s2["a"] - s1["a"]) - (s2["b"] - s1["b"]))
               for i, s1 in enumerate(samples) for s2 in samples[i:])
     assert gap <= 2 * largest + 1e-9
+
+
+# departure hook: the exact bound behind an HTTP edge --------------------------------------------
+class Hooked:
+    """A departure hook that records callbacks, so a test can make items depart by hand."""
+
+    def __init__(self) -> None:
+        self.callbacks: dict[str, Any] = {}
+
+    def __call__(self, item: Req, callback: Any) -> bool:
+        self.callbacks[item.name] = lambda: callback(item)
+        return True
+
+
+def test_with_a_departure_hook_an_item_departs_when_the_hook_calls_back_not_when_dispatched() -> None:
+    hook = Hooked()
+    pub = TestPublisher[Req]()
+    ts = TestSubscriber[Req]()
+    pub.pipe(fq(2, {"a": 1, "b": 1}, departure=hook)).subscribe(ts)
+    stage = ts.subscription.upstream  # type: ignore[union-attr]
+    assert pub.requests == [2]
+    pub.emit(Req("a1"), Req("b1"))
+    ts.request(2)
+    assert names(ts) == ["a1", "b1"]
+    assert pub.requests == [2]  # dispatched, not started: no more upstream
+    assert not stage.room_for("a") and not stage.room_for("b")
+    hook.callbacks["b1"]()  # b1 started
+    assert pub.requests == [2, 1]
+    assert stage.room_for("b") and not stage.room_for("c")  # b's share is free again, the pool is not
+    hook.callbacks["b1"]()  # a second call is ignored by the gateway's hook; here: no double count
+    assert stage.occupied == 1
+
+
+def test_a_departure_of_a_still_queued_item_withdraws_it_uncharged() -> None:
+    hook = Hooked()
+    pub = TestPublisher[Req]()
+    ts = TestSubscriber[Req]()
+    pub.pipe(fq(3, departure=hook)).subscribe(ts)
+    stage = ts.subscription.upstream  # type: ignore[union-attr]
+    pub.emit(Req("a1", 5), Req("a2", 5), Req("b1", 1))
+    hook.callbacks["a1"]()  # a1's client left while queued
+    assert pub.requests == [3, 1]
+    assert stage.statistics().buffered == 2 and stage.statistics().dropped == {"cancelled": 1}
+    ts.request(3)
+    assert names(ts) == ["a2", "b1"]
+    assert stage.virtual_token_counters() == {"a": 5.0, "b": 1.0}
+
+
+def test_items_dispatched_and_not_departed_still_take_their_tenants_share() -> None:
+    hook = Hooked()
+    pub = TestPublisher[Req]()
+    ts = TestSubscriber[Req]()
+    pub.pipe(fq(4, {"a": 1, "b": 1}, departure=hook)).subscribe(ts)
+    stage = ts.subscription.upstream  # type: ignore[union-attr]
+    pub.emit(Req("a1"), Req("a2"))
+    ts.request(10)  # both dispatched: a batch downstream holds them, the engine has not started them
+    assert names(ts) == ["a1", "a2"] and stage.statistics().buffered == 0
+    assert not stage.room_for("a")  # its share is in use downstream
+    assert stage.room_for("b") and stage.demand_for("b") == 2  # b's share was kept for it
+    hook.callbacks["a1"]()
+    assert stage.room_for("a") and stage.demand_for("b") == 2
+
+
+@settings(max_examples=200, deadline=None)
+@given(steps=st.lists(st.tuples(st.sampled_from(["emit", "request", "start", "leave"]),
+                                st.sampled_from(["a", "b", "c"]), st.integers(0, 7)), max_size=80))
+def test_with_departures_the_bound_and_the_shares_hold_whatever_happens(steps: list[tuple[str, str, int]]) -> None:
+    """An edge that asks ``room_for`` before emitting, a consumer that requests, requests that start
+    downstream, clients that leave while queued: at every step, items received and not departed
+    plus outstanding demand stay within capacity, a tenant under its share has room, and nothing
+    is ever shed."""
+    hook = Hooked()
+    pub = TestPublisher[Req]()
+    ts = TestSubscriber[Req]()
+    capacity, shares = 6, {"a": 3, "b": 3}  # weights a 1, b 1; c is unnamed: the pool only
+    pub.pipe(fq(capacity, {"a": 1, "b": 1}, departure=hook)).subscribe(ts)
+    stage = ts.subscription.upstream  # type: ignore[union-attr]
+    emitted: list[Req] = []
+    departed: set[str] = set()
+    for number, (action, tenant, n) in enumerate(steps):
+        if action == "emit" and stage.room_for(tenant):
+            item = Req(f"{tenant}{number}", tenant=tenant)
+            emitted.append(item)
+            pub.emit(item)
+        elif action == "request" and n:
+            ts.request(n)
+        elif action in ("start", "leave"):
+            # start: a dispatched item starts downstream; leave: a queued item's client leaves
+            dispatched = {r.name for r in ts.values}
+            pool = [r for r in emitted if r.name not in departed and (r.name in dispatched) == (action == "start")]
+            if pool:
+                chosen = pool[n % len(pool)]
+                departed.add(chosen.name)
+                hook.callbacks[chosen.name]()
+        outstanding = pub.total_requested - len(emitted)
+        alive = len(emitted) - len(departed)
+        assert alive + outstanding <= capacity
+        assert stage.occupied == alive
+        for t, share in shares.items():
+            held = sum(1 for r in emitted if r.tenant == t and r.name not in departed)
+            if held < share:
+                assert stage.room_for(t), (t, held)
+    assert all(not r.discarded for r in emitted)
+    assert stage.statistics().dropped.get("tenant_full", 0) == 0

@@ -27,6 +27,20 @@ def test_the_graph_and_its_defaults() -> None:
         load_pipeline(str(PET), {"queue_size": 3})
 
 
+@pytest.mark.parametrize(("setting", "message"), [
+    ({"key_rate": True}, "setting key_rate must be a number > 0 or null, got True (bool)"),
+    ({"concurrency": "abc"}, "setting concurrency must be an integer >= 1, got 'abc' (str)"),
+    ({"seed": "x"}, "setting seed must be an integer >= 0, got 'x' (str)"),
+    ({"min_s": float("nan")}, "setting min_s must be a number >= 0, got nan (float)"),
+    ({"model": ""}, "setting model must be a non-empty string, got '' (str)"),
+])
+def test_a_setting_of_the_wrong_type_is_refused_naming_its_key(setting: dict[str, object], message: str) -> None:
+    # --set values are JSON: key_rate=true must not become a bucket of 1 request/s
+    with pytest.raises(ValueError) as refused:
+        load_pipeline(str(PET), setting)
+    assert str(refused.value) == message
+
+
 async def test_the_token_bucket_at_the_edge_refuses_past_its_burst() -> None:
     # a bucket of 3 that refills once per 1000 s: the 4th and 5th request are policed
     pipeline = load_pipeline(str(PET), {"key_rate": 0.001, "key_burst": 3, "concurrency": 1, "min_s": 0.02,

@@ -1,0 +1,25 @@
+"""Beyond one machine: the Redis Streams transport (DESIGN §8).
+
+Gateway side, :func:`redis_sink` / :class:`RedisSink`: admitted requests are ``XADD``-ed to a
+stream; demand is the room under ``max_backlog``. Worker side, :class:`RedisGroupSource`: a
+consumer group where ``request(n)`` becomes ``XREADGROUP COUNT n``, each item a
+:class:`RemoteRequest` with an :class:`AckHandle`, ``XACK`` after its reply is written, dead
+workers' entries claimed after ``visibility_timeout_s``. Replies travel on one stream per gateway
+and are de-duplicated there (exactly once at the client).
+
+    from rxpipe.redis import RedisSettings, redis_sink, RedisGroupSource
+    settings = RedisSettings(url="redis://127.0.0.1:6379/0", max_backlog=1000)
+    gateway = Pipeline(Gateway(model="sim"), redis_sink(settings))
+    worker = Pipeline(RedisGroupSource(settings, max_unacked=64), ops.execute(engine))
+
+Needs the ``redis`` extra (``pip install -e '.[redis]'``: redis-py >= 5, its asyncio client).
+"""
+
+from ._ack import AckHandle, RemoteRequest
+from ._connection import Backoff, RedisSettings, default_consumer
+from ._features import Features
+from .sink import RedisSink, redis_sink
+from .source import RedisGroupSource
+
+__all__ = ["RedisSettings", "RedisSink", "redis_sink", "RedisGroupSource", "RemoteRequest", "AckHandle",
+           "Backoff", "Features", "default_consumer"]

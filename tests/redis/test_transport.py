@@ -1,0 +1,140 @@
+"""Gateway sink and worker source together in one process against a real Redis: requests go
+through the stream and come back through the reply stream; the request stream stays bounded."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from redis.asyncio import Redis
+
+from rxpipe import operators as ops
+from rxpipe.engines import CompletionRequest, SimulatedEngine
+from rxpipe.errors import EngineUnavailableError
+from rxpipe.redis import RedisGroupSource, RedisSettings, RedisSink
+from rxpipe.runtime import Pipeline
+from rxpipe.testing import TestPublisher, TestSubscriber
+
+from .servers import RedisServer
+
+pytestmark = pytest.mark.loops("asyncio")
+
+
+@pytest.mark.timeout(90)
+async def test_the_request_stream_stays_bounded_over_10000_requests(redis_server: RedisServer) -> None:
+    total, backlog = 10_000, 500
+    settings = RedisSettings(url=redis_server.url, consumer="w1", max_backlog=backlog, block_ms=50,
+                             refresh_interval_s=0.02, trim_interval_s=0.05)
+    client = Redis.from_url(redis_server.url)
+    edge: TestPublisher[CompletionRequest] = TestPublisher()
+    sink = RedisSink(edge, settings)
+    await sink.start("127.0.0.1", None)
+    engine = SimulatedEngine(max_num_seqs=256, step_overhead_s=0.001, prefill_s_per_token=0.0,
+                             decode_s_per_seq=0.0)
+    worker = Pipeline(RedisGroupSource(settings, max_unacked=256), ops.execute(engine))
+    loop = asyncio.get_running_loop()
+    lengths: list[int] = []
+    done = asyncio.Event()
+
+    async def sample() -> None:
+        while not done.is_set():
+            lengths.append(int(await client.xlen(settings.stream)))
+            await asyncio.sleep(0.05)
+
+    sampler = loop.create_task(sample())
+    try:
+        async with worker.start():
+            sink.subscribe(TestSubscriber())
+            replies = []
+            while len(replies) < total:
+                if edge.total_requested <= len(replies):
+                    await asyncio.sleep(0.002)  # no room under max_backlog: the edge would answer 429
+                    continue
+                request = CompletionRequest(prompt="hello", max_tokens=1, id=f"r{len(replies)}")
+                request.reply = loop.create_future()
+                request.arrival_s = loop.time()
+                replies.append(request.reply)
+                edge.emit(request)
+            completions = await asyncio.wait_for(asyncio.gather(*replies), 60)
+            results = await asyncio.gather(*(c.result for c in completions))
+            assert [r.completion_tokens for r in results] == [1] * total
+            assert {r.finish_reason for r in results} == {"length"}
+            # the edge was asked for one admission at a time (demand is never taken back)
+            assert set(edge.requests) == {1} and edge.total_requested in (total, total + 1)
+
+            async def trimmed() -> bool:
+                return int(await client.xlen(settings.stream)) == 0
+
+            deadline = loop.time() + 5
+            while not await trimmed():
+                assert loop.time() < deadline, await client.xlen(settings.stream)
+                await asyncio.sleep(0.05)
+    finally:
+        done.set()
+        await sampler
+        await sink.stop()
+        await client.aclose()
+    # bounded by the backlog plus what was acknowledged within one trim interval, far below 10,000
+    assert max(lengths) < 2 * backlog, max(lengths)
+    assert sink.router is not None and len(sink.router) == 0
+
+
+async def test_two_gateways_bursting_at_once_keep_the_backlog_bound(redis_server: RedisServer) -> None:
+    settings = RedisSettings(url=redis_server.url, max_backlog=20, refresh_interval_s=0.05)
+    client = Redis.from_url(redis_server.url)
+    edges: list[TestPublisher[CompletionRequest]] = [TestPublisher(), TestPublisher()]
+    sinks = [RedisSink(edge, settings) for edge in edges]
+    loop = asyncio.get_running_loop()
+    for sink in sinks:
+        await sink.start("127.0.0.1", None)
+    try:
+        deadline = loop.time() + 5
+        while not all(sink.gateways == 2 for sink in sinks):  # each saw the other register
+            assert loop.time() < deadline
+            await asyncio.sleep(0.02)
+        for sink in sinks:
+            sink.subscribe(TestSubscriber())
+        sent = [0, 0]
+        replies = []
+        for _ in range(100):  # 30 clients at each gateway for half a second, ten backlog refreshes
+            for k, edge in enumerate(edges):
+                while sent[k] < 30 and edge.total_requested > sent[k]:
+                    request = CompletionRequest(prompt="p", max_tokens=1, id=f"g{k}-{sent[k]}")
+                    request.reply = loop.create_future()
+                    replies.append(request.reply)
+                    edge.emit(request)
+                    sent[k] += 1
+            await asyncio.sleep(0.005)
+        assert sent == [10, 10]  # each admitted its share of the room: ceil(20 / 2)
+        assert int(await client.xlen(settings.stream)) == 20
+    finally:
+        for sink in sinks:
+            await sink.stop()
+        await client.aclose()
+    for reply in replies:  # the gateways stopped before any worker answered
+        assert isinstance(reply.exception(), EngineUnavailableError)
+
+
+async def test_requests_waiting_when_redis_loses_its_data_are_answered_503(redis_server: RedisServer) -> None:
+    settings = RedisSettings(url=redis_server.url, refresh_interval_s=0.05)
+    client = Redis.from_url(redis_server.url)
+    edge: TestPublisher[CompletionRequest] = TestPublisher()
+    sink = RedisSink(edge, settings)
+    await sink.start("127.0.0.1", None)
+    loop = asyncio.get_running_loop()
+    try:
+        sink.subscribe(TestSubscriber())
+        request = CompletionRequest(prompt="p", max_tokens=1, id="lost")
+        request.reply = loop.create_future()
+        edge.emit(request)
+        deadline = loop.time() + 5
+        while int(await client.xlen(settings.stream)) != 1:
+            assert loop.time() < deadline
+            await asyncio.sleep(0.02)
+        await client.flushall()  # a Redis restarted without persistence
+        with pytest.raises(EngineUnavailableError, match="lost the request"):
+            await asyncio.wait_for(request.reply, 5)
+        assert sink.up and sink.router is not None and len(sink.router) == 0
+    finally:
+        await sink.stop()
+        await client.aclose()
