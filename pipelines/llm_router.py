@@ -27,8 +27,16 @@ import os
 from typing import Any
 
 from rxpipe import operators as ops
-from rxpipe.engines import OpenAIEngine
-from rxpipe.gateway import Gateway, GatewayConfig, edge_queue, parse_api_keys
+from rxpipe.engines import CompletionRequest, OpenAIEngine
+from rxpipe.gateway import (
+    Gateway,
+    GatewayConfig,
+    TenantsFileError,
+    edge_queue,
+    parse_api_keys,
+    reply_departure,
+    vtc_cost,
+)
 from rxpipe.loader import PipelineLoadError
 from rxpipe.runtime import Pipeline
 
@@ -56,6 +64,8 @@ SCHEMA: dict[str, tuple[Any, str, str]] = {
     "max_connections": (4096, "int", "open HTTP connections at most (within ulimit -n)"),
     "keepalive_timeout_s": (75.0, "number", "an idle keep-alive connection is closed after it (s)"),
     "header_timeout_s": (10.0, "number", "a new connection without a complete request head by then is closed (s)"),
+    "tenants_file": (None, "str?", "tenants (JSON or TOML): per-tenant fair queue, priority, rpm/tpm (README "
+                                   "\"Many tenants\"); null: one queue for all"),
 }
 
 DEFAULTS: dict[str, Any] = {key: spec[0] for key, spec in SCHEMA.items()}
@@ -77,7 +87,9 @@ def _limit(value: Any) -> int | str | None:
 
 def _check(key: str, value: Any) -> None:
     kind = SCHEMA[key][1]
-    if kind == "str":
+    if kind == "str?":
+        ok, expected = value is None or (isinstance(value, str) and bool(value)), "a path or null"
+    elif kind == "str":
         ok, expected = isinstance(value, str) or (key == "api_keys" and type(value) is int), "a string"
     elif kind == "bool":
         ok, expected = isinstance(value, bool), "true or false"
@@ -133,18 +145,36 @@ def engines(s: dict[str, Any]) -> list[OpenAIEngine]:
 def build(s: dict[str, Any], backends: list[OpenAIEngine]) -> Pipeline:
     """The graph for validated settings ``s`` in front of ``backends``."""
     api_keys = parse_api_keys(s["api_keys"]) or parse_api_keys(os.environ.get("RXPIPE_API_KEYS"))
-    gateway = Gateway(GatewayConfig(
-        model=s["model"], api_keys=api_keys, key_rate=s["key_rate"], key_burst=s["key_burst"],
-        latency_budget_s=s["latency_budget_s"], max_body_bytes=s["max_body_bytes"],
-        max_model_len=s["max_model_len"], default_max_tokens=s["default_max_tokens"],
-        max_connections=s["max_connections"], keepalive_timeout_s=s["keepalive_timeout_s"],
-        header_timeout_s=s["header_timeout_s"]), name="gateway")
-    stages = [edge_queue(s["queue_capacity"], name="queue")]
+    try:
+        gateway = Gateway(GatewayConfig(
+            model=s["model"], api_keys=api_keys, key_rate=s["key_rate"], key_burst=s["key_burst"],
+            latency_budget_s=s["latency_budget_s"], max_body_bytes=s["max_body_bytes"],
+            max_model_len=s["max_model_len"], default_max_tokens=s["default_max_tokens"],
+            max_connections=s["max_connections"], keepalive_timeout_s=s["keepalive_timeout_s"],
+            header_timeout_s=s["header_timeout_s"], tenants_file=s["tenants_file"]), name="gateway")
+    except TenantsFileError as exc:
+        raise SettingError(f"setting tenants_file: {exc}") from exc
+    gate = gateway.tenant_gate
+    if gate is not None:  # as pipelines/llm_gateway.py: the per-tenant fair queue right behind the edge
+        stages = [ops.fair_queue(s["queue_capacity"], tenant=_tenant, weight=gate.tenants.weights, cost=_vtc_cost,
+                                 priority=lambda item: gateway.tenant_priority(item.tenant),
+                                 departure=reply_departure, name="queue")]
+    else:
+        stages = [edge_queue(s["queue_capacity"], name="queue")]
     if s["cache_max_entries"] > 0:
         stages.append(ops.cache(s["cache_max_entries"], s["cache_ttl_s"], name="cache"))
     stages.append(ops.balance(*(ops.execute(e, name=f"executor_{e.name}") for e in backends),
                               retry_unstarted=s["retry_unstarted"], name="balance"))
     return Pipeline(gateway, *stages, name="llm_router", drain_timeout_s=s["drain_timeout_s"])
+
+
+def _tenant(item: CompletionRequest) -> str | None:
+    return item.tenant
+
+
+def _vtc_cost(item: CompletionRequest) -> int:
+    """VTC's estimate at dispatch (tokens): prompt + 2 × max_tokens; reconciled at completion."""
+    return vtc_cost(item.prompt_tokens, item.max_tokens or 0)
 
 
 def pipeline(config: dict[str, Any]) -> Pipeline:

@@ -69,6 +69,22 @@ def test_the_readme_table_lists_every_setting_with_its_default() -> None:
         assert f"| `{key}` | {orjson.dumps(default).decode()} | {meaning} |" in section, key
 
 
+def test_with_a_tenants_file_the_queue_is_the_per_tenant_fair_queue(tmp_path: Path) -> None:
+    router = load_router()
+    tenants = tmp_path / "tenants.json"
+    tenants.write_text('{"alpha": {"weight": 3}, "beta": {"weight": 1}}')
+    base = {"backends": "http://127.0.0.1:1,http://127.0.0.1:2", "model": "m"}
+    s = router.settings({**base, "tenants_file": str(tenants)})
+    stages = router.build(s, router.engines(s)).stages
+    assert [stage.kind for stage in stages] == ["gateway", "fair_queue", "cache", "balance"]
+    plain = router.settings(base)
+    assert [st.kind for st in router.build(plain, router.engines(plain)).stages] == [
+        "gateway", "edge_queue", "cache", "balance"]
+    tenants.write_text('{"alpha": {"weight": 0}}')
+    with pytest.raises(router.SettingError, match="setting tenants_file"):
+        router.build(s, router.engines(s))
+
+
 async def test_balance_gives_fast_at_least_3x_slow_at_40_per_s_without_5xx(fast: StubServer,
                                                                          slow: StubServer) -> None:
     async with running_router(backends=f"{fast.url},{slow.url}", model="m", max_in_flight="auto",
