@@ -31,7 +31,7 @@ if TYPE_CHECKING:
 
 __all__ = ["map", "filter", "scan", "take", "skip", "tap", "buffer", "limit_rate", "batch", "rate_limit",
            "map_async", "timeout", "merge", "broadcast", "group_by", "Retry", "CircuitBreaker",
-           "GroupedFlowable", "execute", "fair_queue"]
+           "GroupedFlowable", "execute", "fair_queue", "balance", "cache"]
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -634,3 +634,78 @@ def fair_queue(capacity: int, *, tenant: Callable[[Any], Hashable] | None = None
         for key, w in weight.items():
             _check_positive("fair_queue", f"weight[{key!r}]", w)
     return lambda source: FairQueueFlowable(source, capacity, tenant, weight, cost, priority, name, departure)
+
+
+def balance(*branches: Operator, retry_unstarted: bool = True, name: str | None = None) -> Operator:
+    """Send each item to one branch that has demand, the one with the most first; merge the outputs.
+
+        source:  -a-b-c-d-|
+        x:       ^3                       branch x asked for 3 (say, an executor with 3 free slots)
+        y:       ^1
+        upstream: ^4                      the sum of the branches' demand
+        x gets:  -a-b---d-|               the most demand first; equal demand: round-robin
+        y gets:  -----c---|
+
+    ``source.pipe(ops.balance(ops.execute(e1), ops.execute(e2)))``: a branch is an operator
+    applied to the balance's port for it; its output is merged into the stage's output (merge's
+    fairness and prefetch). With one ``execute(engine)`` per replica, each replica's free slots
+    are its demand, so work goes to the least-loaded replica by construction.
+    Demand: an item goes only to a branch that asked for it and was not given it yet, so a branch
+    never receives more than it asked. Upstream has been asked for at most the sum of the eligible
+    branches' demand minus the items the stage holds. A branch whose engine (an ``execute`` stage
+    in it) is not ``available`` — down, circuit open — is not eligible: it has no demand.
+    Failover (``retry_unstarted``, default True; for ``CompletionRequest`` items with a reply
+    slot and more than one branch): a request failed by its engine (``EngineError``) before its
+    first token reached the client (a stream with no token relayed; any non-streamed request) is
+    sent again, ahead of the items held, to a branch it has not tried; once it streamed a token
+    its client gets the error (an error event), never a duplicate. The client's Completion is a
+    relay of the current attempt's; the stage's output carries the attempts' own Completions.
+    The stage's ``engine`` is a view of the replicas: available while any one is.
+    Signals: TypeError (raised here) without branches or for a branch that is not callable, and
+    for a branch returning no Flowable. An upstream error reaches every branch at once (the items
+    held are dropped and told ``on_discard("error")``); completion reaches a branch once the held
+    items went out. The merged output follows ``merge``: the first branch error cancels the
+    others (and so upstream). Cancelling downstream cancels every branch; the last branch gone
+    cancels upstream. An upstream emitting beyond demand signals ``MissingBackpressureError``.
+    Anchor: Akka Streams ``Balance`` ("each upstream element is emitted to the first available
+    downstream consumer"), with DESIGN §8b's choice among those available: the most demand.
+    """
+    from ._balance import BalanceFlowable
+
+    if not branches:
+        raise TypeError("balance() needs at least one branch operator")
+    for branch in branches:
+        _check_callable("balance", branch)
+    return lambda source: BalanceFlowable(source, branches, retry_unstarted, name)
+
+
+def cache(max_entries: int, ttl_s: float, *, name: str | None = None) -> Operator:
+    """Answer repeated deterministic requests from memory; coalesce identical ones in flight.
+
+        source:  -a-b-a-|                 a, b: CompletionRequests; a is deterministic (temperature 0)
+        output:  -a-b---|                 the second a is answered by the cache, never emitted
+        upstream: ^3  ^1                  one more asked for each request answered here
+
+    For :class:`~rxpipe.engines.CompletionRequest` items with a reply slot whose sampling says
+    ``temperature`` 0 or gives a ``seed`` (the key is the exact request: model, prompt or
+    messages, ``max_tokens``, sampling fields). A fresh entry answers at once (``request.cache =
+    "hit"``, the edge's ``x-rxpipe-cache: hit``) with a Completion replaying the text (streamed:
+    one word per chunk of credit). An identical request already running is waited for and
+    shared (single-flight: 10 concurrent identical requests make one engine call; a failure of
+    that call is each one's error). Otherwise the request goes on (``"miss"``) and its result is
+    stored when it ends ``stop`` or ``length``. Other items pass through untouched (no header).
+    Demand: passed through (``request(n)`` upstream per ``request(n)`` downstream), plus one per
+    request answered here. Memory: at most ``max_entries`` results (least recently used evicted),
+    each kept ``ttl_s`` seconds (loop clock). Metrics: ``rxpipe_cache_hits_total``,
+    ``rxpipe_cache_misses_total``.
+    Args: max_entries (entries, int >= 1); ttl_s (seconds, > 0).
+    Signals: ValueError (raised here) for bad bounds; upstream errors, completion and cancel
+        pass through as in ``map``.
+    Anchor: Go ``golang.org/x/sync/singleflight``; an LRU with time-to-live (HTTP caches'
+        freshness lifetime) keyed on the full request, as LiteLLM's exact-match cache.
+    """
+    from ._cache import CacheFlowable
+
+    _check_int_min("cache", "max_entries", max_entries, 1)
+    _check_seconds("cache", "ttl_s", ttl_s)
+    return lambda source: CacheFlowable(source, max_entries, ttl_s, name)

@@ -223,6 +223,40 @@ def fair_queue(block: Block) -> None:
     assert ts.completed == block["output"].endswith("|")
 
 
+def balance(block: Block) -> None:
+    pub = TestPublisher[str]()
+    got: dict[str, list[str]] = {"x": [], "y": []}
+    (_, x_demand), = _requests(block["x"])
+    (_, y_demand), = _requests(block["y"])
+    out = TestSubscriber[str](initial_request=UNBOUNDED)
+    pub.pipe(ops.balance(lambda f: f.pipe(ops.limit_rate(x_demand, x_demand), ops.tap(got["x"].append)),
+                         lambda f: f.pipe(ops.limit_rate(y_demand, y_demand), ops.tap(got["y"].append)))).subscribe(out)
+    assert pub.requests == [n for _, n in _requests(block["upstream"])]
+    items = [t for t in _tokens(block["source"]) if t != "|"]
+    pub.emit(*items).complete()
+    for label in ("x", "y"):
+        assert got[label] + ["|"] == _tokens(block[f"{label} gets"])
+    assert sorted(out.values) == items and out.completed
+
+
+def cache(block: Block) -> None:
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        pub = TestPublisher[CompletionRequest]()
+        out = TestSubscriber[CompletionRequest]()
+        pub.pipe(ops.cache(8, 60.0)).subscribe(out)
+        upstream = [n for _, n in _requests(block["upstream"])]
+        out.request(upstream[0])
+        items = [t for t in _tokens(block["source"]) if t != "|"]
+        for letter in items:
+            pub.emit(CompletionRequest(prompt=letter, id=letter, reply=loop.create_future(),
+                                       sampling={"temperature": 0} if letter == "a" else {}))
+        pub.complete()
+        assert pub.requests == upstream
+        assert [r.id for r in out.values] + ["|"] == _tokens(block["output"]) and out.completed
+    run_virtual(main())
+
+
 RUNNERS: dict[tuple[str, int], Callable[[Block], None]] = {
     ("ops.map", 0): kit(lambda: ops.map(lambda x: x * 2)),
     ("ops.filter", 0): kit(lambda: ops.filter(lambda x: x % 2 == 0)),
@@ -249,6 +283,8 @@ RUNNERS: dict[tuple[str, int], Callable[[Block], None]] = {
     ("ops.group_by", 1): group_by,
     ("ops.execute", 0): execute,
     ("ops.fair_queue", 0): fair_queue,
+    ("ops.balance", 0): balance,
+    ("ops.cache", 0): cache,
     ("rx.from_observable", 0): from_observable,
     ("testing.assert_marbles", 0): kit(lambda: ops.map(lambda x: x * 2)),
     ("testing (module)", 0): kit(lambda: ops.filter(lambda x: x % 2 == 0)),

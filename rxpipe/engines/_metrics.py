@@ -6,6 +6,8 @@ name are summed.
 
 - ``rxpipe_engine_running_seqs{engine}`` / ``rxpipe_engine_waiting_seqs{engine}``: gauges read
   lazily at scrape time from every live engine, so nothing is updated per sequence.
+- ``rxpipe_engine_concurrency_limit{engine}``: the in-flight window of engines that have one
+  (``OpenAIEngine``: fixed and cut on 429/503, or adaptive with ``max_in_flight="auto"``).
 - ``rxpipe_engine_batch_tokens{engine}`` / ``rxpipe_engine_step_duration_seconds{engine}``:
   histograms observed once per engine step (never per token), through :func:`observe_step`.
 """
@@ -68,14 +70,18 @@ class EngineCollector(Collector):
     def collect(self) -> Iterator[Any]:
         running: dict[str, int] = defaultdict(int)
         waiting: dict[str, int] = defaultdict(int)
+        limits: dict[str, int] = defaultdict(int)
         for engine in live_engines():
             try:
                 name = engine.name
                 r, w = engine.running, engine.waiting
+                limit = getattr(engine, "concurrency_limit", None)
             except Exception:  # an engine torn down mid-scrape: skip it this time
                 continue
             running[name] += r
             waiting[name] += w
+            if limit is not None:
+                limits[name] += limit
         family = GaugeMetricFamily("rxpipe_engine_running_seqs", "Sequences running on the engine.",
                                    labels=["engine"])
         for name, value in sorted(running.items()):
@@ -84,6 +90,12 @@ class EngineCollector(Collector):
         family = GaugeMetricFamily("rxpipe_engine_waiting_seqs", "Sequences admitted and waiting to start.",
                                    labels=["engine"])
         for name, value in sorted(waiting.items()):
+            family.add_metric([name], value)
+        yield family
+        family = GaugeMetricFamily("rxpipe_engine_concurrency_limit",
+                                   "Calls the engine may have in flight now (OpenAIEngine's window).",
+                                   labels=["engine"])
+        for name, value in sorted(limits.items()):
             family.add_metric([name], value)
         yield family
 

@@ -46,7 +46,16 @@ class _Backoff(_OpenAIState):
             # absent, unreadable, or "retry at once" (Retry-After: 0): never a tight retry loop
             retry_after = min(cap, _BACKOFF_BASE_S * 2.0 ** min(self._streak - 1, 62))
         delay = min(cap, retry_after + self._rng.uniform(0.0, self.retry_after_jitter * retry_after))
-        self._pause_for(delay, status)
+        loop = self._loop
+        assert loop is not None
+        now = loop.time()
+        # the window shrinks (once per window), and only this call waits: the others in flight
+        # are being served. A 503 (the server is down or draining) still pauses every call.
+        self._limit.on_throttle(call.started_s if call.started_s is not None else now, len(self._calls), now)
+        if status == 503:
+            self._pause_for(delay, status)
+        else:
+            call.not_before = now + delay
         if call.throttles > self.throttle_retries:
             error = EngineUnavailableError(f"{self.base_url} answered {status} to {call.request.id} "
                                            f"{call.throttles} times (throttle_retries={self.throttle_retries})")
@@ -68,6 +77,7 @@ class _Backoff(_OpenAIState):
         else:
             self._pause_status = status
             self.pauses += 1
+            self._limit.on_pause()
         self._pause_until = until
         self._pause = loop.call_at(until, self._end_pause)
 

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, Mapping
 import aiohttp
 
 from ..resilience import CircuitBreaker
+from ._concurrency import ConcurrencyLimit
 from .base import Engine
 from .records import Completion
 
@@ -22,7 +23,8 @@ class _Call:
     """The engine's state of one admitted request."""
 
     __slots__ = ("completion", "request", "chat", "state", "task", "response", "parts", "tokens", "started_s",
-                 "first_token_s", "throttles", "trial", "settled", "waiter", "finish_reason", "usage")
+                 "first_token_s", "throttles", "trial", "settled", "waiter", "finish_reason", "usage",
+                 "not_before")
 
     def __init__(self, completion: Completion, chat: bool) -> None:
         self.completion = completion
@@ -43,6 +45,8 @@ class _Call:
         self.waiter: asyncio.Future[None] | None = None
         self.finish_reason: str | None = None
         self.usage: dict[str, Any] | None = None
+        #: loop time before which a refused (429) call must not be sent again; None: not held
+        self.not_before: float | None = None
 
 
 def _seconds(name: str, value: object) -> float:
@@ -89,6 +93,9 @@ class _OpenAIState(Engine):
     _pause_status: int
     _streak: int
     _breaker_timer: asyncio.TimerHandle | None
+    _limit: ConcurrencyLimit
+    _calls: set[_Call]
+    _own_request_id: bool
 
     if TYPE_CHECKING:  # defined by OpenAIEngine and its mixins
         def _breaker_state(self) -> str: ...

@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import asyncio
 import email.utils
+import hashlib
 import math
 import time
+import uuid
 from typing import Any, Mapping
 
 import aiohttp
@@ -15,7 +17,13 @@ import orjson
 from ..errors import EngineError, EngineUnavailableError
 from ._openai_state import _Call, _OpenAIState, _wake
 
-__all__ = ["parse_retry_after"]
+__all__ = ["parse_retry_after", "wire_request_id"]
+
+
+def wire_request_id(request_id: str) -> str:
+    """The ``X-Request-Id`` sent for ``request_id``: a UUID4-formatted digest of it (servers
+    such as llama.cpp's accept only a UUID4 there), the same for the same id."""
+    return str(uuid.UUID(hashlib.md5(request_id.encode()).hexdigest(), version=4))
 
 # sampling fields the engine sets itself (or that are the gateway's own): never passed through
 _RESERVED = frozenset({"model", "prompt", "messages", "stream", "stream_options", "n", "max_tokens",
@@ -84,8 +92,10 @@ class _HTTPCall(_OpenAIState):
         session = self._session
         assert session is not None
         try:
-            response = await session.post(url, data=self._body(call), allow_redirects=False,
-                                          headers={**self._headers, "X-Request-Id": request.id})
+            headers = self._headers
+            if self._own_request_id:
+                headers = {**headers, "X-Request-Id": wire_request_id(request.id)}
+            response = await session.post(url, data=self._body(call), allow_redirects=False, headers=headers)
         except (aiohttp.ClientError, OSError) as error:
             self._settle(call, False)
             completion.fail(EngineUnavailableError(f"{url} unreachable: {error!r}"))
@@ -124,6 +134,9 @@ class _HTTPCall(_OpenAIState):
             return False
         self._settle(call, True)
         self.succeeded += 1
+        if call.started_s is not None:
+            self._limit.on_success(self._loop.time() - call.started_s, call.tokens,  # type: ignore[union-attr]
+                                   len(self._calls))
         self._end(call, "length" if call.finish_reason == "length" else "stop")
         return False
 
@@ -243,6 +256,11 @@ class _HTTPCall(_OpenAIState):
             call.tokens += 1
             call.parts.append(text)
             call.completion.push(text, 1)
+        elif isinstance(text, str) and not reason:
+            # A streamed token whose text is empty (llama.cpp sends those for the bytes of a
+            # multi-byte character split across tokens): still one token generated. The final
+            # chunk (finish_reason, empty text) is none; without usage these counts are used.
+            call.tokens += 1
 
     async def _await_credit(self, call: _Call) -> bool:
         """Park until the consumer grants credit; False (finished ``"stalled"``) after ``stall_timeout_s``."""

@@ -9,12 +9,16 @@ back to the front of the waiting queue and starts again when the pause ends.
 
 Flow control, from the server back to the pipeline:
 
-- capacity: at most ``max_in_flight`` HTTP calls at once; ``free_slots = max_in_flight -
-  running - waiting`` is the executor's demand.
+- capacity: at most ``window`` HTTP calls at once (:mod:`~rxpipe.engines._concurrency`: a fixed
+  ``max_in_flight`` cut down on 429/503 and grown back, or ``"auto"``, an adaptive limit);
+  ``free_slots = window - running - waiting`` is the executor's demand.
 - credit: a streaming request's HTTP body is read only while its token consumer has credit, so
   a slow client stops our reads, aiohttp's buffer fills, it pauses the socket and TCP flow
   control reaches the server (which stops generating, or buffers, as it sees fit).
-- 429/503 (Retry-After): every call pauses, ``free_slots`` is 0 until the pause ends.
+- 429 (Retry-After): the window shrinks (once per window) and the refused call is sent again
+  after its Retry-After; the other calls go on. Only when every call is held that way is the
+  engine *paused* (``free_slots`` 0). 503: every call pauses until the Retry-After ends. After a
+  pause the window restarts small and grows by one per success (slow start).
 - connection errors, timeouts and 5xx other than 503: failures of the circuit breaker; while it
   is open the engine is unavailable (the gateway answers 503).
 """
@@ -25,19 +29,25 @@ import asyncio
 import math
 import random
 from collections import deque
-from typing import Mapping
+from typing import Literal, Mapping
 
 import aiohttp
 
 from ..errors import CircuitOpenError, EngineUnavailableError
 from ..resilience import CircuitBreaker
 from ..stage import SerialLoop
+from ._concurrency import ConcurrencyLimit
 from ._openai_backoff import _Backoff
 from ._openai_state import _DONE, _RUNNING, _WAITING, _Call, _optional_seconds, _seconds, _wake
-from ._openai_wire import _HTTPCall, parse_retry_after
+from ._openai_wire import _HTTPCall, parse_retry_after, wire_request_id
 from .records import Completion, CompletionRequest, CompletionResult
 
-__all__ = ["OpenAIEngine", "parse_retry_after"]
+__all__ = ["OpenAIEngine", "parse_retry_after", "wire_request_id", "AUTO_INITIAL_LIMIT", "AUTO_MAX_LIMIT"]
+
+#: ``max_in_flight="auto"``: the window starts here (calls) ...
+AUTO_INITIAL_LIMIT = 4
+#: ... and never exceeds this (calls; also ``max_num_seqs``, the executor's bound)
+AUTO_MAX_LIMIT = 256
 
 
 class OpenAIEngine(_HTTPCall, _Backoff):
@@ -48,7 +58,11 @@ class OpenAIEngine(_HTTPCall, _Backoff):
             (``/v1`` is appended when missing).
         model: the model id sent in every call (the server's name for it); also ``engine.model``.
         max_in_flight: HTTP calls in flight at most (``max_num_seqs``; vLLM's ``--max-num-seqs``
-            is the natural value).
+            is the natural value), or ``"auto"``: an adaptive limit (Gradient2 on latency per
+            output token, plus the 429/503 decrease) starting at ``AUTO_INITIAL_LIMIT`` and
+            bounded by ``AUTO_MAX_LIMIT``. Either way a 429 cuts the window (see
+            :class:`~rxpipe.engines._concurrency.ConcurrencyLimit`); ``concurrency_limit`` is the
+            current window (metric ``rxpipe_engine_concurrency_limit{engine}``).
         api_key: sent as ``Authorization: Bearer <api_key>`` (None: no header).
         chat: True: always ``/v1/chat/completions`` (a prompt becomes one user message); False:
             always ``/v1/completions`` (a request with messages is refused with ValueError);
@@ -58,10 +72,11 @@ class OpenAIEngine(_HTTPCall, _Backoff):
             our receive buffer is full because the consumer has no credit). total_timeout_s:
             seconds for the whole call (time parked without credit included). None disables one,
             explicitly.
-        retry_after_cap_s: the longest pause (seconds) a 429/503 can cause.
-        retry_after_jitter: the pause is ``min(cap, r + uniform(0, jitter * r))`` where ``r`` is
-            the server's Retry-After (full jitter over ``jitter`` more windows: never earlier than
-            the server asked, below the cap). Without a usable Retry-After — absent, unreadable,
+        retry_after_cap_s: the longest wait (seconds) a 429/503 can cause.
+        retry_after_jitter: the wait (of the refused call after a 429; of every call after a
+            503) is ``min(cap, r + uniform(0, jitter * r))`` where ``r`` is the server's
+            Retry-After (full jitter over ``jitter`` more windows: never earlier than the server
+            asked, below the cap). Without a usable Retry-After — absent, unreadable,
             or below 50 ms (``Retry-After: 0`` is no licence to retry at once) — ``r`` is the
             backoff, doubling from 1 s per consecutive 429/503, with the same jitter.
         throttle_retries: how often one request is retried after a 429/503 (default 5); the next
@@ -72,14 +87,20 @@ class OpenAIEngine(_HTTPCall, _Backoff):
         stall_timeout_s: a streaming request whose consumer gives no credit for this long
             finishes ``"stalled"`` and its HTTP call is closed (None: never).
         include_usage: ask for ``stream_options.include_usage`` (exact token counts in the last
-            chunk; vLLM, OpenAI and llama.cpp support it). Without it counts are one token per
-            streamed delta.
-        headers: extra HTTP headers for every call. session: an ``aiohttp.ClientSession`` to use
+            chunk; vLLM, OpenAI and llama.cpp support it). Without usage, each streamed chunk of
+            a choice counts one token, an empty-text one too (llama.cpp sends those for the
+            bytes of a character split across tokens), except the closing chunk that carries
+            ``finish_reason`` with no text.
+        headers: extra HTTP headers for every call (they win over the engine's own, including
+            ``X-Request-Id``). session: an ``aiohttp.ClientSession`` to use
             (not closed by :meth:`aclose`); default: one of our own, bounded to
             ``max_in_flight`` connections. rng: the jitter's ``random.Random``.
 
-    Capacity: ``free_slots`` is 0 while paused (all demand stops) and while the breaker's
-    half-open trial runs (half-open offers exactly one slot). ``available`` is False when closed,
+    Capacity: ``free_slots = min(window − running − ready, max_in_flight − running − ready −
+    held for a Retry-After)``; 0 while paused (all demand stops) and while the breaker's
+    half-open trial runs (half-open offers exactly one slot). A 429 holds only the refused call
+    for its Retry-After (the window shrinks once per window of calls; the others go on); the
+    engine is *paused* only when every admitted call is so held, or after a 503. ``available`` is False when closed,
     while the breaker is open, and during a pause caused by a 503 (a 429 pause keeps it True: the
     server is up, only busy); ``retry_after_s`` tells how long that lasts. While the breaker is
     open ``free_slots`` stays nominal, as for any engine that is down: ``execute`` then answers
@@ -93,20 +114,29 @@ class OpenAIEngine(_HTTPCall, _Backoff):
 
     Cancelling a Completion (or its token stream) closes its HTTP connection at once, so the
     server sees the disconnect and frees its slot (vLLM aborts the sequence); the engine's slot
-    is free one loop iteration later. Every request carries ``X-Request-Id: <request.id>``.
+    is free one loop iteration later. Every request carries ``X-Request-Id:
+    wire_request_id(request.id)`` (a UUID4 form of the id) unless ``headers`` sets one.
 
     Tasks: one per running call, none while idle. Timers: the pause and the breaker's half-open
     wake-up (loop clock). Call :meth:`aclose` when done (it closes the session it made).
     """
 
-    def __init__(self, base_url: str, model: str, max_in_flight: int, api_key: str | None = None, *,
+    def __init__(self, base_url: str, model: str, max_in_flight: int | Literal["auto"], api_key: str | None = None, *,
                  chat: bool | None = None, connect_timeout_s: float | None = 5.0,
                  read_timeout_s: float | None = 60.0, total_timeout_s: float | None = 600.0,
                  retry_after_cap_s: float = 30.0, retry_after_jitter: float = 1.0, throttle_retries: int = 5,
                  breaker: CircuitBreaker | None = None, stall_timeout_s: float | None = 10.0,
                  include_usage: bool = True, headers: Mapping[str, str] | None = None,
                  session: aiohttp.ClientSession | None = None, rng: random.Random | None = None) -> None:
+        if max_in_flight == "auto":
+            limit = ConcurrencyLimit(AUTO_INITIAL_LIMIT, AUTO_MAX_LIMIT, adaptive=True)
+            max_in_flight = AUTO_MAX_LIMIT
+        elif isinstance(max_in_flight, int) and not isinstance(max_in_flight, bool) and max_in_flight >= 1:
+            limit = ConcurrencyLimit(max_in_flight, max_in_flight)
+        else:
+            raise ValueError(f"OpenAIEngine(max_in_flight=) needs an int >= 1 calls or 'auto', got {max_in_flight!r}")
         super().__init__(model=model, max_num_seqs=max_in_flight)
+        self._limit = limit
         if not isinstance(base_url, str) or not base_url.startswith(("http://", "https://")):
             raise ValueError(f"OpenAIEngine(base_url=) needs an http(s) URL, got {base_url!r}")
         root = base_url.rstrip("/")
@@ -132,6 +162,8 @@ class OpenAIEngine(_HTTPCall, _Backoff):
                          **(dict(headers) if headers else {})}
         if api_key is not None:
             self._headers["Authorization"] = f"Bearer {api_key}"
+        #: the user's headers name the request id themselves: we add none
+        self._own_request_id = not any(k.lower() == "x-request-id" for k in (headers or {}))
         self._rng = rng if rng is not None else random.Random()
         self._session = session
         self._owns_session = session is None
@@ -140,6 +172,8 @@ class OpenAIEngine(_HTTPCall, _Backoff):
         self._waiting: deque[_Call] = deque()
         self._calls: set[_Call] = set()  # running
         self._n_waiting = 0
+        #: calls refused with 429, each held until its Retry-After (not in ``_waiting``)
+        self._delayed: dict[_Call, asyncio.TimerHandle] = {}
         self._start_loop = SerialLoop(self._start_some)
         self._freed = False  # a slot was freed while starting: notify capacity listeners after
         self._trial: _Call | None = None
@@ -160,7 +194,17 @@ class OpenAIEngine(_HTTPCall, _Backoff):
 
     @property
     def waiting(self) -> int:
-        return self._n_waiting
+        return self._n_waiting + len(self._delayed)
+
+    @property
+    def concurrency_limit(self) -> int:
+        """HTTP calls that may be in flight now (the window; see ``max_in_flight``)."""
+        return self._limit.window
+
+    @property
+    def limiter(self) -> ConcurrencyLimit:
+        """The window's state (limit, decreases, samples), for tests and tooling."""
+        return self._limit
 
     def _breaker_state(self) -> str:
         try:
@@ -176,14 +220,18 @@ class OpenAIEngine(_HTTPCall, _Backoff):
 
     @property
     def paused(self) -> bool:
-        """True while a 429/503 pause holds all demand."""
-        return self._pause is not None
+        """True while a 503 pause holds all demand, or every admitted call waits for a 429's
+        Retry-After (none running, none ready)."""
+        return self._pause is not None or (bool(self._delayed) and not self._calls and not self._n_waiting)
 
     @property
     def free_slots(self) -> int:
-        if self._closed or self._pause is not None:
+        if self._closed or self.paused:
             return 0
-        free = self.max_num_seqs - len(self._calls) - self._n_waiting
+        held = len(self._calls) + self._n_waiting
+        # the window bounds the calls running and ready; max_in_flight also bounds those waiting
+        # for a 429's Retry-After, so what the engine holds stays bounded
+        free = min(self._limit.window - held, self.max_num_seqs - held - len(self._delayed))
         if self._breaker_state() == "half_open":
             # one trial call: nothing more until it has closed the circuit
             return 1 if free > 0 and self._trial is None and not self._n_waiting else 0
@@ -195,6 +243,8 @@ class OpenAIEngine(_HTTPCall, _Backoff):
         wait = 0.0
         if self._pause is not None and self._loop is not None:
             wait = max(0.0, self._pause_until - self._loop.time())
+        elif self.paused and self._loop is not None:
+            wait = max(0.0, min(c.not_before or 0.0 for c in self._delayed) - self._loop.time())
         if self._breaker_state() == "open":
             wait = max(wait, self.breaker.retry_after or 0.0)
         return wait
@@ -244,6 +294,11 @@ class OpenAIEngine(_HTTPCall, _Backoff):
             if handle is not None:
                 handle.cancel()
         self._pause = self._breaker_timer = None
+        for call, handle in list(self._delayed.items()):
+            handle.cancel()
+            call.state = _DONE
+            self._end(call, "cancelled")
+        self._delayed.clear()
         while self._waiting:
             call = self._waiting.popleft()
             if call.state == _WAITING:
@@ -270,7 +325,11 @@ class OpenAIEngine(_HTTPCall, _Backoff):
             return
         if call.state == _WAITING:
             call.state = _DONE  # removed lazily from the deque
-            self._n_waiting -= 1
+            handle = self._delayed.pop(call, None)
+            if handle is not None:
+                handle.cancel()
+            else:
+                self._n_waiting -= 1
             self._end(call, "cancelled")
             self._freed = True
             self._start_waiting()
@@ -310,7 +369,7 @@ class OpenAIEngine(_HTTPCall, _Backoff):
         waiting = self._waiting
         loop = self._loop
         assert loop is not None
-        while waiting and len(self._calls) < self.max_num_seqs and self._pause is None and not self._closed:
+        while waiting and len(self._calls) < self._limit.window and self._pause is None and not self._closed:
             call = waiting[0]
             if call.state != _WAITING:
                 waiting.popleft()
@@ -369,6 +428,16 @@ class OpenAIEngine(_HTTPCall, _Backoff):
                 call.state = _WAITING
                 call.parts.clear()
                 call.tokens = 0
+                loop = self._loop
+                if call.not_before is not None and loop is not None:
+                    # a 429: this call alone waits for its Retry-After
+                    self._delayed[call] = loop.call_at(call.not_before, self._undelay, call)
+                    if self.paused:  # every call is held: restart in slow start
+                        self.pauses += 1
+                        self._limit.on_pause()
+                    self._freed = was_trial
+                    self._start_waiting()
+                    return
                 self._waiting.appendleft(call)
                 self._n_waiting += 1
                 self._freed = was_trial  # the breaker closed: more than one slot now
@@ -377,6 +446,16 @@ class OpenAIEngine(_HTTPCall, _Backoff):
         call.state = _DONE
         if self._closed:
             return
+        self._freed = True
+        self._start_waiting()
+
+    def _undelay(self, call: _Call) -> None:
+        """A 429-refused call's Retry-After passed: it goes first in line again."""
+        if self._delayed.pop(call, None) is None or call.state != _WAITING:
+            return
+        call.not_before = None
+        self._waiting.appendleft(call)
+        self._n_waiting += 1
         self._freed = True
         self._start_waiting()
 

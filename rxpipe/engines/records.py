@@ -105,6 +105,8 @@ class CompletionRequest:
     cancelled: bool = field(default=False, init=False)
     completion: Completion | None = field(default=None, init=False, repr=False)
     _prompt_tokens: int | None = field(default=None, init=False, repr=False)
+    #: set by ``ops.cache``: "hit" (answered from the cache) or "miss"; None: not cacheable
+    cache: str | None = field(default=None, init=False, repr=False)
 
     def __post_init__(self) -> None:
         mt = self.max_tokens

@@ -42,6 +42,7 @@ log = logging.getLogger("rxpipe.gateway")
 
 
 _JSON = "application/json"
+_ITEM = web.RequestKey("rxpipe_item", CompletionRequest)
 _ROUTES = {"/v1/completions", "/v1/chat/completions", "/v1/models", "/metrics", "/health", "/healthz", "/readyz"}
 #: OpenAI error ``type`` per refusal status; ``code`` carries the reason label (queue_full, ...).
 _TYPES = {429: "rate_limit_error", 503: "overloaded_error"}
@@ -184,6 +185,7 @@ class _Edge:
         gateway = self.gateway
         reply = item.reply
         assert reply is not None
+        request[_ITEM] = item  # for the answer's x-rxpipe-cache header (ops.cache)
         started = False
         try:
             try:
@@ -526,6 +528,9 @@ async def _add_request_id(request: web.Request, response: web.StreamResponse) ->
     """``x-request-id`` on every answer (streams too): the client's own, if sane, else a new one;
     and a tenant's ``x-ratelimit-*`` headers (those a refusal set itself are fresher and kept)."""
     response.headers["x-request-id"] = new_request_id(request.headers.get("x-request-id"))
+    item = request.get(_ITEM)
+    if item is not None and item.cache is not None:
+        response.headers["x-rxpipe-cache"] = item.cache
     ratelimit = request.get(_RATELIMIT)
     if ratelimit:
         for name, value in ratelimit.items():

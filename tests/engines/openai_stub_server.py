@@ -5,10 +5,10 @@
 ``POST /v1/completions`` and ``POST /v1/chat/completions`` stream SSE (``data: {...}`` chunks, a
 final chunk with ``finish_reason``, a usage chunk when ``stream_options.include_usage``, then
 ``data: [DONE]``). It counts concurrent requests, answers ``throttle_status`` (429) with
-``Retry-After`` to the first ``throttle`` requests, fails the next ``fail`` requests with
-``fail_status``, and records every client disconnect (handler cancellation: the time the server
-saw the connection go, on ``time.monotonic()``, which is system-wide on Linux so tests in another
-process can compare it with their own).
+``Retry-After`` to the first ``throttle`` requests and to any above ``capacity`` in flight, fails
+the next ``fail`` requests with ``fail_status``, and records every client disconnect (handler
+cancellation: the time the server saw the connection go, on ``time.monotonic()``, which is
+system-wide on Linux so tests in another process can compare it with their own).
 
 Control: ``GET /control`` returns the counters; ``POST /control`` with a JSON object sets options
 (``reset: true`` clears the counters first). :class:`StubServer` runs it for tests, its output
@@ -41,6 +41,9 @@ DEFAULTS: dict[str, Any] = {
     "first_delay_s": 0.0,     # seconds before the response headers
     "plain": 0,               # 1: answer one JSON body (a server that ignores "stream": true)
     "cut_after": -1,          # >= 0: abort the connection after this many tokens (a crash mid-stream)
+    "capacity": 0,            # > 0: answer throttle_status (with retry_after) above this many in flight
+    "base_delay_s": 0.0,      # seconds after the response headers, before the first token
+    "empty_every": 0,         # > 0: every N-th streamed token has empty text (llama.cpp's split characters)
 }
 
 
@@ -99,8 +102,10 @@ def make_app(state: State) -> Any:
             body = await request.json()
             state.bodies.append({"path": request.path, "id": rid, "body": body,
                                  "authorization": request.headers.get("Authorization")})
-            if opts["throttle"] > 0:
-                opts["throttle"] -= 1
+            over = 0 < int(opts["capacity"]) < state.in_flight
+            if opts["throttle"] > 0 or over:
+                if not over:
+                    opts["throttle"] -= 1
                 status = int(opts["throttle_status"])
                 count(status)
                 headers = {} if opts["retry_after"] is None else {"Retry-After": str(opts["retry_after"])}
@@ -140,6 +145,8 @@ def make_app(state: State) -> Any:
                 payload = {"id": rid, "object": kind, "model": model, "choices": [choice]}
                 return b"data: " + json.dumps(payload).encode() + b"\n\n"
 
+            if opts["base_delay_s"]:
+                await asyncio.sleep(opts["base_delay_s"])
             if chat:
                 await response.write(b"data: " + json.dumps({"id": rid, "object": "chat.completion.chunk",
                                                              "choices": [{"index": 0, "delta": {"role": "assistant"},
@@ -151,6 +158,8 @@ def make_app(state: State) -> Any:
                 if opts["token_delay_s"]:
                     await asyncio.sleep(opts["token_delay_s"])
                 text = f" t{i}"
+                if opts["empty_every"] and (i + 1) % int(opts["empty_every"]) == 0:
+                    text = ""
                 if pad > len(text):
                     text = text + "." * (pad - len(text))
                 await response.write(chunk(text))

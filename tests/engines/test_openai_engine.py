@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import random
 import time
+import uuid
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -22,6 +23,7 @@ from rxpipe.engines import (
     TokenChunk,
     parse_retry_after,
 )
+from rxpipe.engines.openai import wire_request_id
 from rxpipe.testing import TestSubscriber
 
 from .openai_stub_server import DEFAULTS, StubServer
@@ -59,7 +61,7 @@ async def disconnect_of(server: StubServer, request_id: str, timeout_s: float = 
     deadline = time.monotonic() + timeout_s
     while True:
         for record in server.state()["disconnects"]:
-            if record["id"] == request_id:
+            if record["id"] == wire_request_id(request_id):
                 return record
         if time.monotonic() > deadline:
             raise AssertionError(f"the server never saw {request_id} disconnect")
@@ -68,7 +70,7 @@ async def disconnect_of(server: StubServer, request_id: str, timeout_s: float = 
 
 # -- construction and parsing ----------------------------------------------------------------------
 def test_constructor_validates_its_bounds() -> None:
-    with pytest.raises(ValueError, match="max_num_seqs"):
+    with pytest.raises(ValueError, match="max_in_flight"):
         OpenAIEngine("http://127.0.0.1:1", "m", 0)
     with pytest.raises(ValueError, match="base_url"):
         OpenAIEngine("127.0.0.1:8000", "m", 1)
@@ -111,7 +113,7 @@ async def test_a_prompt_streams_from_v1_completions_with_the_request_mapped(serv
         await wait_for(lambda: e.running == 0, what="the slot")
         assert e.free_slots == 4 and e.succeeded == 1
         [seen] = server.state()["bodies"]
-        assert seen["path"] == "/v1/completions" and seen["id"] == request.id
+        assert seen["path"] == "/v1/completions" and seen["id"] == wire_request_id(request.id)
         assert seen["authorization"] == "Bearer sk-test"
         assert seen["body"] == {"model": "stub-model", "prompt": "hello", "max_tokens": 3, "temperature": 0.5,
                                 "stop": ["\n"], "stream": True, "stream_options": {"include_usage": True}}
@@ -144,6 +146,45 @@ async def test_chat_messages_stream_from_v1_chat_completions(server: StubServer)
         await e.aclose()
         await forced.aclose()
         await plain.aclose()
+
+
+async def test_the_request_id_is_a_uuid4_unless_headers_set_one(server: StubServer) -> None:
+    e = make(server)
+    mine = make(server, headers={"x-request-id": "my-own-id"})
+    try:
+        request = CompletionRequest(prompt="x", max_tokens=1, id="cmpl-abc")
+        await e.submit(request).result
+        await mine.submit(CompletionRequest(prompt="y", max_tokens=1)).result
+        ids = [b["id"] for b in server.state()["bodies"]]
+        assert ids[0] == wire_request_id("cmpl-abc") and uuid.UUID(ids[0]).version == 4
+        assert ids[1] == "my-own-id"
+    finally:
+        await e.aclose()
+        await mine.aclose()
+
+
+async def test_streamed_tokens_with_empty_text_count_when_the_server_sends_no_usage(server: StubServer) -> None:
+    server.control(empty_every=4)  # 8 tokens, 2 of them with empty text, and no usage chunk
+    e = make(server, include_usage=False)
+    try:
+        result = await e.submit(CompletionRequest(prompt="x", max_tokens=8)).result  # SSE on the wire
+        assert result.completion_tokens == 8
+        assert result.text == " t0 t1 t2 t4 t5 t6"
+    finally:
+        await e.aclose()
+
+
+def test_the_window_is_exported_as_rxpipe_engine_concurrency_limit() -> None:
+    from prometheus_client import REGISTRY, generate_latest
+
+    fixed = OpenAIEngine("http://127.0.0.1:1", "m", 7)
+    fixed.name = "window-fixed"
+    auto = OpenAIEngine("http://127.0.0.1:1", "m", "auto")
+    auto.name = "window-auto"
+    text = generate_latest(REGISTRY).decode()
+    assert 'rxpipe_engine_concurrency_limit{engine="window-fixed"} 7.0' in text
+    assert 'rxpipe_engine_concurrency_limit{engine="window-auto"} 4.0' in text  # AUTO_INITIAL_LIMIT
+    assert auto.max_num_seqs == 256 and auto.free_slots == 4
 
 
 # -- 429 / 503: backpressure from the server ----------------------------------------------------------
@@ -230,7 +271,9 @@ async def test_503_pauses_and_reports_the_engine_unavailable_meanwhile(server: S
         with pytest.raises(EngineUnavailableError, match="503"):
             e.submit(CompletionRequest(prompt="refused"))
         assert (await c.result).text == " t0"
-        assert e.available and e.free_slots == 4 and e.breaker.state == "closed"
+        # slow start: the window restarted at 1 and grew by one with the success
+        assert e.available and e.free_slots == e.concurrency_limit == 2 and e.breaker.state == "closed"
+        assert e.limiter.ssthresh == 4.0
     finally:
         await e.aclose()
 
@@ -300,7 +343,7 @@ async def test_cancelling_the_token_subscription_of_a_parked_stream_disconnects_
         completion.tokens.subscribe(ts)
         await ts.await_count(1)
         await asyncio.sleep(0.2)
-        assert completion.generated_tokens == 1 and server.state()["written"][request.id] < total
+        assert completion.generated_tokens == 1 and server.state()["written"][wire_request_id(request.id)] < total
         t0 = time.monotonic()
         ts.cancel()
         assert (await completion.result).finish_reason == "cancelled"
@@ -320,11 +363,11 @@ async def test_without_credit_the_engine_stops_reading_and_tcp_stops_the_server(
         completion.tokens.subscribe(ts)
         await ts.await_count(1)
         await asyncio.sleep(0.5)
-        written = server.state()["written"][request.id]
+        written = server.state()["written"][wire_request_id(request.id)]
         assert len(ts.values) == 1 and completion.generated_tokens == 1 and completion.pending_tokens == 0
         assert written < total // 2  # the server is blocked in write(): backpressure reached it
         await asyncio.sleep(0.2)
-        assert server.state()["written"][request.id] == written  # and stays blocked
+        assert server.state()["written"][wire_request_id(request.id)] == written  # and stays blocked
         ts.request(UNBOUNDED)
         result = await completion.result
         assert result.completion_tokens == total and len(ts.values) == total and ts.completed

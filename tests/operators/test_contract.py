@@ -87,6 +87,9 @@ SPECS: dict[str, Spec] = {
     "timeout": Spec(lambda s, _: s.pipe(ops.timeout(60.0)), bound=0),
     "merge": Spec(lambda s, _: s.pipe(ops.merge(rx.empty(), prefetch=4)), bound=4),
     "broadcast": Spec(lambda s, _: s.pipe(ops.broadcast(1))[0], bound=0),
+    "cache": Spec(lambda s, _: s.pipe(ops.cache(4, 1.0)), bound=0),
+    "balance": Spec(lambda s, _: s.pipe(ops.balance(lambda f: f, lambda f: f.pipe(ops.map(lambda x: x)))),
+                    bound=64),
     # the main stream's output is groups; the items travel in the groups (collected in ctx)
     "group_by": Spec(_groups, bound=4, unpack=lambda g: [], context=_group_context),
     "execute": Spec(lambda s, engine: s.pipe(ops.execute(engine)), bound=2,

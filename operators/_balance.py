@@ -1,0 +1,345 @@
+"""``balance(*branches)``: each item to one branch that has demand, outputs merged (DESIGN §8b).
+
+:class:`BalanceFlowable` builds one *port* per branch (the branch's upstream), applies the
+branch operator to it, and merges the branch outputs (:class:`~operators._merge.MergeFlowable`).
+A *run* (:class:`BalanceRun`) is the single link to upstream; the ports' subscriptions
+(:class:`PortSubscription`) are its downstreams.
+
+Demand: a port's demand is what its branch requested and was not yet given. Upstream has been
+asked for at most the sum of the eligible ports' demand minus the items the run holds. An item
+goes to the eligible port with the most demand; among equal demand, round-robin (the first at or
+after the port after the one served last). A port is eligible when it is live, has demand, and
+the engine of its branch (an ``execute`` stage inside it, if any) is ``available``: a replica
+whose circuit breaker is open has no demand.
+
+With ``retry_unstarted``, a :class:`~rxpipe.engines.CompletionRequest` with a reply slot gets a
+failover reply per attempt (:mod:`operators._failover`): a request whose engine failed it before
+its first token reached the client is dispatched again, to a port it has not tried.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import Any, Callable
+
+from rxpipe._protocol import UNBOUNDED, Subscriber
+from rxpipe.engines import CompletionRequest
+from rxpipe.errors import MissingBackpressureError, ProtocolViolationError
+from rxpipe.flowable import Flowable, Operator
+from rxpipe.metrics import StageStatistics
+from rxpipe.stage import EMPTY_SUBSCRIPTION, LINK_SLOTS, QueueDrainSubscription, SerialLoop, UpstreamLink, discard_all
+
+from ._failover import Failover
+from ._merge import DEFAULT_MERGE_PREFETCH, MergeFlowable
+
+__all__ = ["BalanceFlowable", "BalanceRun", "PortSubscription", "Replicas"]
+
+
+class Replicas:
+    """The engines of a balance's branches seen as one, for the edge (``stage.engine``).
+
+    ``available``: True while any replica is (the edge answers 503 only when none is);
+    ``retry_after_s``: seconds until the first replica takes work again (0.0 when one does).
+    """
+
+    def __init__(self, engines: list[Any]) -> None:
+        self.engines = engines
+
+    @property
+    def available(self) -> bool:
+        return any(engine.available for engine in self.engines)
+
+    @property
+    def retry_after_s(self) -> float:
+        waits = [float(getattr(engine, "retry_after_s", 0.0) or 0.0) for engine in self.engines]
+        return min(waits, default=0.0)
+
+
+class BalanceFlowable(Flowable[Any]):
+    """The stage ``balance``; ``engine`` is a :class:`Replicas` view of the branches' engines.
+
+    Its ``upstreams`` are the source only: the branches are inside the stage (so the edge sees one
+    set of replicas, available while any one is, instead of every engine separately).
+    """
+
+    kind = "balance"
+
+    def __init__(self, source: Flowable[Any], branches: tuple[Operator, ...], retry_unstarted: bool,
+                 name: str | None) -> None:
+        super().__init__(name=name, upstreams=(source,))
+        self.source = source
+        self.retry_unstarted = retry_unstarted
+        self.ports = tuple(PortFlowable(self, k) for k in range(len(branches)))
+        outputs = []
+        for branch, port in zip(branches, self.ports, strict=True):
+            out = branch(port)
+            if not isinstance(out, Flowable):
+                raise TypeError(f"balance(): a branch must return a Flowable, got {out!r}")
+            outputs.append(out)
+        self.outputs = tuple(outputs)
+        #: the engine of each branch (an ``execute`` stage between its port and its output), or None
+        self.port_engines = [_engine_of(out, port) for out, port in zip(self.outputs, self.ports, strict=True)]
+        self.engine = Replicas([e for e in self.port_engines if e is not None]) if any(self.port_engines) else None
+        self.merged = MergeFlowable(self.outputs, DEFAULT_MERGE_PREFETCH, f"{self.name}_merge")
+        self.run: BalanceRun | None = None
+
+    def _subscribe(self, subscriber: Subscriber[Any]) -> None:
+        self.run = BalanceRun(self)
+        self.merged._subscribe(subscriber)
+
+    def _attach(self, k: int, subscriber: Subscriber[Any]) -> None:
+        run = self.run
+        if run is None or run.attached_ports[k]:
+            subscriber.on_subscribe(EMPTY_SUBSCRIPTION)
+            subscriber.on_error(ProtocolViolationError(
+                f"port {k} of {self.name!r} is subscribed by its branch only, once per subscription of the stage"))
+            return
+        run.attach(k, subscriber)
+
+
+def _engine_of(output: Flowable[Any], port: Flowable[Any]) -> Any:
+    """The ``engine`` of a stage on the path from ``port`` to ``output``, else None."""
+    stack, seen = [output], set()
+    while stack:
+        node = stack.pop()
+        if node is port or id(node) in seen:
+            continue
+        seen.add(id(node))
+        engine = getattr(node, "engine", None)
+        if engine is not None and hasattr(engine, "available"):
+            return engine
+        stack.extend(node.upstreams)
+    return None
+
+
+class PortFlowable(Flowable[Any]):
+    """Port ``k``: the upstream of branch ``k`` (one subscriber per run)."""
+
+    kind = "balance_port"
+
+    def __init__(self, parent: BalanceFlowable, k: int) -> None:
+        super().__init__(name=f"{parent.name}[{k}]", upstreams=(parent.source,))
+        self.parent = parent
+        self.k = k
+
+    def _subscribe(self, subscriber: Subscriber[Any]) -> None:
+        self.parent._attach(self.k, subscriber)
+
+
+class PortSubscription(QueueDrainSubscription):
+    """One port's link to its branch: the run queues an item here only against demand."""
+
+    __slots__ = ("run", "k")
+
+    def __init__(self, downstream: Subscriber[Any], run: BalanceRun, k: int) -> None:
+        super().__init__(downstream)
+        self.run = run
+        self.k = k
+
+    @property
+    def demand(self) -> int:
+        """Requested by the branch and not yet given to it (items)."""
+        r = self.requested
+        return r if r == UNBOUNDED else r - len(self.queue)
+
+    def _on_request(self, n: int) -> None:
+        self.run.pump()
+
+    def _on_delivered(self, count: int) -> None:
+        self.run.counters.items_out += count
+
+    def _release(self) -> None:
+        self.queue.clear()
+        self.run.port_released(self)
+
+
+class BalanceRun(UpstreamLink):
+    """One subscription of the stage: the upstream link, the ports and the items held.
+
+    State: ``ports`` (slot ``k`` → its subscription, None until subscribed), ``attached_ports``,
+    ``live`` (ports not cancelled), ``pending`` (items from upstream, and requests to dispatch
+    again, waiting for an eligible port: ``(item, failover or None)``), ``cursor`` (where the
+    round-robin among equal demand resumes), and the link's ``upstream_done``.
+    """
+
+    __slots__ = (*LINK_SLOTS, "stage", "ports", "attached_ports", "live", "pending", "cursor", "pump",
+                 "terminal", "listening", "__weakref__")
+    hands_itself_downstream = False
+
+    def __init__(self, stage: BalanceFlowable) -> None:
+        self.stage = stage
+        n = len(stage.ports)
+        self.ports: list[PortSubscription | None] = [None] * n
+        self.attached_ports = [False] * n
+        self.live = 0
+        self.pending: deque[tuple[Any, Failover | None]] = deque()
+        self.cursor = 0
+        #: the dispatch loop, serial (a re-entrant call is folded into the running one, §1.3)
+        self.pump = SerialLoop(self._pump_pass)
+        #: upstream's terminal signal once received: True (completed) or the error
+        self.terminal: BaseException | bool | None = None
+        self.listening = False
+        self.link_upstream(stage.name)
+
+    # -- ports -----------------------------------------------------------------------------------
+    def attach(self, k: int, subscriber: Subscriber[Any]) -> None:
+        port = PortSubscription(subscriber, self, k)
+        self.ports[k] = port
+        self.attached_ports[k] = True
+        self.live += 1
+        subscriber.on_subscribe(port)
+        if all(self.attached_ports):
+            if self.live:
+                for engine in self.stage.port_engines:
+                    if engine is not None:
+                        engine.add_capacity_listener(self.pump)
+                self.listening = True
+                self.stage.source._subscribe_safely(self)
+            else:
+                self.cancel_upstream()
+
+    def port_released(self, port: PortSubscription) -> None:
+        self.live -= 1
+        if self.live == 0:
+            self._stop_listening()
+            if not self.upstream_done:
+                self.cancel_upstream()
+            self._discard_pending("cancelled")
+        else:
+            self.pump()  # its items may go to another port
+
+    def _stop_listening(self) -> None:
+        if self.listening:
+            self.listening = False
+            for engine in self.stage.port_engines:
+                if engine is not None:
+                    engine.remove_capacity_listener(self.pump)
+
+    def _discard_pending(self, reason: str) -> None:
+        items = [item for item, _ in self.pending]
+        self.pending.clear()
+        discard_all(items, reason, self.counters)
+
+    # -- dispatch ----------------------------------------------------------------------------------
+    def _eligible(self, port: PortSubscription | None) -> bool:
+        if port is None or port.cancelled or port.finished or port.demand <= 0:
+            return False
+        engine = self.stage.port_engines[port.k]
+        return engine is None or engine.available
+
+    def choose(self, excluded: frozenset[int] | set[int] = frozenset()) -> PortSubscription | None:
+        """The eligible port with the most demand; among equal demand the first at or after
+        ``cursor`` (round-robin). None when no port is eligible."""
+        ports = self.ports
+        n = len(ports)
+        best: PortSubscription | None = None
+        best_demand = 0
+        for step in range(n):
+            k = (self.cursor + step) % n
+            port = ports[k]
+            if k in excluded or not self._eligible(port):
+                continue
+            assert port is not None
+            if port.demand > best_demand:
+                best, best_demand = port, port.demand
+        return best
+
+    def can_retry(self, excluded: set[int]) -> bool:
+        """True while a live port outside ``excluded`` may still take a request."""
+        if self.terminal is not None:
+            return False
+        return any(p is not None and not p.cancelled and k not in excluded for k, p in enumerate(self.ports))
+
+    def redispatch(self, item: CompletionRequest, failover: Failover) -> None:
+        """Dispatch ``item`` again (its engine failed it before its first token): ahead of the rest."""
+        self.pending.appendleft((item, failover))
+        self.pump()
+
+    def _pump_pass(self) -> None:
+        pending = self.pending
+        retry = self.stage.retry_unstarted and len(self.ports) > 1
+        while pending:
+            item, failover = pending[0]
+            port = self.choose(failover.tried if failover is not None else frozenset())
+            if port is None:
+                break
+            pending.popleft()
+            self.cursor = (port.k + 1) % len(self.ports)
+            if retry and isinstance(item, CompletionRequest) and item.reply is not None:
+                if failover is None:
+                    failover = Failover(self, item)
+                elif failover.gone:  # its client left while it waited to be sent again
+                    if failover.relay is not None:
+                        failover.relay.finish_cancelled()
+                    continue
+                item = failover.dispatch(port.k)
+            port.queue.append(item)
+            port.drain()
+        terminal = self.terminal
+        if terminal is not None:
+            if terminal is True and not pending:  # completed (an error fails the ports at once)
+                for port in self.ports:
+                    if port is not None and not port.cancelled and not port.finished:
+                        port.finished = True
+                        port.drain()
+                self._stop_listening()
+            return
+        if self.upstream is None or self.upstream_done:
+            return
+        want = 0
+        for port in self.ports:
+            if self._eligible(port):
+                assert port is not None
+                want += port.demand
+                if want >= UNBOUNDED:
+                    want = UNBOUNDED
+                    break
+        if want == UNBOUNDED:
+            if self.upstream_outstanding != UNBOUNDED:
+                self.request_upstream(UNBOUNDED)
+            return
+        n = want - len(pending) - self.upstream_outstanding
+        if n > 0:
+            self.request_upstream(n)
+
+    # -- upstream signals --------------------------------------------------------------------------
+    def _upstream_ready(self) -> None:
+        self.pump()
+
+    def on_next(self, item: Any) -> None:
+        if not self.accept(item):
+            return
+        self.counters.items_in += 1
+        self.pending.append((item, None))
+        self.pump()
+
+    def _upstream_finished(self, error: BaseException | None) -> None:
+        if error is None:
+            self.terminal = True
+            self.pump()  # the ports complete once the items held went out
+        else:
+            self._fail_all(error)
+
+    def _upstream_overrun(self, error: MissingBackpressureError) -> None:
+        self._fail_all(error)
+
+    def _fail_all(self, error: BaseException) -> None:
+        """An error: signalled to every port at once (ahead of what they hold); held items dropped."""
+        self.terminal = error
+        self._stop_listening()
+        self._discard_pending("error")
+        for port in self.ports:
+            if port is not None and not port.cancelled:
+                port.fail(error)
+
+    def statistics(self) -> StageStatistics:
+        """Demand = the sum of the ports' demand (items), items held (pending), in/out."""
+        live = [p for p in self.ports if p is not None and not p.cancelled]
+        demand = sum(p.demand for p in live)
+        counters = self.counters
+        return StageStatistics(counters.stage, min(demand, UNBOUNDED), len(self.pending), None,
+                               counters.items_in, counters.items_out, dict(counters.dropped))
+
+
+#: a branch: an operator applied to the balance's port (``ops.execute(engine)``, a chain, ...)
+Branch = Callable[[Flowable[Any]], Flowable[Any]]

@@ -1,0 +1,198 @@
+"""Failover of ``balance(retry_unstarted=True)``: a request whose replica failed it before its
+first token reached the client is dispatched again, to a replica it has not tried (DESIGN §8b).
+
+The client's request and its reply slot (the gateway's future) stay untouched; each dispatch
+sends the branch an *attempt*: a copy of the request whose ``reply`` is an :class:`AttemptReply`,
+which the executor completes as usual. On the
+first admission the client receives a *relay* Completion (:class:`_Relay` owns it) that follows
+the replica's Completion: tokens (streaming: credit forwarded; non-streaming: collected and
+handed over at the end), result, cancel. When the replica's Completion fails with an
+:class:`~rxpipe.EngineError` and nothing has reached the client yet — a streamed request with
+no token relayed, or any non-streamed request — the request goes back to the balance, ahead of
+the items held there; otherwise the relay fails with the error (the edge ends the stream with
+an error event: never a duplicate token). A request that has tried every live replica fails
+with the last error.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from typing import TYPE_CHECKING, Any
+
+from rxpipe._protocol import UNBOUNDED, Subscription
+from rxpipe.engines import Completion, CompletionRequest, CompletionResult, TokenChunk
+from rxpipe.errors import EngineError
+from rxpipe.stage import InternalSubscriber
+
+if TYPE_CHECKING:
+    from ._balance import BalanceRun
+
+__all__ = ["Failover", "AttemptReply"]
+
+
+class AttemptReply(asyncio.Future[Completion]):
+    """The reply slot of one attempt: what the executor completes; the client's stays intact."""
+
+    def __init__(self, failover: Failover, port: int, loop: asyncio.AbstractEventLoop) -> None:
+        super().__init__(loop=loop)
+        self.failover = failover
+        self.port = port
+
+    def set_result(self, result: Completion) -> None:
+        if not self.done():
+            super().set_result(result)
+            self.failover.admitted(result, self.port)
+
+    def set_exception(self, exception: type | BaseException) -> None:
+        if not self.done():
+            super().set_result(None)  # type: ignore[arg-type]  # settled; nobody awaits this one
+            error = exception if isinstance(exception, BaseException) else exception()
+            self.failover.failed(error, self.port)
+
+    def cancel(self, msg: Any = None) -> bool:
+        self.failover.client.cancel()
+        return super().cancel()
+
+    def cancelled(self) -> bool:
+        # the executor skips an attempt whose client is gone
+        return self.failover.gone or super().cancelled()
+
+
+class Failover:
+    """One request's attempts across the replicas of a balance."""
+
+    def __init__(self, run: BalanceRun, request: CompletionRequest) -> None:
+        assert request.reply is not None
+        self.run = run
+        self.request = request
+        self.client: asyncio.Future[Completion] = request.reply
+        self.loop = self.client.get_loop()
+        #: ports this request was dispatched to
+        self.tried: set[int] = set()
+        self.relay: _Relay | None = None
+        self.attempts = 0
+        #: the relay was cancelled (client gone): no further attempt
+        self.cancelled = False
+
+    @property
+    def gone(self) -> bool:
+        """The client is gone (its request or reply cancelled, or its Completion)."""
+        return self.cancelled or self.request.cancelled or self.client.cancelled()
+
+    def dispatch(self, port: int) -> CompletionRequest:
+        """The attempt to send to ``port``: a copy of the request with its own reply slot."""
+        self.tried.add(port)
+        self.attempts += 1
+        return dataclasses.replace(self.request, reply=AttemptReply(self, port, self.loop))
+
+    def admitted(self, completion: Completion, port: int) -> None:
+        relay = self.relay
+        if relay is None:
+            if self.client.done():  # the client left while it was queued
+                completion.cancel()
+                return
+            relay = self.relay = _Relay(self)
+            self.request.completion = relay.completion  # request.cancel() reaches the relay
+            self.client.set_result(relay.completion)
+        relay.follow(completion, port)
+
+    def failed(self, error: BaseException, port: int) -> None:
+        """The attempt on ``port`` failed before or after admission."""
+        if self.gone:
+            if self.relay is not None:
+                self.relay.finish_cancelled()
+            return
+        if isinstance(error, EngineError) and self.run.can_retry(self.tried):
+            self.run.counters.drop("retried")
+            self.run.redispatch(self.request, self)
+            return
+        relay = self.relay
+        if relay is not None:
+            relay.completion.fail(error)
+        elif not self.client.done():
+            self.client.set_exception(error)
+
+
+class _Relay(InternalSubscriber):
+    """Owner of the client's Completion: follows the current attempt's Completion."""
+
+    def __init__(self, failover: Failover) -> None:
+        self.failover = failover
+        self.completion = Completion(failover.request, self, failover.loop)
+        self.source: Completion | None = None
+        self.subscription: Subscription | None = None
+        self.asked = 0
+        self.port = -1
+        self.parts: list[str] = []
+        self.tokens = 0
+
+    def follow(self, source: Completion, port: int) -> None:
+        self.source, self.port = source, port
+        self.subscription, self.asked, self.parts, self.tokens = None, 0, [], 0
+        if self.completion.cancel_requested:
+            source.cancel()
+        source.tokens.subscribe(self)
+
+    # -- the attempt's token stream ------------------------------------------------------------------
+    def on_subscribe(self, subscription: Subscription) -> None:
+        self.subscription = subscription
+        if self.failover.request.stream:
+            self._forward_credit()
+        else:
+            subscription.request(UNBOUNDED)
+
+    def on_next(self, chunk: TokenChunk) -> None:
+        if self.failover.request.stream:
+            self.asked -= 1
+            self.completion.push(chunk.text, chunk.tokens)
+        else:
+            self.parts.append(chunk.text)
+            self.tokens += chunk.tokens
+
+    def on_error(self, error: BaseException) -> None:
+        relayed = self.failover.request.stream and self.completion.generated_tokens > 0
+        if relayed or self.completion.cancel_requested:
+            self.completion.fail(error)
+        else:
+            self.failover.failed(error, self.port)
+
+    def on_complete(self) -> None:
+        source = self.source
+        assert source is not None
+        outcome = source.outcome
+        if self.parts:
+            self.completion.push("".join(self.parts), self.tokens)
+        if outcome is not None:
+            self.completion.finish(outcome)
+
+    def _forward_credit(self) -> None:
+        sub = self.subscription
+        if sub is None:
+            return
+        want = self.completion.credit - self.asked
+        if want > 0:
+            self.asked += want
+            sub.request(want)
+
+    # -- CompletionOwner -------------------------------------------------------------------------
+    def _credit_granted(self, completion: Completion) -> None:
+        if self.failover.request.stream:
+            self._forward_credit()
+
+    def _cancel_completion(self, completion: Completion) -> None:
+        self.failover.cancelled = True
+        source = self.source
+        if source is not None and not source.done:
+            source.cancel()
+        else:
+            self.finish_cancelled()  # between attempts: nothing runs
+
+    def finish_cancelled(self) -> None:
+        completion = self.completion
+        if completion.done:
+            return
+        now = self.failover.loop.time()
+        arrival = self.failover.request.arrival_s or now
+        completion.finish(CompletionResult("", "cancelled", self.failover.request.prompt_tokens, 0,
+                                           now - arrival, None, now - arrival))
