@@ -109,7 +109,8 @@ class Gateway(Flowable[CompletionRequest], Service):
     of in lock-step. Before any rate is measured the value is 1–2 s, jittered. No refusal
     advertises less than the remaining pause of a throttled engine (``engine.retry_after_s``:
     an OpenAIEngine paused by its backend's 429/503). ``rate_limited`` tells the time to the
-    key's next token, ``deadline`` the excess over the budget, ``draining`` the minimum.
+    key's next token, ``deadline`` the excess over the budget spread one drain interval apart
+    among refusals made together (:meth:`DrainMeter.stagger`), ``draining`` the minimum.
 
     Before admission a request is validated (400, OpenAI's error JSON): sampling fields in range
     and ``prompt tokens + max_tokens <= max_model_len`` (``context_length_exceeded``, vLLM's
@@ -396,8 +397,8 @@ class Gateway(Flowable[CompletionRequest], Service):
                 wait = wait * _WAIT_MARGIN + self.meter.service_time()
             if wait is not None and wait > cfg.latency_budget_s:
                 return Refusal(429, "deadline",
-                               clamp_retry_after(max(wait - cfg.latency_budget_s, self.engine_pause_s()),
-                                                 cfg.retry_after_min_s, cfg.retry_after_max_s),
+                               self.meter.stagger(now, max(wait - cfg.latency_budget_s, self.engine_pause_s()),
+                                                  cfg.retry_after_min_s, cfg.retry_after_max_s, self._rng),
                                f"estimated time to answer {wait:.2f} s exceeds the latency budget "
                                f"{cfg.latency_budget_s:g} s")
         return None

@@ -92,12 +92,27 @@ class DrainMeter:
         Without a measured rate: ``max(low_s, floor_s)`` plus a jitter of up to ``low_s``
         (spread, not lock-step), and nothing is promised.
         """
+        return self._promise(now, floor_s, low_s, high_s, rng, queue=True)
+
+    def stagger(self, now: float, earliest_s: float, low_s: float, high_s: float, rng: random.Random) -> float:
+        """Retry-After (seconds) for a refusal whose retry is useful no earlier than ``earliest_s``
+        from now (a latency-budget refusal: the excess of the estimated wait over the budget, or
+        an engine's pause): the slot one drain interval after the latest promised one, never
+        earlier than ``earliest_s`` — so refusals made together are told times one interval apart
+        instead of the same one (DESIGN §5, "Retry-After that spreads retries"). The same promise
+        book, jitter and clamping as :meth:`reserve`."""
+        return self._promise(now, earliest_s, low_s, high_s, rng, queue=False)
+
+    def _promise(self, now: float, floor_s: float, low_s: float, high_s: float, rng: random.Random, *,
+                 queue: bool) -> float:
         floor_s = max(low_s, floor_s)
         rate = self.rate(now)
         if rate is None:
             return min(high_s, floor_s + rng.uniform(0.0, low_s))
         interval = 1.0 / (rate * RESERVATION_MARGIN)
-        slot = max(self.reserved_until + interval, now + max(floor_s, (self.backlog + 1) * interval))
+        if queue:  # a place in the queue: behind everything queued now
+            floor_s = max(floor_s, (self.backlog + 1) * interval)
+        slot = max(self.reserved_until + interval, now + floor_s)
         if slot > now + high_s:
             # Every slot up to the horizon is promised (sustained overload): no promise can be
             # kept, so spread these over the last quarter of the horizon instead of in lock-step.
