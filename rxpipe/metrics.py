@@ -110,6 +110,15 @@ def live_stages() -> list[StageLike]:
         return list(_live)
 
 
+def gauge_by(name: str, documentation: str, label: str, values: dict[str, int]) -> GaugeMetricFamily:
+    """A gauge family with one sample per ``label`` value, in sorted order (for collectors that
+    read live objects at scrape time)."""
+    family = GaugeMetricFamily(name, documentation, labels=[label])
+    for key, value in sorted(values.items()):
+        family.add_metric([key], value)
+    return family
+
+
 class StageCollector(Collector):
     """Collects every tracked stage at scrape time (registered once on the default registry)."""
 
@@ -144,21 +153,9 @@ class StageCollector(Collector):
         for name, count in sorted(items_out.items()):
             items.add_metric([name, "out"], count)
         yield items
-        family = GaugeMetricFamily("rxpipe_stage_demand", "Outstanding downstream demand (items).",
-                                   labels=["stage"])
-        for name, value in sorted(demand.items()):
-            family.add_metric([name], value)
-        yield family
-        family = GaugeMetricFamily("rxpipe_stage_buffered_items", "Items held by a stage.",
-                                   labels=["stage"])
-        for name, value in sorted(buffered.items()):
-            family.add_metric([name], value)
-        yield family
-        family = GaugeMetricFamily("rxpipe_stage_capacity_items", "Bound on items held by a stage.",
-                                   labels=["stage"])
-        for name, value in sorted(capacity.items()):
-            family.add_metric([name], value)
-        yield family
+        yield gauge_by("rxpipe_stage_demand", "Outstanding downstream demand (items).", "stage", demand)
+        yield gauge_by("rxpipe_stage_buffered_items", "Items held by a stage.", "stage", buffered)
+        yield gauge_by("rxpipe_stage_capacity_items", "Bound on items held by a stage.", "stage", capacity)
         counter = CounterMetricFamily("rxpipe_stage_dropped", "Items shed by a stage.",
                                       labels=["stage", "reason"])
         for (name, reason), count in sorted(dropped.items()):

@@ -20,8 +20,10 @@ from collections import defaultdict
 from typing import TYPE_CHECKING, Any, Iterator
 
 from prometheus_client import Histogram
-from prometheus_client.core import REGISTRY, GaugeMetricFamily
+from prometheus_client.core import REGISTRY
 from prometheus_client.registry import Collector
+
+from ..metrics import gauge_by
 
 if TYPE_CHECKING:
     from .base import Engine
@@ -82,22 +84,10 @@ class EngineCollector(Collector):
             waiting[name] += w
             if limit is not None:
                 limits[name] += limit
-        family = GaugeMetricFamily("rxpipe_engine_running_seqs", "Sequences running on the engine.",
-                                   labels=["engine"])
-        for name, value in sorted(running.items()):
-            family.add_metric([name], value)
-        yield family
-        family = GaugeMetricFamily("rxpipe_engine_waiting_seqs", "Sequences admitted and waiting to start.",
-                                   labels=["engine"])
-        for name, value in sorted(waiting.items()):
-            family.add_metric([name], value)
-        yield family
-        family = GaugeMetricFamily("rxpipe_engine_concurrency_limit",
-                                   "Calls the engine may have in flight now (OpenAIEngine's window).",
-                                   labels=["engine"])
-        for name, value in sorted(limits.items()):
-            family.add_metric([name], value)
-        yield family
+        yield gauge_by("rxpipe_engine_running_seqs", "Sequences running on the engine.", "engine", running)
+        yield gauge_by("rxpipe_engine_waiting_seqs", "Sequences admitted and waiting to start.", "engine", waiting)
+        yield gauge_by("rxpipe_engine_concurrency_limit",
+                       "Calls the engine may have in flight now (OpenAIEngine's window).", "engine", limits)
 
 
 REGISTRY.register(EngineCollector())
