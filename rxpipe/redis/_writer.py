@@ -23,7 +23,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from ._connection import Backoff, call
+from ._connection import Backoff, call, settle
 
 __all__ = ["Writer", "TRANSIENT"]
 
@@ -141,3 +141,18 @@ class Writer:
             if self.on_up is not None:
                 self.on_up()
             return results
+
+
+async def leave_and_close(commands: Redis | None, reader: Redis | None, registry_key: str, member: str) -> None:
+    """The end of a gateway's or worker's life in Redis: remove ``member`` from the liveness hash
+    ``registry_key`` (best effort: Redis may be down), let every command in flight finish
+    (:func:`~rxpipe.redis._connection.settle`), then close both clients."""
+    if commands is not None:
+        try:
+            await call(commands.hdel, registry_key, member)
+        except TRANSIENT:
+            pass
+    await settle()
+    for client in (reader, commands):
+        if client is not None:
+            await client.aclose()

@@ -36,9 +36,9 @@ from ..metrics import StageCounters, StageStatistics, track
 from ..runtime import Service
 from ..stage import DrainSubscription, InternalSubscriber
 from ._codec import decode_reply, encode_request
-from ._connection import Backoff, RedisSettings, call, make_client, settle
+from ._connection import Backoff, RedisSettings, call, make_client
 from ._replies import ReplyRouter
-from ._writer import TRANSIENT, Writer
+from ._writer import TRANSIENT, Writer, leave_and_close
 
 if TYPE_CHECKING:
     from ..runtime import Pipeline
@@ -300,15 +300,7 @@ class RedisSink(Flowable[Any], Service):
             await self._writer.close(self.settings.command_timeout_s)
         if self.router is not None:
             self.router.fail_all(EngineUnavailableError("the gateway stopped"))
-        if self._commands is not None:
-            try:
-                await call(self._commands.hdel, gateways_key(self.settings), self.gateway_id)
-            except TRANSIENT:
-                pass
-        await settle()
-        for client in (self._reader, self._commands):
-            if client is not None:
-                await client.aclose()
+        await leave_and_close(self._commands, self._reader, gateways_key(self.settings), self.gateway_id)
         self._reader = self._commands = None
 
     # -- loops -----------------------------------------------------------------------------------

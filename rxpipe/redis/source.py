@@ -33,11 +33,11 @@ from ..runtime import Service
 from ..stage import EMPTY_SUBSCRIPTION, QueueDrainSubscription
 from ._ack import AckHandle, RemoteRequest
 from ._codec import decode_request
-from ._connection import Backoff, RedisSettings, call, make_client, public_url, settle
+from ._connection import Backoff, RedisSettings, call, make_client, public_url
 from ._features import Features, detect_features
 from ._serve import ReplyPublisher
 from ._trim import trim_acknowledged
-from ._writer import TRANSIENT, Writer
+from ._writer import TRANSIENT, Writer, leave_and_close
 from .sink import ensure_group, workers_key
 
 if TYPE_CHECKING:
@@ -261,16 +261,7 @@ class RedisGroupSource(Flowable[RemoteRequest], Service):
             self._tasks = []
         if self._writer is not None:
             await self._writer.close(self.settings.command_timeout_s)
-        commands = self._commands
-        if commands is not None:
-            try:
-                await call(commands.hdel, workers_key(self.settings), self.settings.consumer)
-            except TRANSIENT:
-                pass
-        await settle()
-        for client in (self._reader, self._commands):
-            if client is not None:
-                await client.aclose()
+        await leave_and_close(self._commands, self._reader, workers_key(self.settings), self.settings.consumer)
         self._reader = self._commands = None
 
     # -- the reader ------------------------------------------------------------------------------

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import urllib.request
@@ -31,7 +32,9 @@ def test_prometheus_scrapes_the_gateway_and_answers_the_issue_queries(stack: Sta
     assert [sample["metric"]["engine"] for sample in running] == ["sim"]
 
 
-@pytest.mark.skipif(shutil.which("promtool") is None, reason="Debian's promtool is not installed here")
+# CI installs Debian's prometheus (with promtool): there a missing promtool fails instead of skipping
+@pytest.mark.skipif(shutil.which("promtool") is None and not os.environ.get("CI"),
+                    reason="Debian's promtool is not installed here (.ci/run installs it)")
 def test_promtool_finds_nothing_to_lint_in_our_metrics(stack: Stack) -> None:
     with urllib.request.urlopen(f"{stack.gateway.url}/metrics", timeout=10) as response:
         text = response.read()
