@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import socket
 import time
@@ -43,7 +44,7 @@ log = logging.getLogger("rxpipe.gateway")
 
 _JSON = "application/json"
 _ITEM = web.RequestKey("rxpipe_item", CompletionRequest)
-_ROUTES = {"/v1/completions", "/v1/chat/completions", "/v1/models", "/metrics", "/health", "/healthz", "/readyz"}
+_COMPLETIONS, _CHAT = "/v1/completions", "/v1/chat/completions"
 #: OpenAI error ``type`` per refusal status; ``code`` carries the reason label (queue_full, ...).
 _TYPES = {429: "rate_limit_error", 503: "overloaded_error"}
 #: request-scoped store of the tenant's ``x-ratelimit-*`` headers, added to whatever answer goes out
@@ -74,11 +75,27 @@ class _Edge:
         self.config = gateway.config
 
     # -- OpenAI endpoints ----------------------------------------------------------------------
-    async def completions(self, request: web.Request) -> web.StreamResponse:
-        return await self._complete(request, chat=False)
-
-    async def chat_completions(self, request: web.Request) -> web.StreamResponse:
-        return await self._complete(request, chat=True)
+    async def serve(self, request: web.Request, *, chat: bool) -> web.StreamResponse:
+        """``POST /v1/completions`` (``chat=False``) and ``/v1/chat/completions`` (``chat=True``):
+        the answer, counted by route and code and timed. The edge runs no aiohttp middleware and
+        no response signal (each costs coroutine layers on every request): this is the one
+        wrapper of the completion routes, and :func:`_answer_headers` sets the headers every
+        answer carries."""
+        started = time.perf_counter()
+        route = _CHAT if chat else _COMPLETIONS
+        try:
+            response = await self._complete(request, chat=chat)
+        except asyncio.CancelledError:
+            count_request(route, 499)  # client closed the request (nginx's convention)
+            raise
+        except Exception:
+            log.exception("unhandled error on %s %s", request.method, request.path)
+            response = _error(500, "internal error", "server_error", "internal_error")
+        count_request(route, response.status)
+        REQUEST_DURATION.observe(time.perf_counter() - started)
+        if not response.prepared:  # a stream set its headers before its status line went out
+            _answer_headers(request, response)
+        return response
 
     def _model(self) -> dict[str, object]:
         return {"id": self.config.model, "object": "model", "created": 0, "owned_by": "rxpipe"}
@@ -250,6 +267,7 @@ class _Edge:
         result_future.add_done_callback(abort_if_stalled)
         try:
             _bound_socket_buffers(request, self.config.stream_buffer_bytes)
+            _answer_headers(request, response)
             await response.prepare(request)
             try:
                 if chat:
@@ -495,58 +513,76 @@ def _bound_socket_buffers(request: web.Request, limit: int) -> None:
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
-@web.middleware
-async def _edge_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
-    """JSON errors for unknown routes, counts every answer by route and code, times it."""
-    started = time.perf_counter()
-    route = request.path if request.path in _ROUTES else "other"
-    try:
-        response = await handler(request)
-    except web.HTTPNotFound:
-        response = _error(404, f"no route {request.method} {request.path}", "not_found_error", "unknown_route")
-    except web.HTTPMethodNotAllowed as error:
-        response = _error(405, f"{request.method} is not allowed on {request.path}", "invalid_request_error",
-                          "method_not_allowed", headers={"Allow": ",".join(sorted(error.allowed_methods))})
-    except web.HTTPException as error:
-        if error.status < 400:
-            raise
-        kind = "invalid_request_error" if error.status < 500 else "server_error"
-        response = _error(error.status, error.reason, kind, error.reason.lower().replace(" ", "_"))
-    except asyncio.CancelledError:
-        count_request(route, 499)  # client closed the request (nginx's convention)
-        raise
-    except Exception:
-        log.exception("unhandled error on %s %s", request.method, request.path)
-        response = _error(500, "internal error", "server_error", "internal_error")
-    count_request(route, response.status)
-    if route in ("/v1/completions", "/v1/chat/completions"):
-        REQUEST_DURATION.observe(time.perf_counter() - started)
-    return response
-
-
-async def _add_request_id(request: web.Request, response: web.StreamResponse) -> None:
+def _answer_headers(request: web.Request, response: web.StreamResponse) -> None:
     """``x-request-id`` on every answer (streams too): the client's own, if sane, else a new one;
-    and a tenant's ``x-ratelimit-*`` headers (those a refusal set itself are fresher and kept)."""
-    response.headers["x-request-id"] = new_request_id(request.headers.get("x-request-id"))
+    ``x-rxpipe-cache`` when ``ops.cache`` decided; a tenant's ``x-ratelimit-*`` headers (those a
+    refusal set itself are fresher and kept). Call before the status line goes out."""
+    headers = response.headers
+    headers["x-request-id"] = new_request_id(request.headers.get("x-request-id"))
     item = request.get(_ITEM)
     if item is not None and item.cache is not None:
-        response.headers["x-rxpipe-cache"] = item.cache
+        headers["x-rxpipe-cache"] = item.cache
     ratelimit = request.get(_RATELIMIT)
     if ratelimit:
         for name, value in ratelimit.items():
-            response.headers.setdefault(name, value)
+            headers.setdefault(name, value)
+
+
+def _operational(route: str, handler: Handler) -> Handler:
+    """``handler`` of an operational route, counted by route and code, with the answer headers."""
+
+    async def counted(request: web.Request) -> web.StreamResponse:
+        try:
+            response = await handler(request)
+        except asyncio.CancelledError:
+            count_request(route, 499)
+            raise
+        except Exception:
+            log.exception("unhandled error on %s %s", request.method, request.path)
+            response = _error(500, "internal error", "server_error", "internal_error")
+        count_request(route, response.status)
+        _answer_headers(request, response)
+        return response
+
+    return counted
+
+
+def _unrouted(app: web.Application) -> Handler:
+    """The catch-all route: OpenAI's JSON error body for a path no route serves (404
+    ``unknown_route``) or a method the path's route does not take (405 ``method_not_allowed``,
+    with ``Allow``), instead of aiohttp's text answers."""
+
+    async def unrouted(request: web.Request) -> web.StreamResponse:
+        allowed: set[str] = set()
+        for resource in app.router.resources():
+            if resource is not catch_all:
+                allowed |= (await resource.resolve(request))[1]
+        if allowed:
+            response = _error(405, f"{request.method} is not allowed on {request.path}", "invalid_request_error",
+                              "method_not_allowed", headers={"Allow": ",".join(sorted(allowed))})
+        else:
+            response = _error(404, f"no route {request.method} {request.path}", "not_found_error", "unknown_route")
+        count_request("other", response.status)
+        _answer_headers(request, response)
+        return response
+
+    catch_all = app.router.add_resource("/{path:.*}")
+    catch_all.add_route("*", unrouted)
+    return unrouted
 
 
 def make_app(gateway: Gateway) -> web.Application:
+    """The edge's aiohttp application: the routes of :class:`Gateway`, no middleware."""
     edge = _Edge(gateway)
-    app = web.Application(client_max_size=gateway.config.max_body_bytes, middlewares=[_edge_middleware])
-    app.on_response_prepare.append(_add_request_id)
-    app.router.add_post("/v1/completions", edge.completions)
-    app.router.add_post("/v1/chat/completions", edge.chat_completions)
-    app.router.add_get("/v1/models", edge.models)
-    app.router.add_get("/v1/models/{model}", edge.model)
-    app.router.add_get("/metrics", edge.metrics)
-    app.router.add_get("/health", edge.healthz)  # vLLM's name for the liveness probe
-    app.router.add_get("/healthz", edge.healthz)
-    app.router.add_get("/readyz", edge.readyz)
+    app = web.Application(client_max_size=gateway.config.max_body_bytes)
+    # partials of one coroutine function: aiohttp calls them straight, no wrapper layer
+    app.router.add_post(_COMPLETIONS, functools.partial(edge.serve, chat=False))
+    app.router.add_post(_CHAT, functools.partial(edge.serve, chat=True))
+    app.router.add_get("/v1/models", _operational("/v1/models", edge.models))
+    app.router.add_get("/v1/models/{model}", _operational("other", edge.model))
+    app.router.add_get("/metrics", _operational("/metrics", edge.metrics))
+    app.router.add_get("/health", _operational("/health", edge.healthz))  # vLLM's name for the liveness probe
+    app.router.add_get("/healthz", _operational("/healthz", edge.healthz))
+    app.router.add_get("/readyz", _operational("/readyz", edge.readyz))
+    _unrouted(app)
     return app
