@@ -19,10 +19,10 @@ import weakref
 from collections import defaultdict
 from typing import TYPE_CHECKING, Any, Iterator
 
-from prometheus_client import Histogram
 from prometheus_client.core import REGISTRY
 from prometheus_client.registry import Collector
 
+from .._loop_metrics import LoopHistogram
 from ..metrics import gauge_by
 
 if TYPE_CHECKING:
@@ -33,10 +33,10 @@ __all__ = ["register", "live_engines", "observe_step", "STEP_DURATION", "BATCH_T
 _lock = threading.Lock()  # the collector runs on prometheus_client's HTTP thread
 _engines: weakref.WeakSet[Any] = weakref.WeakSet()
 
-STEP_DURATION = Histogram(
+STEP_DURATION = LoopHistogram(
     "rxpipe_engine_step_duration_seconds", "Duration of one engine step (prefill and decode), seconds.",
     ["engine"], buckets=(0.001, 0.0025, 0.005, 0.0075, 0.01, 0.015, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5))
-BATCH_TOKENS = Histogram(
+BATCH_TOKENS = LoopHistogram(
     "rxpipe_engine_batch_tokens", "Tokens processed in one engine step (prefilled + decoded).",
     ["engine"], buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768))
 

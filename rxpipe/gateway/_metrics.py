@@ -2,7 +2,8 @@
 requests ended, latency, TTFT.
 
 Label values come from fixed sets (routes of the app, status codes, reason and outcome labels);
-children are resolved once and cached, so answering a request costs no labelled lookup. The
+children are resolved once and cached, so answering a request costs no labelled lookup, and the
+families are :mod:`rxpipe._loop_metrics`'s lock-free ones (updated from the loop's thread). The
 series of the known label sets (every refusal reason, every outcome, 200/429/503 on the
 completion routes) exist at 0 from import on, so a dashboard never shows "no data" for them.
 """
@@ -11,8 +12,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from prometheus_client import Counter, Histogram
-
+from .._loop_metrics import CounterChild, LoopCounter, LoopHistogram
 from ..errors import DroppedError
 
 if TYPE_CHECKING:
@@ -30,20 +30,21 @@ REFUSAL_REASONS = ("queue_full", "rate_limited", "deadline", "unavailable", "dra
 OUTCOMES = ("ok", "error", "stalled", "cancelled")
 COMPLETION_ROUTES = ("/v1/completions", "/v1/chat/completions")
 
-HTTP_REQUESTS = Counter("rxpipe_http_requests", "HTTP requests answered, by route and status code.",
+HTTP_REQUESTS = LoopCounter("rxpipe_http_requests", "HTTP requests answered, by route and status code.",
                         ["route", "code"])
-REJECTIONS = Counter("rxpipe_rejections", "Requests refused at the edge, by reason.", ["reason"])
-REQUESTS_FINISHED = Counter("rxpipe_requests_finished", "Admitted requests that ended, by outcome.", ["outcome"])
-REQUEST_DURATION = Histogram("rxpipe_request_duration_seconds",
+REJECTIONS = LoopCounter("rxpipe_rejections", "Requests refused at the edge, by reason.", ["reason"])
+REQUESTS_FINISHED = LoopCounter("rxpipe_requests_finished", "Admitted requests that ended, by outcome.", ["outcome"])
+REQUEST_DURATION = LoopHistogram("rxpipe_request_duration_seconds",
                              "Time from request arrival to the end of its answer (seconds).",
                              buckets=LATENCY_BUCKETS_S)
-TIME_TO_FIRST_TOKEN = Histogram("rxpipe_time_to_first_token_seconds",
+TIME_TO_FIRST_TOKEN = LoopHistogram("rxpipe_time_to_first_token_seconds",
                                 "Time from request arrival to its first generated token (seconds).",
                                 buckets=LATENCY_BUCKETS_S)
 
-_request_children: dict[tuple[str, int], Counter] = {}
-_rejection_children: dict[str, Counter] = {reason: REJECTIONS.labels(reason=reason) for reason in REFUSAL_REASONS}
-_finished_children: dict[str, Counter] = {outcome: REQUESTS_FINISHED.labels(outcome=outcome) for outcome in OUTCOMES}
+_request_children: dict[tuple[str, int], CounterChild] = {}
+_rejection_children: dict[str, CounterChild] = {reason: REJECTIONS.labels(reason=reason) for reason in REFUSAL_REASONS}
+_finished_children: dict[str, CounterChild] = {outcome: REQUESTS_FINISHED.labels(outcome=outcome)
+                                               for outcome in OUTCOMES}
 for _route in COMPLETION_ROUTES:
     for _code in (200, 429, 503):
         _request_children[(_route, _code)] = HTTP_REQUESTS.labels(route=_route, code=str(_code))

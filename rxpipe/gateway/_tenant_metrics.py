@@ -12,8 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from prometheus_client import Counter, Histogram
-
+from .._loop_metrics import LoopCounter, LoopHistogram
 from ._metrics import LATENCY_BUCKETS_S
 from ._tenants import OTHER_LABEL
 
@@ -23,12 +22,12 @@ __all__ = ["REFUSAL_REASONS", "TENANT_ADMITTED", "TENANT_QUEUE_WAIT", "TENANT_RE
 #: refusal reasons of the edge (DESIGN §5); each exists at 0 for every configured tenant
 REFUSAL_REASONS = ("queue_full", "rate_limited", "deadline", "unavailable", "draining")
 
-TENANT_ADMITTED = Counter("rxpipe_tenant_admitted", "Requests admitted into the graph, by tenant.", ["tenant"])
-TENANT_REFUSED = Counter("rxpipe_tenant_refused", "Requests refused at the edge, by tenant and reason.",
+TENANT_ADMITTED = LoopCounter("rxpipe_tenant_admitted", "Requests admitted into the graph, by tenant.", ["tenant"])
+TENANT_REFUSED = LoopCounter("rxpipe_tenant_refused", "Requests refused at the edge, by tenant and reason.",
                          ["tenant", "reason"])
-TENANT_TOKENS = Counter("rxpipe_tenant_tokens", "Tokens processed, by tenant; direction in = prompt, "
+TENANT_TOKENS = LoopCounter("rxpipe_tenant_tokens", "Tokens processed, by tenant; direction in = prompt, "
                         "out = completion.", ["tenant", "direction"])
-TENANT_QUEUE_WAIT = Histogram("rxpipe_tenant_queue_wait_seconds",
+TENANT_QUEUE_WAIT = LoopHistogram("rxpipe_tenant_queue_wait_seconds",
                               "Time from admission to the engine starting the request (seconds), by tenant.",
                               ["tenant"], buckets=LATENCY_BUCKETS_S)
 
