@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import signal
 import sys
 import traceback
@@ -51,6 +52,23 @@ def _print_item(item: Any) -> None:
     sys.stdout.write(f"{item}\n")
 
 
+#: the youngest generation's collection threshold while ``rxpipe run`` serves (net allocations of
+#: GC-tracked objects; CPython's default is 700)
+GC_THRESHOLD = 10_000
+
+
+def _tune_gc() -> None:
+    """Once the pipeline runs: move every object made so far (modules, the graph, the app) to the
+    permanent generation (``gc.freeze``), so full collections stop walking them, and collect the
+    youngest generation every :data:`GC_THRESHOLD` net allocations instead of 700. The serving
+    path frees an answered request by reference counting (no cycles:
+    ``tests/gateway/test_no_cycles.py``), so a collection finds next to nothing; with CPython's
+    defaults they took ~7 % of a busy gateway's CPU (~4 us per request)."""
+    gc.freeze()
+    youngest, middle, oldest = gc.get_threshold()
+    gc.set_threshold(max(youngest, GC_THRESHOLD), middle, oldest)
+
+
 async def _serve(pipeline: Pipeline, host: str, port: int) -> None:
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
@@ -67,6 +85,7 @@ async def _serve(pipeline: Pipeline, host: str, port: int) -> None:
     try:
         on_item = None if pipeline.serves_http else _print_item
         async with pipeline.start(host=host, port=port, on_item=on_item) as running:
+            _tune_gc()
             if running.url is not None:
                 click.echo(f"rxpipe: {pipeline.name} serving on {running.url}")
                 sys.stdout.flush()

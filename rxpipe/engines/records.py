@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import asyncio
 import math
-import secrets
 from dataclasses import dataclass, field
+from random import getrandbits as _getrandbits
 from typing import TYPE_CHECKING, Any, Protocol
 
 from .._protocol import UNBOUNDED, Subscriber
@@ -37,7 +37,9 @@ FINISH_REASONS = ("stop", "length", "stalled", "cancelled", "deadline")
 
 
 def _new_id() -> str:
-    return "cmpl-" + secrets.token_hex(12)
+    # unique, not secret: the PRNG (seeded from os.urandom, reseeded in forked children), not a
+    # getrandom() syscall per request
+    return f"cmpl-{_getrandbits(96):024x}"
 
 
 def estimate_tokens(prompt: str | None, messages: list[dict[str, Any]] | None = None) -> int:
@@ -205,7 +207,7 @@ class Completion:
     """
 
     __slots__ = ("request", "done", "cancel_requested", "engine_state", "_owner", "_loop", "_outcome",
-                 "_error", "_future", "_stream", "_subscription", "_parts", "_pending_tokens", "_chunks",
+                 "_error", "_future", "_subscription", "_parts", "_pending_tokens", "_chunks",
                  "_generated", "__weakref__")
 
     def __init__(self, request: CompletionRequest, owner: CompletionOwner | Engine,
@@ -222,8 +224,9 @@ class Completion:
         self._outcome: CompletionResult | None = None
         self._error: BaseException | None = None
         self._future: asyncio.Future[CompletionResult] | None = None
-        self._stream: _TokenStream | None = None
-        self._subscription: _TokenSubscription | None = None
+        #: the token consumer's subscription; :data:`_ENDED` once it ended (still "subscribed
+        #: once": the stream is unicast), so no Completion <-> subscription cycle outlives it
+        self._subscription: _TokenSubscription | _EndedSubscription | None = None
         self._parts: list[str] = []
         self._pending_tokens = 0
         self._chunks = 0
@@ -233,10 +236,9 @@ class Completion:
     @property
     def tokens(self) -> Flowable[TokenChunk]:
         """The token stream (one subscriber; ``request(n)`` = credit in chunks)."""
-        stream = self._stream
-        if stream is None:
-            stream = self._stream = _TokenStream(self)
-        return stream
+        # a new (stateless) Flowable per access, not a cached one: a cached stream would be a
+        # Completion <-> stream reference cycle; the one-subscriber rule lives in the Completion
+        return _TokenStream(self)
 
     @property
     def result(self) -> asyncio.Future[CompletionResult]:
@@ -384,6 +386,22 @@ class _TokenSubscription(DrainSubscription):
             c.cancel()  # the consumer went away: free the slot
         c._parts.clear()
         c._pending_tokens = 0
+        c._subscription = _ENDED  # no cycle left: the Completion is freed by reference counting
+
+
+class _EndedSubscription:
+    """What a Completion keeps of its token subscription once that ended: no credit, nothing to
+    drain, and still counts as the stream's one subscriber."""
+
+    __slots__ = ()
+    cancelled = True
+    requested = 0
+
+    def drain(self) -> None:
+        pass
+
+
+_ENDED = _EndedSubscription()
 
 
 class _TokenStream(Flowable[TokenChunk]):

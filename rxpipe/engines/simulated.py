@@ -371,6 +371,7 @@ class SimulatedEngine(_ContinuousBatching, _PerRequestService):
             self._n_waiting -= 1  # removed lazily from the deque
         seq.state = _DONE
         seq.parked_at = None
+        seq.completion.engine_state = None  # no completion <-> sequence cycle left for the GC
         self.finished += 1
 
     def _freed(self) -> None:

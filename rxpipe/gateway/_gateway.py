@@ -445,6 +445,11 @@ class Gateway(Flowable[CompletionRequest], Service):
         count_finished(outcome_of(request))
         self.tenant_cancel(request)  # never started: its reservation goes back
         self.pending.discard(request)
+        # request -> reply -> Completion -> request (and request -> Completion -> request) are
+        # reference cycles: cut them here, so an answered request is freed at once instead of by
+        # the cyclic GC (whose collections cost ~5 us per request at full load)
+        request.reply = None
+        request.completion = None
         if not self.pending and self._idle is not None:
             self._idle.set()
 

@@ -426,10 +426,14 @@ class _EventWriter(InternalSubscriber):
             self.subscription.request(n)
 
     def cancel(self) -> None:
+        """End the stream from this side (the handler is done with it): cancel the subscription
+        unless it ended, and let go of it (no writer <-> subscription cycle outlives the answer)."""
         self.live = False
-        if self.subscription is not None and not self.done:
+        subscription, self.subscription = self.subscription, None
+        if subscription is not None and not self.done:
             self.done = True
-            self.subscription.cancel()
+            subscription.cancel()
+        self.transport = self.protocol = None
 
 
 async def _result_of(completion: Completion) -> CompletionResult:

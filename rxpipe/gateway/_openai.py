@@ -8,6 +8,7 @@ Shapes follow OpenAI's API reference for ``/v1/completions`` (``text_completion`
 from __future__ import annotations
 
 import time
+from random import getrandbits as _getrandbits
 from typing import Any
 
 import orjson
@@ -179,9 +180,9 @@ def _fit_context(request: CompletionRequest, chat: bool, max_model_len: int, def
 
 
 def _hex_id() -> str:
-    import secrets
-
-    return secrets.token_hex(12)
+    # an identifier, not a secret: 96 bits of the PRNG (reseeded in forked children) instead of
+    # a getrandom() syscall per answer (~4 us)
+    return f"{_getrandbits(96):024x}"
 
 
 def _usage(result: CompletionResult) -> dict[str, int]:
