@@ -282,6 +282,11 @@ class SimulatedEngine(_ContinuousBatching, _PerRequestService):
 
     # -- sequences -------------------------------------------------------------------------------
     def _bind(self) -> asyncio.AbstractEventLoop:
+        loop = self._loop
+        if loop is not None and loop.is_running():
+            # the loop running in this thread (an engine is used from one thread): no call to
+            # asyncio.get_running_loop(), a getpid() syscall per call on Python < 3.12
+            return loop
         loop = asyncio.get_running_loop()
         if self._loop is not loop:
             if self._n_running or self._n_waiting:

@@ -167,6 +167,9 @@ class Gateway(Flowable[CompletionRequest], Service):
         self._keys: tuple[tuple[bytes, str], ...] = ()
         self._key_tenants: dict[str, str] = {}
         self._sighup = False
+        #: the loop serving (set by :meth:`start`): read instead of ``asyncio.get_running_loop()``,
+        #: which costs a getpid() syscall per call on Python < 3.12
+        self._loop: asyncio.AbstractEventLoop | None = None
         self._set_keys()
 
     # -- Flowable ------------------------------------------------------------------------------
@@ -320,7 +323,7 @@ class Gateway(Flowable[CompletionRequest], Service):
         if decision is None or gate is None:
             return
         arrival = request.arrival_s
-        gate.started(decision, max(0.0, asyncio.get_running_loop().time() - arrival) if arrival is not None else 0.0)
+        gate.started(decision, max(0.0, self._running_loop().time() - arrival) if arrival is not None else 0.0)
         queue = self._queue_stage()
 
         def settle(future: asyncio.Future[CompletionResult]) -> None:
@@ -353,6 +356,10 @@ class Gateway(Flowable[CompletionRequest], Service):
             log.info("tenants file %s reloaded: %d tenants", self.config.tenants_file, len(gate.tenants))
         return error
 
+    def _running_loop(self) -> asyncio.AbstractEventLoop:
+        loop = self._loop
+        return loop if loop is not None else asyncio.get_running_loop()
+
     def engine_pause_s(self) -> float:
         """Seconds until every engine takes work again (an OpenAIEngine paused by its backend's
         429/503, or its circuit open); 0.0 when none is paused."""
@@ -365,7 +372,7 @@ class Gateway(Flowable[CompletionRequest], Service):
     def retry_after_queue(self) -> float:
         """Retry-After (seconds) for one more request refused for lack of room or an unavailable
         engine: a reservation (:meth:`DrainMeter.reserve`), never below an engine's pause."""
-        return self._retry_after_queue(asyncio.get_running_loop().time())
+        return self._retry_after_queue(self._running_loop().time())
 
     def early_refusal(self, now: float) -> Refusal | None:
         """Refusals that need no request body: draining, engine down, no demand."""
@@ -417,7 +424,7 @@ class Gateway(Flowable[CompletionRequest], Service):
                 return self._tenant_refusal(decision, request, now)
         request.arrival_s = now
         if request.reply is None:
-            request.reply = ReplyFuture(loop=asyncio.get_running_loop())
+            request.reply = ReplyFuture(loop=self._running_loop())
         if self.config.latency_budget_s is not None:
             request.deadline_s = now + self.config.latency_budget_s
         self.pending.add(request)  # before emitting: a synchronous failure downstream must find it
@@ -466,7 +473,8 @@ class Gateway(Flowable[CompletionRequest], Service):
             raise RuntimeError(f"gateway {self.name!r} is already serving on {self.url}")
         self.draining = False
         self.stopped = False
-        app = make_app(self)
+        self._loop = asyncio.get_running_loop()
+        app = make_app(self, self._loop)
         # handler_cancellation: a client that disconnects cancels its handler, so queued work is
         # withdrawn and running work cancelled (DESIGN §5); access logs off (per-request cost);
         # our own drain comes first, so aiohttp's shutdown waits only briefly for stragglers.
@@ -528,6 +536,7 @@ class Gateway(Flowable[CompletionRequest], Service):
         if self._runner is not None:
             runner, self._runner = self._runner, None
             await runner.cleanup()
+        self._loop = None
 
 
 #: gateways serving with a tenants file: one SIGHUP reloads each of them
