@@ -16,7 +16,7 @@ once per pass, never per item.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 from rxpipe._protocol import UNBOUNDED, Subscriber
 from rxpipe.errors import BufferOverflowError
@@ -88,12 +88,20 @@ class BufferSubscription(QueueDrainSubscription, UpstreamLink):
 class BackpressureBufferSubscription(BufferSubscription):
     """Prefetch ``replenisher.initial`` at subscribe, then ``replenisher.limit`` per ``limit``
     items delivered. Invariant: ``received - emitted <= capacity`` (the prefetch), because
-    outstanding + queued <= prefetch; so the queue never needs a bound check."""
+    outstanding + queued <= prefetch; so the queue never needs a bound check.
+
+    Items cross in runs, not one by one: the queue is a list, a fused source upstream appends
+    a whole run to it (:meth:`run_sink`), and each pass hands downstream everything demand
+    allows in one call (a fused chain's ``try_on_next_run``) or one tight loop.
+    """
 
     __slots__ = ("prefetch_due",)
 
+    queue: list[Any]  # type: ignore[assignment]  # a list: iterated in place by each pass
+
     def __init__(self, downstream: Subscriber[Any], replenisher: Replenisher, name: str) -> None:
         super().__init__(downstream, replenisher.initial, name, replenisher)
+        self.queue = []
         self.prefetch_due = False
 
     def _items_in(self) -> int:
@@ -103,7 +111,11 @@ class BackpressureBufferSubscription(BufferSubscription):
 
     def _release(self) -> None:
         self.received = self.emitted + len(self.queue)
-        super()._release()
+        self.cancel_upstream()
+        # A new list rather than clear(): a cancel from inside on_next happens while a pass
+        # iterates the old one, and that pass still counts what it took from it.
+        self.queue = []
+        self._sync_counters()
 
     def _upstream_ready(self) -> None:
         self.prefetch_due = True
@@ -116,7 +128,41 @@ class BackpressureBufferSubscription(BufferSubscription):
         if self.prefetch_due:
             self.prefetch_due = False
             UpstreamLink._upstream_ready(self)
-        super()._drain()
+        q = self.queue
+        r = self.requested
+        if q and r:
+            it = iter(q)
+            try_run = getattr(self.downstream, "try_on_next_run", None) if self.conditional_delivery else None
+            if try_run is not None:
+                # A fused chain takes the run in one call; an item it drops uses no demand.
+                e = try_run(self, it, r)
+            else:
+                e = 0
+                on_next = self.downstream.on_next
+                for x in it:
+                    on_next(x)
+                    e += 1
+                    if e == r or self.cancelled:
+                        break
+            # Invariant: e <= r delivered; `taken` (delivered + dropped by the chain) is the
+            # iterator's position (items appended during the pass are part of it; a list
+            # iterator tolerates appends, and a cancel rebinds the queue instead of clearing it).
+            taken = len(q) - it.__length_hint__()
+            if taken == len(q):
+                q.clear()
+            else:
+                del q[:taken]
+            self.emitted += taken
+            if r != UNBOUNDED:
+                self.requested -= e
+            self._on_delivered(taken)
+            if self.cancelled:
+                return
+        if not q and self.finished:
+            if self.error is not None:
+                self._error(self.error)
+            else:
+                self._complete()
 
     def on_next(self, item: Any) -> None:
         # UpstreamLink.accept's fast path, inlined on the hottest line of a boundary. Never
@@ -129,6 +175,32 @@ class BackpressureBufferSubscription(BufferSubscription):
         self.queue.append(item)
         # drain()'s own "already running → mark missed" exit, inlined (a synchronous upstream
         # emits its whole burst from inside our drain pass).
+        if self._wip:
+            self._missed = True
+        else:
+            self.drain()
+
+    # -- runs from a fused source (the batch-aware signal between fused segments) -------------
+    def run_sink(self) -> tuple[Callable[[Any], Any], Callable[[int], None]]:
+        """``(append, end_run)`` for a trusted synchronous upstream (a fused source's pass).
+
+        ``append(item)`` queues one item with no per-item accounting; ``end_run(count)`` then
+        counts the run's ``count`` items against the outstanding demand and drains them as one
+        run. Only an upstream that never emits beyond what this stage requested and stops at
+        once when cancelled may use it (the fused source's pass checks both per item).
+        """
+        return self.queue.append, self._end_run
+
+    def _end_run(self, count: int) -> None:
+        if self.upstream_done:
+            # The run ended with upstream's terminal signal (a failed stage, take's end), whose
+            # finish() drains what it queued; or this stage was cancelled (then nothing follows).
+            return
+        outstanding = self.upstream_outstanding
+        if count > outstanding:
+            self.refuse(self.queue.pop())  # §1.1 overrun: drop and tell the run, fail
+            return
+        self.upstream_outstanding = outstanding - count
         if self._wip:
             self._missed = True
         else:
