@@ -16,6 +16,7 @@ once per pass, never per item.
 
 from __future__ import annotations
 
+from operator import length_hint
 from typing import Any, Callable
 
 from rxpipe._protocol import UNBOUNDED, Subscriber
@@ -112,9 +113,13 @@ class BackpressureBufferSubscription(BufferSubscription):
     def _release(self) -> None:
         self.received = self.emitted + len(self.queue)
         self.cancel_upstream()
-        # A new list rather than clear(): a cancel from inside on_next happens while a pass
-        # iterates the old one, and that pass still counts what it took from it.
+        # A new list: nothing a run sink appends after the cancel reaches the stage. The old
+        # one is cleared now, or, when a pass is iterating it (a cancel from inside on_next),
+        # by that pass once it has counted what it took.
+        held = self.queue
         self.queue = []
+        if not self._wip:
+            held.clear()
         self._sync_counters()
 
     def _upstream_ready(self) -> None:
@@ -145,9 +150,9 @@ class BackpressureBufferSubscription(BufferSubscription):
                     if e == r or self.cancelled:
                         break
             # Invariant: e <= r delivered; `taken` (delivered + dropped by the chain) is the
-            # iterator's position (items appended during the pass are part of it; a list
-            # iterator tolerates appends, and a cancel rebinds the queue instead of clearing it).
-            taken = len(q) - it.__length_hint__()
+            # iterator's position (items appended during the pass are part of it: a list
+            # iterator tolerates appends, and a cancel replaces the queue instead of clearing it).
+            taken = len(q) - length_hint(it)
             if taken == len(q):
                 q.clear()
             else:
@@ -157,6 +162,7 @@ class BackpressureBufferSubscription(BufferSubscription):
                 self.requested -= e
             self._on_delivered(taken)
             if self.cancelled:
+                q.clear()  # the list a cancel during this pass replaced (see _release)
                 return
         if not q and self.finished:
             if self.error is not None:
@@ -181,15 +187,17 @@ class BackpressureBufferSubscription(BufferSubscription):
             self.drain()
 
     # -- runs from a fused source (the batch-aware signal between fused segments) -------------
-    def run_sink(self) -> tuple[Callable[[Any], Any], Callable[[int], None]]:
-        """``(append, end_run)`` for a trusted synchronous upstream (a fused source's pass).
+    def run_sink(self) -> tuple[list[Any], Callable[[int], None]]:
+        """``(queue, end_run)`` for a trusted synchronous upstream (a fused source's pass).
 
-        ``append(item)`` queues one item with no per-item accounting; ``end_run(count)`` then
-        counts the run's ``count`` items against the outstanding demand and drains them as one
-        run. Only an upstream that never emits beyond what this stage requested and stops at
-        once when cancelled may use it (the fused source's pass checks both per item).
+        The upstream appends a run of items to ``queue`` with no per-item accounting, then calls
+        ``end_run(count)``: the run's ``count`` items are counted against the outstanding demand
+        and drained as one run. Only an upstream that never emits beyond what this stage
+        requested may use it (the fused source's pass stops at its ``requested``, which is this
+        stage's outstanding demand). Once this stage is released the queue is a new list, so
+        nothing appended after a cancel can reach downstream.
         """
-        return self.queue.append, self._end_run
+        return self.queue, self._end_run
 
     def _end_run(self, count: int) -> None:
         if self.upstream_done:
