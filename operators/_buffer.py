@@ -10,8 +10,11 @@ Two state machines share one base (upstream link, counters, statistics, release)
   requests ``UNBOUNDED`` and sheds when ``capacity`` items are held (Reactor's
   ``onBackpressureBuffer``/``onBackpressureDrop``), counting drops by strategy name.
 
-Both deliver through :class:`~rxpipe.stage.QueueDrainSubscription`'s pass; counters are synced
-once per pass, never per item.
+The shedding one delivers through :class:`~rxpipe.stage.QueueDrainSubscription`'s pass. The
+backpressured one hands items over in runs: its queue is a list that a fused source upstream
+fills a run at a time (``run_sink``: one ``end_run(count)`` per run instead of one ``on_next``
+per item), and each pass gives a fused chain downstream every item demand allows in one
+``try_on_next_run`` call. Counters are synced once per pass, never per item.
 """
 
 from __future__ import annotations
