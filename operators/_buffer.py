@@ -64,6 +64,10 @@ class BufferSubscription(QueueDrainSubscription, UpstreamLink):
     def _held_items(self) -> Any:
         return self.queue
 
+    def _held_count(self) -> int:
+        """Items buffered now."""
+        return len(self.queue)
+
     def _items_in(self) -> int:
         """Items received from upstream so far."""
         return self.received
@@ -85,7 +89,7 @@ class BufferSubscription(QueueDrainSubscription, UpstreamLink):
     def statistics(self) -> StageStatistics:
         """Demand (items), items buffered now, capacity, items in/out, drops by reason."""
         counters = self.counters
-        return StageStatistics(counters.stage, self.requested, len(self.queue), self.capacity,
+        return StageStatistics(counters.stage, self.requested, self._held_count(), self.capacity,
                                self._items_in(), self.emitted, dict(counters.dropped))
 
 
@@ -96,31 +100,42 @@ class BackpressureBufferSubscription(BufferSubscription):
 
     Items cross in runs, not one by one: the queue is a list, a fused source upstream appends
     a whole run to it (:meth:`run_sink`), and each pass hands downstream everything demand
-    allows in one call (a fused chain's ``try_on_next_run``) or one tight loop.
+    allows in one call (a fused chain's ``try_on_next_run``) or one tight loop. The items still
+    held are ``queue[head:]``; the delivered prefix is cut off once it is at least half of the
+    list, so a consumer taking one item per pass costs O(1) per item, amortized.
     """
 
-    __slots__ = ("prefetch_due",)
+    __slots__ = ("prefetch_due", "head")
 
     queue: list[Any]  # type: ignore[assignment]  # a list: iterated in place by each pass
 
     def __init__(self, downstream: Subscriber[Any], replenisher: Replenisher, name: str) -> None:
         super().__init__(downstream, replenisher.initial, name, replenisher)
         self.queue = []
+        #: index in ``queue`` of the oldest item not yet taken by a pass
+        self.head = 0
         self.prefetch_due = False
+
+    def _held_items(self) -> Any:
+        return self.queue[self.head:]
+
+    def _held_count(self) -> int:
+        return len(self.queue) - self.head
 
     def _items_in(self) -> int:
         # Not counted per item: a backpressured buffer drops nothing while it runs, so what it
         # received is what it delivered plus what it holds (frozen into `received` at release).
-        return self.received if self._released else self.emitted + len(self.queue)
+        return self.received if self._released else self.emitted + self._held_count()
 
     def _release(self) -> None:
-        self.received = self.emitted + len(self.queue)
+        self.received = self.emitted + self._held_count()
         self.cancel_upstream()
         # A new list: nothing a run sink appends after the cancel reaches the stage. The old
         # one is cleared now, or, when a pass is iterating it (a cancel from inside on_next),
         # by that pass once it has counted what it took.
         held = self.queue
         self.queue = []
+        self.head = 0
         if not self._wip:
             held.clear()
         self._sync_counters()
@@ -138,8 +153,11 @@ class BackpressureBufferSubscription(BufferSubscription):
             UpstreamLink._upstream_ready(self)
         q = self.queue
         r = self.requested
-        if q and r:
+        head = self.head
+        if len(q) > head and r:
             it = iter(q)
+            if head:
+                it.__setstate__(head)  # type: ignore[attr-defined]  # list_iterator: start at head
             try_run = getattr(self.downstream, "try_on_next_run", None) if self.conditional_delivery else None
             if try_run is not None:
                 # A fused chain takes the run in one call; an item it drops uses no demand.
@@ -152,14 +170,20 @@ class BackpressureBufferSubscription(BufferSubscription):
                     e += 1
                     if e == r or self.cancelled:
                         break
-            # Invariant: e <= r delivered; `taken` (delivered + dropped by the chain) is the
-            # iterator's position (items appended during the pass are part of it: a list
-            # iterator tolerates appends, and a cancel replaces the queue instead of clearing it).
-            taken = len(q) - length_hint(it)
-            if taken == len(q):
-                q.clear()
-            else:
-                del q[:taken]
+            # Invariant: e <= r delivered; `taken` (delivered + dropped by the chain) is how far
+            # the iterator moved (items appended during the pass are part of it: a list iterator
+            # tolerates appends, and a cancel replaces the queue instead of clearing it).
+            end = len(q) - length_hint(it)
+            taken = end - head
+            if not self.cancelled:
+                if end == len(q):
+                    q.clear()
+                    self.head = 0
+                elif end >= len(q) - end:
+                    del q[:end]  # moves at most as many items as were taken since the last cut
+                    self.head = 0
+                else:
+                    self.head = end
             self.emitted += taken
             if r != UNBOUNDED:
                 self.requested -= e
@@ -167,7 +191,7 @@ class BackpressureBufferSubscription(BufferSubscription):
             if self.cancelled:
                 q.clear()  # the list a cancel during this pass replaced (see _release)
                 return
-        if not q and self.finished:
+        if len(q) == self.head and self.finished:
             if self.error is not None:
                 self._error(self.error)
             else:

@@ -222,3 +222,22 @@ def test_items_emitted_from_inside_on_next_join_the_run_in_order() -> None:
     assert ts.values == [0, 1, 2, 3, 10]
     ts.request(UNBOUNDED)
     assert ts.values == [0, 1, 2, 3, 10, 11] and ts.error is None
+
+
+# one item per pass ---------------------------------------------------------------------------------
+def test_a_consumer_taking_one_item_per_pass_gets_every_item_in_order() -> None:
+    m = Counted()
+    ts = TestSubscriber[int]()
+    rx.range(0, 3_000).pipe(ops.map(m), ops.buffer(1_000), ops.filter(lambda x: x % 4 != 2)).subscribe(ts)
+    for _ in range(300):
+        ts.request(1)
+    assert ts.values == [4 * i for i in range(300)]  # 2x kept when x is even
+    stage = buffer_of(ts)
+    assert stage.statistics().buffered == 1_000 - 599  # 599 taken: 300 delivered, 299 dropped
+    assert m.calls == 1_000
+    ts.request(150)  # 899 taken: one request(750)
+    assert ts.values == [4 * i for i in range(450)]
+    assert m.calls == 1_750 and stage.statistics().buffered == 1_750 - 899
+    ts.request(UNBOUNDED)
+    assert ts.values == [4 * i for i in range(1_500)] and ts.completed
+    assert (stage.counters.items_in, stage.counters.items_out) == (3_000, 3_000)
