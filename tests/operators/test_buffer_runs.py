@@ -241,3 +241,16 @@ def test_a_consumer_taking_one_item_per_pass_gets_every_item_in_order() -> None:
     ts.request(UNBOUNDED)
     assert ts.values == [4 * i for i in range(1_500)] and ts.completed
     assert (stage.counters.items_in, stage.counters.items_out) == (3_000, 3_000)
+
+
+def test_a_source_iterator_raising_mid_run_ends_the_stream_after_the_items_before_it() -> None:
+    boom = OSError("disk gone")
+
+    def source() -> Iterator[int]:
+        yield from range(100)
+        raise boom
+
+    ts = TestSubscriber[int](initial_request=UNBOUNDED)
+    rx.from_iterable(source()).pipe(ops.map(lambda x: x + 1), ops.buffer(256), ops.map(lambda x: -x)).subscribe(ts)
+    assert ts.values == [-(i + 1) for i in range(100)]
+    assert ts.error is boom and not ts.completed
