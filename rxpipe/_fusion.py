@@ -80,26 +80,42 @@ def _none_error(stage: Stage) -> TypeError:
                      f"(Reactive Streams §2.13)")
 
 
+#: ``(on_next, run, run_items, run_into)`` of one subscription to a compiled chain (see
+#: ``Program._compile``; ``run_into`` is None unless the chain is one-to-one)
+Chain = tuple[Callable[[Any], int], Callable[..., tuple[int, bool]], Callable[..., int],
+              Callable[[Any, int], None] | None]
+
+
 class Program:
     """A fused chain compiled to a factory of ``on_next(item) -> 0 | 1`` functions."""
 
-    __slots__ = ("stages", "_factory", "take_count", "has_hooks", "__weakref__")
+    __slots__ = ("stages", "_factory", "take_count", "has_hooks", "one_to_one", "__weakref__")
 
     def __init__(self, stages: tuple[Stage, ...]) -> None:
         self.stages = stages
         last = stages[-1] if stages else None
         self.take_count: int | None = last.arg if last is not None and last.kind == "take" else None
         self.has_hooks = any(s.kind == "tap" and (s.on_error or s.on_complete) for s in stages)
+        #: every item taken in leaves as one item (map, scan, take, a tap without ``on_next``):
+        #: no stage drops items, and none runs a user side effect besides transforming
+        self.one_to_one = all(s.kind in ("map", "scan", "take") or (s.kind == "tap" and s.fn is None)
+                              for s in stages)
         self._factory = self._compile()
 
-    def _compile(self) -> Callable[..., tuple[Callable[[Any], int], Callable[..., tuple[int, bool]]]]:
-        """Generate ``factory(down, fail, finish, none_error, *stage_args) -> (on_next, run)``.
+    def _compile(self) -> Callable[..., Chain]:
+        """Generate ``factory(down, fail, finish, none_error, *stage_args) -> (on_next, run,
+        run_items)``.
 
         ``on_next(x) -> 1 | 0`` runs one item through the chain (subscriber mode). ``run(sub, it,
         r) -> (delivered, exhausted)`` is a whole source-drain pass with the stage bodies inlined
         in the loop (source fusion: no call per item besides the user functions and ``down``):
         it stops after ``r`` deliveries, when ``sub.cancelled`` turns true, or at exhaustion.
-        Both share the per-subscription state (scan accumulators, skip/take counters).
+        ``run_items(sub, it, r) -> delivered`` is the same loop over items an upstream stage
+        queued (a run handed over at an async boundary, subscriber mode): it stops on the same
+        three conditions and leaves the rest in ``it``. ``run_into(it, r)`` (only for a
+        :attr:`one_to_one` chain, else None) is ``run`` for a ``down`` that is a run sink's
+        ``list.append``: it takes at most ``r`` items from ``it``, and the caller counts what it
+        appended. All of them share the per-subscription state (scan accumulators, take counter).
         """
         params = ["down", "fail", "finish", "none_error"]
         state: list[str] = []
@@ -147,13 +163,32 @@ class Program:
                    "continue", lambda k, err: [f"fail({err}, {k})", "return e, False"],
                    ["down(x)", "e += 1", "if e == r or sub.cancelled:", "    return e, False"],
                    ["down(x)", "finish()", "return e + 1, False"])
+        # Items already inside the graph are never None (the stage that made them checked), so a
+        # run over queued items skips the source's None check.
+        run_items = body("continue", lambda k, err: [f"fail({err}, {k})", "return e"],
+                         ["down(x)", "e += 1", "if e == r or sub.cancelled:", "    return e"],
+                         ["down(x)", "finish()", "return e + 1"])
         lines = [f"def factory({', '.join(params)}):", *inits,
                  "    def on_next(x):", *("        " + line for line in declare + on_next),
                  "    def run(sub, it, r):", *("        " + line for line in declare),
                  "        e = 0", "        for x in it:", *("            " + line for line in run),
                  "        return e, True",
-                 "    return on_next, run"]
-        namespace: dict[str, Any] = {}
+                 "    def run_items(sub, it, r):", *("        " + line for line in declare),
+                 "        e = 0", "        for x in it:", *("            " + line for line in run_items),
+                 "        return e"]
+        if self.one_to_one:
+            # Into a run sink, `down` is a list's append: no subscriber code runs per item, so
+            # nothing but a stage's own failure (or take's end) can stop the run before `r`
+            # items, and islice bounds it without a per-item counter or `cancelled` check.
+            run_into = ["if x is None:", "    fail(none_error(-1), -1)", "    return"] + body(
+                "continue", lambda k, err: [f"fail({err}, {k})", "return"],
+                ["down(x)"], ["down(x)", "finish()", "return"])
+            lines += ["    def run_into(it, r):", *("        " + line for line in declare),
+                      "        for x in islice(it, r):", *("            " + line for line in run_into),
+                      "    return on_next, run, run_items, run_into"]
+        else:
+            lines += ["    return on_next, run, run_items, None"]
+        namespace: dict[str, Any] = {"islice": itertools.islice}
         source = "\n".join(lines) + "\n"
         filename = f"<rxpipe fused {'→'.join(s.name for s in self.stages)} #{next(_compiled)}>"
         exec(compile(source, filename, "exec"), namespace)
@@ -161,8 +196,9 @@ class Program:
         return namespace["factory"]  # type: ignore[no-any-return]
 
     def instantiate(self, down: Callable[[Any], Any], fail: Callable[[BaseException, int], int],
-                    finish: Callable[[], None]) -> tuple[Callable[[Any], int], Callable[..., tuple[int, bool]]]:
-        """Fresh per-subscription functions ``(on_next, run)`` (see :meth:`_compile`)."""
+                    finish: Callable[[], None]) -> Chain:
+        """Fresh per-subscription functions ``(on_next, run, run_items, run_into)`` (see
+        :meth:`_compile`)."""
         args: list[Any] = []
         stages = self.stages
         for stage in stages:
@@ -232,7 +268,7 @@ def _subscribe_iterable(iterable: Iterable[Any], subscriber: Subscriber[Any],
 class IterSubscription(DrainSubscription):
     """Drains an iterator into a subscriber, optionally through a fused chain (source fusion)."""
 
-    __slots__ = ("iterator", "source_iterator", "program", "run")
+    __slots__ = ("iterator", "source_iterator", "program", "run", "sink", "run_into", "end_run")
 
     def __init__(self, downstream: Subscriber[Any], iterator: Iterator[Any],
                  program: Program | None) -> None:
@@ -242,8 +278,23 @@ class IterSubscription(DrainSubscription):
         self.source_iterator = iterator
         self.program = program
         self.run: Callable[..., tuple[int, bool]] | None = None
+        #: with a downstream that takes runs (``run_sink``): the list a pass appends to, the
+        #: chain's one-to-one pass into it (or None), and the downstream's end-of-run signal
+        self.sink: list[Any] | None = None
+        self.run_into: Callable[[Any, int], None] | None = None
+        self.end_run: Callable[[int], None] | None = None
         if program is not None:
-            self.run = program.instantiate(downstream.on_next, self._stage_failed, self._take_done)[1]
+            down: Callable[[Any], Any] = downstream.on_next
+            # A downstream boundary that takes runs (a backpressured buffer): the chain appends
+            # each item to its queue and the whole run is signalled once, after the pass. The
+            # pass never appends beyond `requested` (exactly the boundary's outstanding demand).
+            run_sink = getattr(downstream, "run_sink", None)
+            if run_sink is not None:
+                self.sink, self.end_run = run_sink()
+                down = self.sink.append
+            _, self.run, _, run_into = program.instantiate(down, self._stage_failed, self._take_done)
+            if run_sink is not None:
+                self.run_into = run_into
 
     def start(self) -> None:
         """After ``on_subscribe``: complete at once if the iterable is known to be empty."""
@@ -277,7 +328,21 @@ class IterSubscription(DrainSubscription):
                     self._complete()
                     return
             else:
-                e, exhausted = run(self, self.iterator, r)
+                run_into = self.run_into
+                if run_into is not None:
+                    # Nothing but this pass touches the sink until it returns, unless a stage
+                    # failed or take ended the stream (then cancelled is set and e is moot).
+                    sink = self.sink
+                    assert sink is not None
+                    start = len(sink)
+                    run_into(self.iterator, r)
+                    e = max(len(sink) - start, 0)
+                    exhausted = e < r
+                else:
+                    e, exhausted = run(self, self.iterator, r)
+                end_run = self.end_run
+                if end_run is not None and e and not self.cancelled:
+                    end_run(e)  # before any terminal signal: the run precedes it
                 if exhausted:
                     self.emitted += e
                     self._complete()
@@ -364,7 +429,8 @@ class FusedSubscriber(UpstreamLink, Subscription):
     are :class:`~rxpipe.stage.UpstreamLink`'s.
     """
 
-    __slots__ = (*LINK_SLOTS, "downstream", "program", "chain", "try_on_next", "unbounded", "forwarded")
+    __slots__ = (*LINK_SLOTS, "downstream", "program", "chain", "try_on_next", "try_on_next_run",
+                 "unbounded", "forwarded")
 
     def __init__(self, downstream: Subscriber[Any], program: Program) -> None:
         self.downstream = downstream
@@ -372,13 +438,20 @@ class FusedSubscriber(UpstreamLink, Subscription):
         self.link_upstream(None)
         self.unbounded = False
         self.forwarded = 0
-        self.chain = program.instantiate(downstream.on_next, self._stage_failed, self._take_done)[0]
+        self.chain, _, run_items, _ = program.instantiate(downstream.on_next, self._stage_failed,
+                                                          self._take_done)
         #: Conditional delivery for rxpipe's own queue-draining stages (Reactor's
         #: ``ConditionalSubscriber.tryOnNext``): a falsy result means the chain dropped the item,
         #: so it used no demand and no ``request(1)`` goes upstream. The chain itself, with no
         #: wrapper: those callers stop at once when this subscriber cancels them (their own
         #: per-item ``cancelled`` check), so the terminal guard of ``on_next`` is not needed.
         self.try_on_next = self.chain
+        #: The same for a whole run of queued items: ``try_on_next_run(sub, it, r) -> delivered``
+        #: takes items from the iterator ``it`` through the chain, stopping after ``r``
+        #: deliveries, once ``sub.cancelled`` (the calling stage's flag) turns true, or when ``it``
+        #: is exhausted; what it did not take stays in ``it``. One call per run instead of one
+        #: per item: the stage bodies are inlined in the loop, as in source fusion.
+        self.try_on_next_run = run_items
 
     # upstream → downstream
     def on_next(self, item: Any) -> None:
