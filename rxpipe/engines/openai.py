@@ -1,7 +1,10 @@
 """``OpenAIEngine``: a real OpenAI-compatible HTTP backend (vLLM, TGI, llama.cpp server, OpenAI).
 
-One admitted request is one streamed HTTP call (``"stream": true``, Server-Sent Events) run by one
-task; its token deltas flow into the Completion's token stream as they arrive.
+One admitted request is one HTTP call run by one task. A streamed request (``request.stream``)
+is a streamed call (``"stream": true``, Server-Sent Events): its token deltas flow into the
+Completion's token stream as they arrive, under its consumer's credit. A request not streamed to
+its client is a non-streamed call (``"stream": false``): one JSON body, read whole and parsed
+once, its text one chunk.
 
 State of a request (``_Call.state``): waiting (admitted, not started: the engine is paused or
 at ``max_in_flight``) → running (its HTTP call in flight) → done. A call answered 429/503 goes
@@ -86,11 +89,13 @@ class OpenAIEngine(_HTTPCall, _Backoff):
             consecutive failures open it for 5 s). May be shared with other engines or stages.
         stall_timeout_s: a streaming request whose consumer gives no credit for this long
             finishes ``"stalled"`` and its HTTP call is closed (None: never).
-        include_usage: ask for ``stream_options.include_usage`` (exact token counts in the last
-            chunk; vLLM, OpenAI and llama.cpp support it). Without usage, each streamed chunk of
-            a choice counts one token, an empty-text one too (llama.cpp sends those for the
-            bytes of a character split across tokens), except the closing chunk that carries
-            ``finish_reason`` with no text.
+        include_usage: for streamed calls, ask for ``stream_options.include_usage`` (exact token
+            counts in the last chunk; vLLM, OpenAI and llama.cpp support it). Without usage, each
+            streamed chunk of a choice counts one token, an empty-text one too (llama.cpp sends
+            those for the bytes of a character split across tokens), except the closing chunk
+            that carries ``finish_reason`` with no text. A non-streamed answer carries ``usage``
+            anyway; without it its text counts 1 token per 4 UTF-8 bytes (the estimate used for
+            prompts, :func:`~rxpipe.engines.estimate_tokens`).
         headers: extra HTTP headers for every call (they win over the engine's own, including
             ``X-Request-Id``). session: an ``aiohttp.ClientSession`` to use
             (not closed by :meth:`aclose`); default: one of our own, bounded to
@@ -107,9 +112,14 @@ class OpenAIEngine(_HTTPCall, _Backoff):
     queued requests that have a reply slot with ``EngineUnavailableError`` (the gateway's 503)
     instead of leaving them queued, and holds the others until the engine is back.
 
+    Results: token counts from the server's ``usage`` when it sends them. ``ttft_s`` of a
+    request not streamed to its client is its ``e2e_s`` (its client gets every token at once,
+    with the answer); of a streamed one, the time its first token arrived.
+
     Errors (``await completion.result`` raises, the token stream signals): connection failures
     and a 429/503 past ``throttle_retries`` → ``EngineUnavailableError``; other non-2xx answers, a
-    broken or malformed stream, timeouts → ``EngineError``. A 4xx other than 429 is the
+    broken or malformed stream or body, a 200 that is not an OpenAI answer (an HTML page, a JSON
+    body without ``choices``), timeouts → ``EngineError``. A 4xx other than 429 is the
     request's fault: it does not count against the breaker.
 
     Cancelling a Completion (or its token stream) closes its HTTP connection at once, so the
@@ -474,6 +484,8 @@ class OpenAIEngine(_HTTPCall, _Backoff):
         completion_tokens = usage.get("completion_tokens")
         started = call.started_s
         first = call.first_token_s
+        if first is not None and not request.stream:
+            first = now  # not streamed: its client gets the first token with the whole answer
         completion.finish(CompletionResult(
             "".join(call.parts), reason,
             prompt_tokens if isinstance(prompt_tokens, int) else request.prompt_tokens,
