@@ -83,6 +83,9 @@ class _OpenAIState(Engine):
     pauses: int
     succeeded: int
     _headers: dict[str, str]
+    _answer_headers: dict[str, str]
+    _stream_options: dict[str, Any]
+    _answer_options: dict[str, Any]
     _rng: random.Random
     _session: aiohttp.ClientSession | None
     _loop: asyncio.AbstractEventLoop | None

@@ -8,7 +8,6 @@ import email.utils
 import hashlib
 import math
 import time
-import uuid
 from typing import Any, Mapping
 
 import aiohttp
@@ -23,8 +22,15 @@ __all__ = ["parse_retry_after", "wire_request_id"]
 
 def wire_request_id(request_id: str) -> str:
     """The ``X-Request-Id`` sent for ``request_id``: a UUID4-formatted digest of it (servers
-    such as llama.cpp's accept only a UUID4 there), the same for the same id."""
-    return str(uuid.UUID(hashlib.md5(request_id.encode()).hexdigest(), version=4))
+    such as llama.cpp's accept only a UUID4 there), the same for the same id:
+    ``str(uuid.UUID(md5(request_id).hexdigest(), version=4))``, formatted without the UUID object."""
+    h = hashlib.md5(request_id.encode()).hexdigest()
+    # version=4 sets the version nibble to 4 and the variant bits to 10 (RFC 9562 §4.1, §4.2)
+    return f"{h[:8]}-{h[8:12]}-4{h[13:16]}-{_VARIANT[h[16]]}{h[17:20]}-{h[20:]}"
+
+
+#: the variant nibble (``10xx``) for each hex digit of the digest
+_VARIANT = {d: "89ab"[int(d, 16) & 3] for d in "0123456789abcdef"}
 
 # sampling fields the engine sets itself (or that are the gateway's own): never passed through
 _RESERVED = frozenset({"model", "prompt", "messages", "stream", "stream_options", "n", "max_tokens",
@@ -93,10 +99,11 @@ class _HTTPCall(_OpenAIState):
         session = self._session
         assert session is not None
         try:
-            headers = self._headers
+            headers, options = (self._headers, self._stream_options) if request.stream else \
+                (self._answer_headers, self._answer_options)
             if self._own_request_id:
                 headers = {**headers, "X-Request-Id": wire_request_id(request.id)}
-            response = await session.post(url, data=self._body(call), allow_redirects=False, headers=headers)
+            response = await session.post(url, data=self._body(call), headers=headers, **options)
         except (aiohttp.ClientError, OSError) as error:
             self._settle(call, False)
             completion.fail(EngineUnavailableError(f"{url} unreachable: {error!r}"))

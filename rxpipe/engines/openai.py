@@ -32,7 +32,7 @@ import asyncio
 import math
 import random
 from collections import deque
-from typing import Literal, Mapping
+from typing import Any, Literal, Mapping
 
 import aiohttp
 
@@ -71,10 +71,12 @@ class OpenAIEngine(_HTTPCall, _Backoff):
             always ``/v1/completions`` (a request with messages is refused with ValueError);
             None: by request (``messages`` → chat, ``prompt`` → completions).
         connect_timeout_s: seconds to open a connection. read_timeout_s: seconds without a byte
-            from the server (aiohttp ``sock_read``: restarts with every byte received, stops while
-            our receive buffer is full because the consumer has no credit). total_timeout_s:
-            seconds for the whole call (time parked without credit included). None disables one,
-            explicitly.
+            from the server in a streamed call (aiohttp ``sock_read``: restarts with every byte
+            received, stops while our receive buffer is full because the consumer has no credit);
+            a non-streamed call has none (its server is silent until the whole answer is ready).
+            total_timeout_s: seconds for the whole call (time parked without credit included).
+            None disables one, explicitly. With a ``session`` of the user's, its own timeouts
+            apply instead.
         retry_after_cap_s: the longest wait (seconds) a 429/503 can cause.
         retry_after_jitter: the wait (of the refused call after a 429; of every call after a
             503) is ``min(cap, r + uniform(0, jitter * r))`` where ``r`` is the server's
@@ -158,6 +160,7 @@ class OpenAIEngine(_HTTPCall, _Backoff):
             total=_optional_seconds("total_timeout_s", total_timeout_s),
             sock_connect=_optional_seconds("connect_timeout_s", connect_timeout_s),
             sock_read=_optional_seconds("read_timeout_s", read_timeout_s))
+
         self.retry_after_cap_s = _seconds("retry_after_cap_s", retry_after_cap_s)
         if isinstance(retry_after_jitter, bool) or not 0 <= retry_after_jitter < math.inf:
             raise ValueError(f"OpenAIEngine(retry_after_jitter=) needs a number >= 0, got {retry_after_jitter!r}")
@@ -168,15 +171,27 @@ class OpenAIEngine(_HTTPCall, _Backoff):
         self.breaker = breaker if breaker is not None else CircuitBreaker(5, 5.0)
         self.stall_timeout_s = _optional_seconds("stall_timeout_s", stall_timeout_s)
         self.include_usage = include_usage
-        self._headers = {"Accept": "text/event-stream", "Content-Type": "application/json",
-                         **(dict(headers) if headers else {})}
+        own = {"Content-Type": "application/json"}
         if api_key is not None:
-            self._headers["Authorization"] = f"Bearer {api_key}"
+            own["Authorization"] = f"Bearer {api_key}"
+        extra = dict(headers) if headers else {}
+        # built once: per call only X-Request-Id is added (the user's headers win over ours)
+        self._headers = {"Accept": "text/event-stream", **own, **extra}
+        self._answer_headers = {"Accept": "application/json", **own, **extra}
         #: the user's headers name the request id themselves: we add none
         self._own_request_id = not any(k.lower() == "x-request-id" for k in (headers or {}))
         self._rng = rng if rng is not None else random.Random()
         self._session = session
         self._owns_session = session is None
+        # session.post's options. Our own session's calls get our timeouts (a user's session keeps
+        # its own); a non-streamed call's server says nothing until its answer is whole, so its
+        # silence is no read timeout: total_timeout_s bounds it.
+        self._stream_options: dict[str, Any] = {"allow_redirects": False}
+        self._answer_options: dict[str, Any] = {"allow_redirects": False}
+        if session is None:
+            self._stream_options["timeout"] = self.timeout
+            self._answer_options["timeout"] = aiohttp.ClientTimeout(total=self.timeout.total,
+                                                                    sock_connect=self.timeout.sock_connect)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._closed = False
         self._waiting: deque[_Call] = deque()

@@ -536,15 +536,30 @@ async def test_a_server_that_ignores_stream_true_still_answers(server: StubServe
         await e.aclose()
 
 
-async def test_a_read_timeout_fails_the_request(server: StubServer) -> None:
+async def test_a_read_timeout_fails_a_streamed_request(server: StubServer) -> None:
     server.control(first_delay_s=0.5)
     e = make(server, read_timeout_s=0.1)
     try:
         with pytest.raises(EngineError, match="Timeout"):
-            await e.submit(CompletionRequest(prompt="x")).result
+            await submit(e, CompletionRequest(prompt="x", stream=True)).result
         assert e.breaker.consecutive_failures == 1
     finally:
         await e.aclose()
+
+
+async def test_a_non_streamed_call_has_no_read_timeout_but_the_total_timeout(server: StubServer) -> None:
+    # the server is silent until its whole answer is ready: that is no read timeout
+    server.control(first_delay_s=0.3)
+    e = make(server, read_timeout_s=0.1)
+    bounded = make(server, read_timeout_s=0.1, total_timeout_s=0.1)
+    try:
+        assert (await e.submit(CompletionRequest(prompt="x", max_tokens=2)).result).text == " t0 t1"
+        with pytest.raises(EngineError, match="Timeout"):
+            await bounded.submit(CompletionRequest(prompt="x", max_tokens=2)).result
+        assert e.breaker.consecutive_failures == 0 and bounded.breaker.consecutive_failures == 1
+    finally:
+        await e.aclose()
+        await bounded.aclose()
 
 
 async def test_a_dead_server_trips_the_breaker_and_the_engine_recovers_when_it_returns(
