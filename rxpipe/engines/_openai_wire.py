@@ -14,7 +14,7 @@ import aiohttp
 import orjson
 
 from ..errors import EngineError, EngineUnavailableError
-from ._openai_state import _Call, _OpenAIState, _wake
+from ._openai_state import _Call, _OpenAIState
 from .records import estimate_tokens
 
 __all__ = ["parse_retry_after", "wire_request_id"]
@@ -81,6 +81,14 @@ class _HTTPCall(_OpenAIState):
         try:
             requeue = await self._exchange(call)
         except asyncio.CancelledError:
+            if call.timed_out and not call.completion.cancel_requested and not self._closed:
+                # cancelled by the engine's deadline timer, not by its owner: a failed call
+                asyncio.current_task().uncancel()  # type: ignore[union-attr]
+                self._settle(call, False)
+                call.completion.fail(EngineError(
+                    f"{self.base_url}: request {call.request.id} timed out after total_timeout_s="
+                    f"{self._total_timeout_s} s ({call.tokens} tokens)"))
+                return
             self._settle(call, None)
             self._end(call, "cancelled")
             raise
@@ -322,23 +330,27 @@ class _HTTPCall(_OpenAIState):
         assert loop is not None
         completion = call.completion
         timeout = self.stall_timeout_s
-        deadline = None if timeout is None else loop.time() + timeout
-        while not completion.credit:
-            if completion.cancel_requested:
-                return False
-            waiter = call.waiter = loop.create_future()
-            timer = None if deadline is None else loop.call_at(deadline, _wake, waiter)
-            try:
-                await waiter
-            finally:
-                call.waiter = None
-                if timer is not None:
-                    timer.cancel()
-            if deadline is not None and not completion.credit and loop.time() >= deadline:
-                self._close_response(call)  # first: the server learns before our consumer does
-                self._end(call, "stalled")
-                return False
-        return True
+        deadline = None
+        if timeout is not None:
+            # no timer of its own: the engine's deadline timer wakes it (see OpenAIEngine._expire)
+            deadline = call.stall_s = loop.time() + timeout
+            self._arm_deadline(deadline)
+        try:
+            while not completion.credit:
+                if completion.cancel_requested:
+                    return False
+                waiter = call.waiter = loop.create_future()
+                try:
+                    await waiter
+                finally:
+                    call.waiter = None
+                if deadline is not None and not completion.credit and loop.time() >= deadline:
+                    self._close_response(call)  # first: the server learns before our consumer does
+                    self._end(call, "stalled")
+                    return False
+            return True
+        finally:
+            call.stall_s = None
 
     async def _error_message(self, response: aiohttp.ClientResponse) -> str:
         try:

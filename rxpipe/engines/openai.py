@@ -129,8 +129,10 @@ class OpenAIEngine(_HTTPCall, _Backoff):
     is free one loop iteration later. Every request carries ``X-Request-Id:
     wire_request_id(request.id)`` (a UUID4 form of the id) unless ``headers`` sets one.
 
-    Tasks: one per running call, none while idle. Timers: the pause and the breaker's half-open
-    wake-up (loop clock). Call :meth:`aclose` when done (it closes the session it made).
+    Tasks: one per running call, none while idle. Timers: the pause, the breaker's half-open
+    wake-up, and one deadline timer for ``total_timeout_s`` (armed for the earliest deadline of
+    the running calls, never one per call; a call past it fails with ``EngineError`` and its
+    connection is closed). Call :meth:`aclose` when done (it closes the session it made).
     """
 
     def __init__(self, base_url: str, model: str, max_in_flight: int | Literal["auto"], api_key: str | None = None, *,
@@ -186,12 +188,18 @@ class OpenAIEngine(_HTTPCall, _Backoff):
         # session.post's options. Our own session's calls get our timeouts (a user's session keeps
         # its own); a non-streamed call's server says nothing until its answer is whole, so its
         # silence is no read timeout: total_timeout_s bounds it.
+        # total_timeout_s is the engine's own deadline (one timer for all calls, not aiohttp's
+        # timer per call): see _expire.
         self._stream_options: dict[str, Any] = {"allow_redirects": False}
         self._answer_options: dict[str, Any] = {"allow_redirects": False}
+        self._total_timeout_s: float | None = None
         if session is None:
-            self._stream_options["timeout"] = self.timeout
-            self._answer_options["timeout"] = aiohttp.ClientTimeout(total=self.timeout.total,
-                                                                    sock_connect=self.timeout.sock_connect)
+            self._total_timeout_s = self.timeout.total
+            self._stream_options["timeout"] = aiohttp.ClientTimeout(sock_connect=self.timeout.sock_connect,
+                                                                    sock_read=self.timeout.sock_read)
+            self._answer_options["timeout"] = aiohttp.ClientTimeout(sock_connect=self.timeout.sock_connect)
+        self._expiry: asyncio.TimerHandle | None = None
+        self._expiry_at = 0.0
         self._loop: asyncio.AbstractEventLoop | None = None
         self._closed = False
         self._waiting: deque[_Call] = deque()
@@ -315,10 +323,10 @@ class OpenAIEngine(_HTTPCall, _Backoff):
         if self._closed:
             return
         self._closed = True
-        for handle in (self._pause, self._breaker_timer):
+        for handle in (self._pause, self._breaker_timer, self._expiry):
             if handle is not None:
                 handle.cancel()
-        self._pause = self._breaker_timer = None
+        self._pause = self._breaker_timer = self._expiry = None
         for call, handle in list(self._delayed.items()):
             handle.cancel()
             call.state = _DONE
@@ -423,9 +431,57 @@ class OpenAIEngine(_HTTPCall, _Backoff):
             call.settled = False
             if trial:
                 self._trial = call
-            call.started_s = loop.time()
+            call.started_s = now = loop.time()
+            total = self._total_timeout_s
+            if total is not None:
+                call.expires_s = now + total
+                self._arm_deadline(call.expires_s)  # mostly armed already, for an earlier one
             self._calls.add(call)
             call.task = loop.create_task(self._run(call), name=f"rxpipe-openai-{call.request.id}")
+
+    def _arm_deadline(self, when: float) -> None:
+        """Have the deadline timer wake no later than ``when`` (loop time)."""
+        if self._closed or self._loop is None:
+            return
+        if self._expiry is not None:
+            if self._expiry_at <= when:
+                return
+            self._expiry.cancel()
+        self._expiry_at = when
+        self._expiry = self._loop.call_at(when, self._expire)
+
+    def _expire(self) -> None:
+        """The deadline timer: end the calls past their total_timeout_s, wake those parked past
+        stall_timeout_s, then sleep until the earliest deadline left. One timer for the engine,
+        never one per call or per credit wait: it is armed for a deadline earlier than the one it
+        waits for, and left alone when calls finish or get credit (a stale wake-up scans the at
+        most ``max_in_flight`` running calls and sleeps again); with no call overrunning, it wakes
+        about once per ``total_timeout_s`` (once per ``stall_timeout_s`` while calls park)."""
+        self._expiry = None
+        loop = self._loop
+        if loop is None or self._closed:
+            return
+        now = loop.time()
+        earliest = math.inf
+        for call in list(self._calls):
+            expires = call.expires_s
+            if expires is not None and not call.timed_out:
+                if expires <= now:
+                    call.timed_out = True
+                    if call.task is not None:
+                        call.task.cancel()  # _run fails it with EngineError; the connection is closed
+                    continue
+                earliest = min(earliest, expires)
+            stall = call.stall_s
+            if stall is not None:
+                if stall <= now:
+                    if call.waiter is not None:
+                        _wake(call.waiter)  # _await_credit sees the deadline passed: "stalled"
+                else:
+                    earliest = min(earliest, stall)
+        if earliest < math.inf:
+            self._expiry_at = earliest
+            self._expiry = loop.call_at(earliest, self._expire)
 
     def _fail_waiting(self, error: BaseException) -> None:
         waiting = self._waiting

@@ -478,6 +478,30 @@ async def test_a_consumer_without_credit_past_stall_timeout_is_stalled_and_disco
         await e.aclose()
 
 
+async def test_parked_streams_stall_each_at_its_own_deadline_on_one_engine_timer(server: StubServer) -> None:
+    server.control(tokens=20, token_delay_s=0.01)
+    e = make(server, stall_timeout_s=0.2, total_timeout_s=None)
+    try:
+        def start(name: str) -> tuple[Completion, TestSubscriber[TokenChunk]]:
+            completion = e.submit(CompletionRequest(prompt=name, stream=True))
+            ts = TestSubscriber[TokenChunk](initial_request=1)
+            completion.tokens.subscribe(ts)
+            return completion, ts
+
+        first, _ = start("first")
+        await asyncio.sleep(0.1)
+        second, _ = start("second")  # parks later than the first: a later deadline
+        fed, fed_ts = start("fed")
+        await fed_ts.await_count(1)
+        fed_ts.request(UNBOUNDED)  # credit before its deadline: it never stalls
+        assert (await first.result).finish_reason == "stalled"
+        assert (await second.result).finish_reason == "stalled"
+        assert (await fed.result).text == "".join(f" t{i}" for i in range(20))
+        assert [c.generated_tokens for c in (first, second)] == [1, 1]
+    finally:
+        await e.aclose()
+
+
 async def test_aclose_cancels_running_and_waiting_calls(server: StubServer) -> None:
     server.control(tokens=100, token_delay_s=0.02)
     e = make(server, max_in_flight=1)
@@ -554,12 +578,37 @@ async def test_a_non_streamed_call_has_no_read_timeout_but_the_total_timeout(ser
     bounded = make(server, read_timeout_s=0.1, total_timeout_s=0.1)
     try:
         assert (await e.submit(CompletionRequest(prompt="x", max_tokens=2)).result).text == " t0 t1"
-        with pytest.raises(EngineError, match="Timeout"):
-            await bounded.submit(CompletionRequest(prompt="x", max_tokens=2)).result
+        request = CompletionRequest(prompt="x", max_tokens=2)
+        with pytest.raises(EngineError, match=r"timed out after total_timeout_s=0.1 s \(0 tokens\)"):
+            await bounded.submit(request).result
         assert e.breaker.consecutive_failures == 0 and bounded.breaker.consecutive_failures == 1
+        await disconnect_of(server, request.id)  # the server saw the call closed
+        await wait_for(lambda: bounded.running == 0, what="the slot")
+        assert bounded.free_slots == 4
     finally:
         await e.aclose()
         await bounded.aclose()
+
+
+async def test_the_total_timeout_ends_a_streamed_call_with_the_tokens_it_relayed(server: StubServer) -> None:
+    server.control(tokens=100, token_delay_s=0.02)
+    e = make(server, total_timeout_s=0.3, stall_timeout_s=None)
+    try:
+        request = CompletionRequest(prompt="x", stream=True)
+        completion = e.submit(request)
+        ts = TestSubscriber[TokenChunk](initial_request=UNBOUNDED)
+        completion.tokens.subscribe(ts)
+        with pytest.raises(EngineError, match="timed out after total_timeout_s=0.3 s"):
+            await completion.result
+        await ts.await_done()
+        assert isinstance(ts.error, EngineError) and 0 < len(ts.values) < 100
+        await disconnect_of(server, request.id)
+        assert e.breaker.consecutive_failures == 1
+        await wait_for(lambda: e.running == 0, what="the slot")
+        result = await e.submit(CompletionRequest(prompt="y", max_tokens=1)).result
+        assert result.text == " t0"
+    finally:
+        await e.aclose()
 
 
 async def test_a_dead_server_trips_the_breaker_and_the_engine_recovers_when_it_returns(
