@@ -82,10 +82,12 @@ class _HTTPCall(_OpenAIState):
             requeue = await self._exchange(call)
         except asyncio.CancelledError:
             if call.timed_out and not call.completion.cancel_requested and not self._closed:
-                # cancelled by the engine's deadline timer, not by its owner: a failed call
+                # cancelled by the engine's deadline timer, not by its owner: a failed call; with
+                # no answer yet the server counts as unreachable (as for a connection timeout)
                 asyncio.current_task().uncancel()  # type: ignore[union-attr]
                 self._settle(call, False)
-                call.completion.fail(EngineError(
+                kind = EngineUnavailableError if call.response is None else EngineError
+                call.completion.fail(kind(
                     f"{self.base_url}: request {call.request.id} timed out after total_timeout_s="
                     f"{self._total_timeout_s} s ({call.tokens} tokens)"))
                 return

@@ -118,8 +118,9 @@ class OpenAIEngine(_HTTPCall, _Backoff):
     request not streamed to its client is its ``e2e_s`` (its client gets every token at once,
     with the answer); of a streamed one, the time its first token arrived.
 
-    Errors (``await completion.result`` raises, the token stream signals): connection failures
-    and a 429/503 past ``throttle_retries`` → ``EngineUnavailableError``; other non-2xx answers, a
+    Errors (``await completion.result`` raises, the token stream signals): connection failures,
+    no answer within ``total_timeout_s`` and a 429/503 past ``throttle_retries`` →
+    ``EngineUnavailableError``; other non-2xx answers, a
     broken or malformed stream or body, a 200 that is not an OpenAI answer (an HTML page, a JSON
     body without ``choices``), timeouts → ``EngineError``. A 4xx other than 429 is the
     request's fault: it does not count against the breaker.

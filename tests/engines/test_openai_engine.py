@@ -579,7 +579,8 @@ async def test_a_non_streamed_call_has_no_read_timeout_but_the_total_timeout(ser
     try:
         assert (await e.submit(CompletionRequest(prompt="x", max_tokens=2)).result).text == " t0 t1"
         request = CompletionRequest(prompt="x", max_tokens=2)
-        with pytest.raises(EngineError, match=r"timed out after total_timeout_s=0.1 s \(0 tokens\)"):
+        # no answer within it: unreachable (the gateway's 503), as a connection timeout
+        with pytest.raises(EngineUnavailableError, match=r"timed out after total_timeout_s=0.1 s \(0 tokens\)"):
             await bounded.submit(request).result
         assert e.breaker.consecutive_failures == 0 and bounded.breaker.consecutive_failures == 1
         await disconnect_of(server, request.id)  # the server saw the call closed
@@ -601,7 +602,8 @@ async def test_the_total_timeout_ends_a_streamed_call_with_the_tokens_it_relayed
         with pytest.raises(EngineError, match="timed out after total_timeout_s=0.3 s"):
             await completion.result
         await ts.await_done()
-        assert isinstance(ts.error, EngineError) and 0 < len(ts.values) < 100
+        # it had answered: a failure of the call, not an unreachable server
+        assert type(ts.error) is EngineError and len(ts.values) < 100
         await disconnect_of(server, request.id)
         assert e.breaker.consecutive_failures == 1
         await wait_for(lambda: e.running == 0, what="the slot")
