@@ -526,6 +526,9 @@ class OpenAIEngine(_HTTPCall, _Backoff):
                 self._start_waiting()
                 return
         call.state = _DONE
+        # no cycle Completion <-> _Call: the call's state (parts, usage, response) is freed by
+        # reference counting when its task ends, not left for the cyclic GC
+        completion.engine_state = None
         if self._closed:
             return
         self._freed = True

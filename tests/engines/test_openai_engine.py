@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import random
 import time
 import uuid
@@ -224,6 +225,31 @@ async def test_a_json_answer_without_usage_counts_the_estimate_and_chat_reads_th
         assert first["path"] == "/v1/chat/completions"
         assert first["body"] == {"model": "stub-model", "messages": messages, "max_tokens": 8, "stream": False}
     finally:
+        await e.aclose()
+
+
+async def test_a_finished_call_is_freed_by_reference_counting(server: StubServer) -> None:
+    """No reference cycle through the engine's per-call state: it never waits for the cyclic GC."""
+    from rxpipe.engines._openai_state import _Call
+
+    e = make(server)
+    gc.collect()
+    gc.disable()
+    gc.set_debug(gc.DEBUG_SAVEALL)
+    try:
+        completion = e.submit(CompletionRequest(prompt="x", max_tokens=2))
+        assert isinstance(completion.engine_state, _Call)
+        assert (await completion.result).text == " t0 t1"
+        await wait_for(lambda: e.running == 0, what="the slot")
+        await asyncio.sleep(0.01)  # the call's task ends
+        assert completion.engine_state is None
+        del completion
+        gc.collect()
+        assert not [o for o in gc.garbage if isinstance(o, _Call)]
+    finally:
+        gc.set_debug(0)
+        gc.garbage.clear()
+        gc.enable()
         await e.aclose()
 
 
