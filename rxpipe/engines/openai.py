@@ -31,6 +31,7 @@ from __future__ import annotations
 import asyncio
 import math
 import random
+import threading
 from collections import deque
 from typing import Any, Literal, Mapping
 
@@ -202,6 +203,7 @@ class OpenAIEngine(_HTTPCall, _Backoff):
         self._expiry: asyncio.TimerHandle | None = None
         self._expiry_at = 0.0
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: int | None = None  # the thread running self._loop
         self._closed = False
         self._waiting: deque[_Call] = deque()
         self._calls: set[_Call] = set()  # running
@@ -381,11 +383,18 @@ class OpenAIEngine(_HTTPCall, _Backoff):
 
     # -- starting calls --------------------------------------------------------------------------
     def _bind(self) -> asyncio.AbstractEventLoop:
+        loop = self._loop
+        # Fast path, once bound: our loop runs in this thread, so it is the running loop (one per
+        # thread). Not asyncio.get_running_loop(): on CPython 3.11 it makes a getpid() system
+        # call each time (its fork check), a few µs per request in a VM.
+        if loop is not None and self._thread == threading.get_ident() and loop.is_running():
+            return loop
         loop = asyncio.get_running_loop()
         if self._loop is None:
             self._loop = loop
         elif self._loop is not loop:
             raise RuntimeError("this OpenAIEngine is bound to another event loop")
+        self._thread = threading.get_ident()
         if self._session is None:
             connector = aiohttp.TCPConnector(limit=self.max_num_seqs, limit_per_host=self.max_num_seqs)
             self._session = aiohttp.ClientSession(connector=connector, timeout=self.timeout)

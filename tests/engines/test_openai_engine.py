@@ -94,6 +94,35 @@ def test_constructor_validates_its_bounds() -> None:
     assert e.available and e.retry_after_s == 0.0 and not e.paused
 
 
+def test_an_engine_bound_to_one_event_loop_refuses_another() -> None:
+    e = OpenAIEngine("http://127.0.0.1:9", "m", 2, breaker=CircuitBreaker(100, 1.0))
+
+    async def first() -> None:
+        with pytest.raises(EngineUnavailableError, match="unreachable"):  # nothing listens on port 9
+            await e.submit(CompletionRequest(prompt="x")).result
+        with pytest.raises(EngineUnavailableError, match="unreachable"):  # the bound fast path
+            await e.submit(CompletionRequest(prompt="y")).result
+
+    async def second() -> None:
+        with pytest.raises(RuntimeError, match="bound to another event loop"):
+            e.submit(CompletionRequest(prompt="z"))
+
+    async def close() -> None:
+        await e.aclose()
+
+    loop = asyncio.new_event_loop()
+    try:
+        loop.run_until_complete(first())
+        other = asyncio.new_event_loop()
+        try:
+            other.run_until_complete(second())  # same thread, another loop
+        finally:
+            other.close()
+        loop.run_until_complete(close())
+    finally:
+        loop.close()
+
+
 def test_parse_retry_after_reads_ms_seconds_and_http_dates() -> None:
     assert parse_retry_after({"Retry-After": "1"}) == 1.0
     assert parse_retry_after({"Retry-After": " 2 "}) == 2.0
