@@ -24,7 +24,7 @@ class _Call:
 
     __slots__ = ("completion", "request", "chat", "state", "task", "response", "parts", "tokens", "started_s",
                  "first_token_s", "throttles", "trial", "settled", "waiter", "finish_reason", "usage",
-                 "not_before")
+                 "not_before", "expires_s", "timed_out", "stall_s")
 
     def __init__(self, completion: Completion, chat: bool) -> None:
         self.completion = completion
@@ -47,6 +47,12 @@ class _Call:
         self.usage: dict[str, Any] | None = None
         #: loop time before which a refused (429) call must not be sent again; None: not held
         self.not_before: float | None = None
+        #: loop time at which this attempt's total_timeout_s ends (None: no limit); timed_out:
+        #: it ended so (its task was cancelled for it)
+        self.expires_s: float | None = None
+        self.timed_out = False
+        #: loop time at which this call, parked without credit, is stalled (None: not parked)
+        self.stall_s: float | None = None
 
 
 def _seconds(name: str, value: object) -> float:
@@ -83,6 +89,10 @@ class _OpenAIState(Engine):
     pauses: int
     succeeded: int
     _headers: dict[str, str]
+    _answer_headers: dict[str, str]
+    _stream_options: dict[str, Any]
+    _answer_options: dict[str, Any]
+    _total_timeout_s: float | None
     _rng: random.Random
     _session: aiohttp.ClientSession | None
     _loop: asyncio.AbstractEventLoop | None
@@ -104,3 +114,4 @@ class _OpenAIState(Engine):
         def _end(self, call: _Call, reason: str) -> None: ...
         def _settle(self, call: _Call, ok: bool | None) -> None: ...
         def _throttled(self, call: _Call, status: int, headers: Mapping[str, str]) -> bool: ...
+        def _arm_deadline(self, when: float) -> None: ...

@@ -8,22 +8,29 @@ import email.utils
 import hashlib
 import math
 import time
-import uuid
 from typing import Any, Mapping
 
 import aiohttp
 import orjson
 
 from ..errors import EngineError, EngineUnavailableError
-from ._openai_state import _Call, _OpenAIState, _wake
+from ._openai_state import _Call, _OpenAIState
+from .records import estimate_tokens
 
 __all__ = ["parse_retry_after", "wire_request_id"]
 
 
 def wire_request_id(request_id: str) -> str:
     """The ``X-Request-Id`` sent for ``request_id``: a UUID4-formatted digest of it (servers
-    such as llama.cpp's accept only a UUID4 there), the same for the same id."""
-    return str(uuid.UUID(hashlib.md5(request_id.encode()).hexdigest(), version=4))
+    such as llama.cpp's accept only a UUID4 there), the same for the same id:
+    ``str(uuid.UUID(md5(request_id).hexdigest(), version=4))``, formatted without the UUID object."""
+    h = hashlib.md5(request_id.encode()).hexdigest()
+    # version=4 sets the version nibble to 4 and the variant bits to 10 (RFC 9562 §4.1, §4.2)
+    return f"{h[:8]}-{h[8:12]}-4{h[13:16]}-{_VARIANT[h[16]]}{h[17:20]}-{h[20:]}"
+
+
+#: the variant nibble (``10xx``) for each hex digit of the digest
+_VARIANT = {d: "89ab"[int(d, 16) & 3] for d in "0123456789abcdef"}
 
 # sampling fields the engine sets itself (or that are the gateway's own): never passed through
 _RESERVED = frozenset({"model", "prompt", "messages", "stream", "stream_options", "n", "max_tokens",
@@ -74,6 +81,16 @@ class _HTTPCall(_OpenAIState):
         try:
             requeue = await self._exchange(call)
         except asyncio.CancelledError:
+            if call.timed_out and not call.completion.cancel_requested and not self._closed:
+                # cancelled by the engine's deadline timer, not by its owner: a failed call; with
+                # no answer yet the server counts as unreachable (as for a connection timeout)
+                asyncio.current_task().uncancel()  # type: ignore[union-attr]
+                self._settle(call, False)
+                kind = EngineUnavailableError if call.response is None else EngineError
+                call.completion.fail(kind(
+                    f"{self.base_url}: request {call.request.id} timed out after total_timeout_s="
+                    f"{self._total_timeout_s} s ({call.tokens} tokens)"))
+                return
             self._settle(call, None)
             self._end(call, "cancelled")
             raise
@@ -92,10 +109,11 @@ class _HTTPCall(_OpenAIState):
         session = self._session
         assert session is not None
         try:
-            headers = self._headers
+            headers, options = (self._headers, self._stream_options) if request.stream else \
+                (self._answer_headers, self._answer_options)
             if self._own_request_id:
                 headers = {**headers, "X-Request-Id": wire_request_id(request.id)}
-            response = await session.post(url, data=self._body(call), allow_redirects=False, headers=headers)
+            response = await session.post(url, data=self._body(call), headers=headers, **options)
         except (aiohttp.ClientError, OSError) as error:
             self._settle(call, False)
             completion.fail(EngineUnavailableError(f"{url} unreachable: {error!r}"))
@@ -112,17 +130,22 @@ class _HTTPCall(_OpenAIState):
             return False
         self._streak = 0
         try:
-            if response.content_type == "application/json":  # a server that ignored "stream": true
-                await self._read_json(call, response)
+            if request.stream:
+                if response.content_type == "application/json":  # a server that ignored "stream": true
+                    await self._read_answer(call, response)
+                else:
+                    await self._read_events(call, response)
+            elif response.content_type == "text/event-stream":  # a server that ignored "stream": false
+                await self._read_all_events(call, response)
             else:
-                await self._read_events(call, response)
+                await self._read_answer(call, response)
         except (aiohttp.ClientError, OSError) as error:
             if completion.cancel_requested:  # we closed the connection ourselves
                 self._settle(call, None)
                 self._end(call, "cancelled")
                 return False
             self._settle(call, False)
-            completion.fail(EngineError(f"{url}: the stream of {request.id} broke after {call.tokens} "
+            completion.fail(EngineError(f"{url}: the answer to {request.id} broke after {call.tokens} "
                                         f"tokens: {error!r}"))
             return False
         if completion.cancel_requested:  # its consumer cancelled it inside on_next
@@ -153,13 +176,17 @@ class _HTTPCall(_OpenAIState):
         for key, value in request.sampling.items():
             if key not in _RESERVED:
                 body[key] = value
-        body["stream"] = True
-        if self.include_usage:
-            body["stream_options"] = {"include_usage": True}
+        if request.stream:
+            body["stream"] = True
+            if self.include_usage:
+                body["stream_options"] = {"include_usage": True}
+        else:
+            body["stream"] = False  # one JSON body, its usage included (OpenAI: stream_options only with stream)
         return orjson.dumps(body)
 
     async def _read_events(self, call: _Call, response: aiohttp.ClientResponse) -> None:
-        """Read SSE events into the completion until ``[DONE]`` or the end of the body.
+        """Read a streamed request's SSE events into the completion until ``[DONE]`` or the end
+        of the body, one line at a time, each only while the consumer has credit.
 
         Stops early when the completion is cancelled or stalled. A body cut short by the server
         (no terminating chunk) raises ``aiohttp.ClientPayloadError``; a clean end without
@@ -168,14 +195,10 @@ class _HTTPCall(_OpenAIState):
         """
         content = response.content
         completion = call.completion
-        gated = call.request.stream
-        if not gated:
-            await self._read_all_events(call, response)
-            return
         events = False
         while True:
             # Credit: read nothing while the consumer cannot take a chunk (TCP backpressure).
-            if gated and not completion.credit and not await self._await_credit(call):
+            if not completion.credit and not await self._await_credit(call):
                 return
             line = await content.readline()
             if not line and not events and not completion.cancel_requested:
@@ -189,13 +212,13 @@ class _HTTPCall(_OpenAIState):
             if data == b"[DONE]":
                 return
             if data:
-                self._take(call, orjson.loads(data), "delta")
+                self._take(call, orjson.loads(data))
 
     async def _read_all_events(self, call: _Call, response: aiohttp.ClientResponse) -> None:
-        """:meth:`_read_events` for a request without credit (not streamed to its client): each
-        read takes whatever arrived and its whole lines are parsed in one go, instead of one
-        ``readline`` per line. Same lines, same order, same early ends, same ValueError for a
-        body without a single ``data:`` event."""
+        """:meth:`_read_events` for a request not streamed to its client whose server answered
+        SSE although asked for ``"stream": false``: each read takes whatever arrived and its whole
+        lines are parsed in one go, no credit. Same lines, same order, same early ends, same
+        ValueError for a body without a single ``data:`` event."""
         completion = call.completion
         content = response.content
         rest = b""
@@ -219,22 +242,63 @@ class _HTTPCall(_OpenAIState):
                 if payload == b"[DONE]":
                     return
                 if payload:
-                    self._take(call, orjson.loads(payload), "delta")
+                    self._take(call, orjson.loads(payload))
             if not data:
                 return
 
-    async def _read_json(self, call: _Call, response: aiohttp.ClientResponse) -> None:
-        """A whole (non-streamed) answer: one chunk."""
-        self._take(call, orjson.loads(await response.read()), "message")
+    async def _read_answer(self, call: _Call, response: aiohttp.ClientResponse) -> None:
+        """A whole (non-streamed) answer: one JSON body, read at once and parsed once.
 
-    def _take(self, call: _Call, event: Any, key: str) -> None:
-        """Apply one answer object: an SSE event (``key="delta"``) or a whole answer (``"message"``)."""
-        if not isinstance(event, dict):
-            raise ValueError(f"an answer that is not a JSON object: {str(event)[:200]}")
-        error = event.get("error")
+        Its text is pushed as one chunk of ``usage.completion_tokens`` tokens (without usage: the
+        documented estimate, 1 token per 4 UTF-8 bytes, as for prompts). Not an OpenAI answer —
+        a body that is not JSON (an HTML page, a truncated body) or an object without ``choices``
+        — raises ValueError; an ``error`` object too.
+        """
+        raw = await response.read()
+        try:
+            answer = orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            raise ValueError(f"not an OpenAI answer: a {response.content_type} body that is not JSON") from None
+        if not isinstance(answer, dict):
+            raise ValueError(f"an answer that is not a JSON object: {str(answer)[:200]}")
+        self._check_error(answer)
+        usage = answer.get("usage")
+        if isinstance(usage, dict):
+            call.usage = usage
+        choices = answer.get("choices")
+        if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
+            raise ValueError(f"not an OpenAI answer: a {response.content_type} body without choices")
+        choice = choices[0]
+        if call.chat:
+            message = choice.get("message")
+            text = message.get("content") if isinstance(message, dict) else None
+        else:
+            text = choice.get("text")
+        reason = choice.get("finish_reason")
+        if reason:
+            call.finish_reason = reason
+        if not isinstance(text, str) or not text:
+            return
+        tokens = usage.get("completion_tokens") if isinstance(usage, dict) else None
+        if not isinstance(tokens, int) or isinstance(tokens, bool) or tokens < 0:
+            tokens = estimate_tokens(text)
+        call.first_token_s = self._loop.time()  # type: ignore[union-attr]
+        call.tokens = tokens
+        call.parts.append(text)
+        call.completion.push(text, tokens)
+
+    @staticmethod
+    def _check_error(answer: dict[str, Any]) -> None:
+        error = answer.get("error")
         if error:
             message = error.get("message", error) if isinstance(error, dict) else error
             raise ValueError(f"the server reported an error: {message}")
+
+    def _take(self, call: _Call, event: Any) -> None:
+        """Apply one SSE event."""
+        if not isinstance(event, dict):
+            raise ValueError(f"an answer that is not a JSON object: {str(event)[:200]}")
+        self._check_error(event)
         usage = event.get("usage")
         if isinstance(usage, dict):
             call.usage = usage
@@ -243,7 +307,7 @@ class _HTTPCall(_OpenAIState):
             return
         choice = choices[0]
         if call.chat:
-            part = choice.get(key)
+            part = choice.get("delta")
             text = part.get("content") if isinstance(part, dict) else None
         else:
             text = choice.get("text")
@@ -268,23 +332,27 @@ class _HTTPCall(_OpenAIState):
         assert loop is not None
         completion = call.completion
         timeout = self.stall_timeout_s
-        deadline = None if timeout is None else loop.time() + timeout
-        while not completion.credit:
-            if completion.cancel_requested:
-                return False
-            waiter = call.waiter = loop.create_future()
-            timer = None if deadline is None else loop.call_at(deadline, _wake, waiter)
-            try:
-                await waiter
-            finally:
-                call.waiter = None
-                if timer is not None:
-                    timer.cancel()
-            if deadline is not None and not completion.credit and loop.time() >= deadline:
-                self._close_response(call)  # first: the server learns before our consumer does
-                self._end(call, "stalled")
-                return False
-        return True
+        deadline = None
+        if timeout is not None:
+            # no timer of its own: the engine's deadline timer wakes it (see OpenAIEngine._expire)
+            deadline = call.stall_s = loop.time() + timeout
+            self._arm_deadline(deadline)
+        try:
+            while not completion.credit:
+                if completion.cancel_requested:
+                    return False
+                waiter = call.waiter = loop.create_future()
+                try:
+                    await waiter
+                finally:
+                    call.waiter = None
+                if deadline is not None and not completion.credit and loop.time() >= deadline:
+                    self._close_response(call)  # first: the server learns before our consumer does
+                    self._end(call, "stalled")
+                    return False
+            return True
+        finally:
+            call.stall_s = None
 
     async def _error_message(self, response: aiohttp.ClientResponse) -> str:
         try:

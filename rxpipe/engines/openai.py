@@ -1,7 +1,10 @@
 """``OpenAIEngine``: a real OpenAI-compatible HTTP backend (vLLM, TGI, llama.cpp server, OpenAI).
 
-One admitted request is one streamed HTTP call (``"stream": true``, Server-Sent Events) run by one
-task; its token deltas flow into the Completion's token stream as they arrive.
+One admitted request is one HTTP call run by one task. A streamed request (``request.stream``)
+is a streamed call (``"stream": true``, Server-Sent Events): its token deltas flow into the
+Completion's token stream as they arrive, under its consumer's credit. A request not streamed to
+its client is a non-streamed call (``"stream": false``): one JSON body, read whole and parsed
+once, its text one chunk.
 
 State of a request (``_Call.state``): waiting (admitted, not started: the engine is paused or
 at ``max_in_flight``) → running (its HTTP call in flight) → done. A call answered 429/503 goes
@@ -28,8 +31,9 @@ from __future__ import annotations
 import asyncio
 import math
 import random
+import threading
 from collections import deque
-from typing import Literal, Mapping
+from typing import Any, Literal, Mapping
 
 import aiohttp
 
@@ -68,10 +72,12 @@ class OpenAIEngine(_HTTPCall, _Backoff):
             always ``/v1/completions`` (a request with messages is refused with ValueError);
             None: by request (``messages`` → chat, ``prompt`` → completions).
         connect_timeout_s: seconds to open a connection. read_timeout_s: seconds without a byte
-            from the server (aiohttp ``sock_read``: restarts with every byte received, stops while
-            our receive buffer is full because the consumer has no credit). total_timeout_s:
-            seconds for the whole call (time parked without credit included). None disables one,
-            explicitly.
+            from the server in a streamed call (aiohttp ``sock_read``: restarts with every byte
+            received, stops while our receive buffer is full because the consumer has no credit);
+            a non-streamed call has none (its server is silent until the whole answer is ready).
+            total_timeout_s: seconds for the whole call (time parked without credit included).
+            None disables one, explicitly. With a ``session`` of the user's, its own timeouts
+            apply instead.
         retry_after_cap_s: the longest wait (seconds) a 429/503 can cause.
         retry_after_jitter: the wait (of the refused call after a 429; of every call after a
             503) is ``min(cap, r + uniform(0, jitter * r))`` where ``r`` is the server's
@@ -86,11 +92,13 @@ class OpenAIEngine(_HTTPCall, _Backoff):
             consecutive failures open it for 5 s). May be shared with other engines or stages.
         stall_timeout_s: a streaming request whose consumer gives no credit for this long
             finishes ``"stalled"`` and its HTTP call is closed (None: never).
-        include_usage: ask for ``stream_options.include_usage`` (exact token counts in the last
-            chunk; vLLM, OpenAI and llama.cpp support it). Without usage, each streamed chunk of
-            a choice counts one token, an empty-text one too (llama.cpp sends those for the
-            bytes of a character split across tokens), except the closing chunk that carries
-            ``finish_reason`` with no text.
+        include_usage: for streamed calls, ask for ``stream_options.include_usage`` (exact token
+            counts in the last chunk; vLLM, OpenAI and llama.cpp support it). Without usage, each
+            streamed chunk of a choice counts one token, an empty-text one too (llama.cpp sends
+            those for the bytes of a character split across tokens), except the closing chunk
+            that carries ``finish_reason`` with no text. A non-streamed answer carries ``usage``
+            anyway; without it its text counts 1 token per 4 UTF-8 bytes (the estimate used for
+            prompts, :func:`~rxpipe.engines.estimate_tokens`).
         headers: extra HTTP headers for every call (they win over the engine's own, including
             ``X-Request-Id``). session: an ``aiohttp.ClientSession`` to use
             (not closed by :meth:`aclose`); default: one of our own, bounded to
@@ -107,9 +115,15 @@ class OpenAIEngine(_HTTPCall, _Backoff):
     queued requests that have a reply slot with ``EngineUnavailableError`` (the gateway's 503)
     instead of leaving them queued, and holds the others until the engine is back.
 
-    Errors (``await completion.result`` raises, the token stream signals): connection failures
-    and a 429/503 past ``throttle_retries`` → ``EngineUnavailableError``; other non-2xx answers, a
-    broken or malformed stream, timeouts → ``EngineError``. A 4xx other than 429 is the
+    Results: token counts from the server's ``usage`` when it sends them. ``ttft_s`` of a
+    request not streamed to its client is its ``e2e_s`` (its client gets every token at once,
+    with the answer); of a streamed one, the time its first token arrived.
+
+    Errors (``await completion.result`` raises, the token stream signals): connection failures,
+    no answer within ``total_timeout_s`` and a 429/503 past ``throttle_retries`` →
+    ``EngineUnavailableError``; other non-2xx answers, a
+    broken or malformed stream or body, a 200 that is not an OpenAI answer (an HTML page, a JSON
+    body without ``choices``), timeouts → ``EngineError``. A 4xx other than 429 is the
     request's fault: it does not count against the breaker.
 
     Cancelling a Completion (or its token stream) closes its HTTP connection at once, so the
@@ -117,8 +131,10 @@ class OpenAIEngine(_HTTPCall, _Backoff):
     is free one loop iteration later. Every request carries ``X-Request-Id:
     wire_request_id(request.id)`` (a UUID4 form of the id) unless ``headers`` sets one.
 
-    Tasks: one per running call, none while idle. Timers: the pause and the breaker's half-open
-    wake-up (loop clock). Call :meth:`aclose` when done (it closes the session it made).
+    Tasks: one per running call, none while idle. Timers: the pause, the breaker's half-open
+    wake-up, and one deadline timer for ``total_timeout_s`` (armed for the earliest deadline of
+    the running calls, never one per call; a call past it fails with ``EngineError`` and its
+    connection is closed). Call :meth:`aclose` when done (it closes the session it made).
     """
 
     def __init__(self, base_url: str, model: str, max_in_flight: int | Literal["auto"], api_key: str | None = None, *,
@@ -148,6 +164,7 @@ class OpenAIEngine(_HTTPCall, _Backoff):
             total=_optional_seconds("total_timeout_s", total_timeout_s),
             sock_connect=_optional_seconds("connect_timeout_s", connect_timeout_s),
             sock_read=_optional_seconds("read_timeout_s", read_timeout_s))
+
         self.retry_after_cap_s = _seconds("retry_after_cap_s", retry_after_cap_s)
         if isinstance(retry_after_jitter, bool) or not 0 <= retry_after_jitter < math.inf:
             raise ValueError(f"OpenAIEngine(retry_after_jitter=) needs a number >= 0, got {retry_after_jitter!r}")
@@ -158,16 +175,35 @@ class OpenAIEngine(_HTTPCall, _Backoff):
         self.breaker = breaker if breaker is not None else CircuitBreaker(5, 5.0)
         self.stall_timeout_s = _optional_seconds("stall_timeout_s", stall_timeout_s)
         self.include_usage = include_usage
-        self._headers = {"Accept": "text/event-stream", "Content-Type": "application/json",
-                         **(dict(headers) if headers else {})}
+        own = {"Content-Type": "application/json"}
         if api_key is not None:
-            self._headers["Authorization"] = f"Bearer {api_key}"
+            own["Authorization"] = f"Bearer {api_key}"
+        extra = dict(headers) if headers else {}
+        # built once: per call only X-Request-Id is added (the user's headers win over ours)
+        self._headers = {"Accept": "text/event-stream", **own, **extra}
+        self._answer_headers = {"Accept": "application/json", **own, **extra}
         #: the user's headers name the request id themselves: we add none
         self._own_request_id = not any(k.lower() == "x-request-id" for k in (headers or {}))
         self._rng = rng if rng is not None else random.Random()
         self._session = session
         self._owns_session = session is None
+        # session.post's options. Our own session's calls get our timeouts (a user's session keeps
+        # its own); a non-streamed call's server says nothing until its answer is whole, so its
+        # silence is no read timeout: total_timeout_s bounds it.
+        # total_timeout_s is the engine's own deadline (one timer for all calls, not aiohttp's
+        # timer per call): see _expire.
+        self._stream_options: dict[str, Any] = {"allow_redirects": False}
+        self._answer_options: dict[str, Any] = {"allow_redirects": False}
+        self._total_timeout_s: float | None = None
+        if session is None:
+            self._total_timeout_s = self.timeout.total
+            self._stream_options["timeout"] = aiohttp.ClientTimeout(sock_connect=self.timeout.sock_connect,
+                                                                    sock_read=self.timeout.sock_read)
+            self._answer_options["timeout"] = aiohttp.ClientTimeout(sock_connect=self.timeout.sock_connect)
+        self._expiry: asyncio.TimerHandle | None = None
+        self._expiry_at = 0.0
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: int | None = None  # the thread running self._loop
         self._closed = False
         self._waiting: deque[_Call] = deque()
         self._calls: set[_Call] = set()  # running
@@ -290,10 +326,10 @@ class OpenAIEngine(_HTTPCall, _Backoff):
         if self._closed:
             return
         self._closed = True
-        for handle in (self._pause, self._breaker_timer):
+        for handle in (self._pause, self._breaker_timer, self._expiry):
             if handle is not None:
                 handle.cancel()
-        self._pause = self._breaker_timer = None
+        self._pause = self._breaker_timer = self._expiry = None
         for call, handle in list(self._delayed.items()):
             handle.cancel()
             call.state = _DONE
@@ -347,11 +383,18 @@ class OpenAIEngine(_HTTPCall, _Backoff):
 
     # -- starting calls --------------------------------------------------------------------------
     def _bind(self) -> asyncio.AbstractEventLoop:
+        loop = self._loop
+        # Fast path, once bound: our loop runs in this thread, so it is the running loop (one per
+        # thread). Not asyncio.get_running_loop(): on CPython 3.11 it makes a getpid() system
+        # call each time (its fork check), a few µs per request in a VM.
+        if loop is not None and self._thread == threading.get_ident() and loop.is_running():
+            return loop
         loop = asyncio.get_running_loop()
         if self._loop is None:
             self._loop = loop
         elif self._loop is not loop:
             raise RuntimeError("this OpenAIEngine is bound to another event loop")
+        self._thread = threading.get_ident()
         if self._session is None:
             connector = aiohttp.TCPConnector(limit=self.max_num_seqs, limit_per_host=self.max_num_seqs)
             self._session = aiohttp.ClientSession(connector=connector, timeout=self.timeout)
@@ -398,9 +441,57 @@ class OpenAIEngine(_HTTPCall, _Backoff):
             call.settled = False
             if trial:
                 self._trial = call
-            call.started_s = loop.time()
+            call.started_s = now = loop.time()
+            total = self._total_timeout_s
+            if total is not None:
+                call.expires_s = now + total
+                self._arm_deadline(call.expires_s)  # mostly armed already, for an earlier one
             self._calls.add(call)
             call.task = loop.create_task(self._run(call), name=f"rxpipe-openai-{call.request.id}")
+
+    def _arm_deadline(self, when: float) -> None:
+        """Have the deadline timer wake no later than ``when`` (loop time)."""
+        if self._closed or self._loop is None:
+            return
+        if self._expiry is not None:
+            if self._expiry_at <= when:
+                return
+            self._expiry.cancel()
+        self._expiry_at = when
+        self._expiry = self._loop.call_at(when, self._expire)
+
+    def _expire(self) -> None:
+        """The deadline timer: end the calls past their total_timeout_s, wake those parked past
+        stall_timeout_s, then sleep until the earliest deadline left. One timer for the engine,
+        never one per call or per credit wait: it is armed for a deadline earlier than the one it
+        waits for, and left alone when calls finish or get credit (a stale wake-up scans the at
+        most ``max_in_flight`` running calls and sleeps again); with no call overrunning, it wakes
+        about once per ``total_timeout_s`` (once per ``stall_timeout_s`` while calls park)."""
+        self._expiry = None
+        loop = self._loop
+        if loop is None or self._closed:
+            return
+        now = loop.time()
+        earliest = math.inf
+        for call in list(self._calls):
+            expires = call.expires_s
+            if expires is not None and not call.timed_out:
+                if expires <= now:
+                    call.timed_out = True
+                    if call.task is not None:
+                        call.task.cancel()  # _run fails it with EngineError; the connection is closed
+                    continue
+                earliest = min(earliest, expires)
+            stall = call.stall_s
+            if stall is not None:
+                if stall <= now:
+                    if call.waiter is not None:
+                        _wake(call.waiter)  # _await_credit sees the deadline passed: "stalled"
+                else:
+                    earliest = min(earliest, stall)
+        if earliest < math.inf:
+            self._expiry_at = earliest
+            self._expiry = loop.call_at(earliest, self._expire)
 
     def _fail_waiting(self, error: BaseException) -> None:
         waiting = self._waiting
@@ -444,6 +535,9 @@ class OpenAIEngine(_HTTPCall, _Backoff):
                 self._start_waiting()
                 return
         call.state = _DONE
+        # no cycle Completion <-> _Call: the call's state (parts, usage, response) is freed by
+        # reference counting when its task ends, not left for the cyclic GC
+        completion.engine_state = None
         if self._closed:
             return
         self._freed = True
@@ -474,6 +568,8 @@ class OpenAIEngine(_HTTPCall, _Backoff):
         completion_tokens = usage.get("completion_tokens")
         started = call.started_s
         first = call.first_token_s
+        if first is not None and not request.stream:
+            first = now  # not streamed: its client gets the first token with the whole answer
         completion.finish(CompletionResult(
             "".join(call.parts), reason,
             prompt_tokens if isinstance(prompt_tokens, int) else request.prompt_tokens,

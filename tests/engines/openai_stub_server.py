@@ -2,13 +2,17 @@
 
     python tests/engines/openai_stub_server.py --port 0 --port-file /tmp/port [--throttle 2 ...]
 
-``POST /v1/completions`` and ``POST /v1/chat/completions`` stream SSE (``data: {...}`` chunks, a
-final chunk with ``finish_reason``, a usage chunk when ``stream_options.include_usage``, then
-``data: [DONE]``). It counts concurrent requests, answers ``throttle_status`` (429) with
-``Retry-After`` to the first ``throttle`` requests and to any above ``capacity`` in flight, fails
-the next ``fail`` requests with ``fail_status``, and records every client disconnect (handler
-cancellation: the time the server saw the connection go, on ``time.monotonic()``, which is
-system-wide on Linux so tests in another process can compare it with their own).
+``POST /v1/completions`` and ``POST /v1/chat/completions`` answer ``"stream": true`` with SSE
+(``data: {...}`` chunks, a final chunk with ``finish_reason``, a usage chunk when
+``stream_options.include_usage``, then ``data: [DONE]``) and any other request with one JSON body
+(with ``usage`` unless ``json_usage`` is 0); ``plain`` answers JSON and ``always_sse`` SSE
+whatever was asked. The delays, ``token_bytes``, ``empty_every`` and ``cut_after`` apply to both
+(a cut JSON body is half its bytes, then the connection closed). It counts concurrent requests,
+answers ``throttle_status`` (429) with ``Retry-After`` to the first ``throttle`` requests and to
+any above ``capacity`` in flight, fails the next ``fail`` requests with ``fail_status``, and
+records every client disconnect (handler cancellation: the time the server saw the connection go,
+on ``time.monotonic()``, which is system-wide on Linux so tests in another process can compare it
+with their own).
 
 Control: ``GET /control`` returns the counters; ``POST /control`` with a JSON object sets options
 (``reset: true`` clears the counters first). :class:`StubServer` runs it for tests, its output
@@ -40,6 +44,8 @@ DEFAULTS: dict[str, Any] = {
     "token_bytes": 0,         # pad each token's text to this many bytes (backpressure tests)
     "first_delay_s": 0.0,     # seconds before the response headers
     "plain": 0,               # 1: answer one JSON body (a server that ignores "stream": true)
+    "always_sse": 0,          # 1: answer SSE (a server that ignores "stream": false)
+    "json_usage": 1,          # 0: a JSON answer without "usage"
     "cut_after": -1,          # >= 0: abort the connection after this many tokens (a crash mid-stream)
     "capacity": 0,            # > 0: answer throttle_status (with retry_after) above this many in flight
     "base_delay_s": 0.0,      # seconds after the response headers, before the first token
@@ -121,18 +127,44 @@ def make_app(state: State) -> Any:
                 await asyncio.sleep(opts["first_delay_s"])
             n = body.get("max_tokens") or opts["tokens"]
             count(200)
-            if opts["plain"]:
-                text = "".join(f" t{i}" for i in range(n))
-                choice = ({"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}
-                          if chat else {"index": 0, "text": text, "finish_reason": "stop"})
+            pad = int(opts["token_bytes"])
+            finish = "length" if body.get("max_tokens") else "stop"
+
+            def token(i: int) -> str:
+                text = f" t{i}"
+                if opts["empty_every"] and (i + 1) % int(opts["empty_every"]) == 0:
+                    text = ""
+                return text + "." * (pad - len(text)) if pad > len(text) else text
+
+            if opts["plain"] or not (body.get("stream") or opts["always_sse"]):
+                if opts["base_delay_s"]:
+                    await asyncio.sleep(opts["base_delay_s"])
+                parts = []
+                for i in range(n):
+                    if opts["token_delay_s"]:
+                        await asyncio.sleep(opts["token_delay_s"])
+                    parts.append(token(i))
+                text = "".join(parts)
+                choice = ({"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": finish}
+                          if chat else {"index": 0, "text": text, "finish_reason": finish})
+                answer: dict[str, Any] = {"id": rid, "object": "chat.completion" if chat else "text_completion",
+                                          "model": body.get("model", "stub"), "choices": [choice]}
+                if opts["json_usage"]:
+                    answer["usage"] = {"prompt_tokens": 3, "completion_tokens": n, "total_tokens": 3 + n}
+                payload = json.dumps(answer).encode()
+                if opts["cut_after"] >= 0 and request.transport is not None:
+                    cut = web.StreamResponse(status=200, headers={"Content-Type": "application/json",
+                                                                  "Content-Length": str(len(payload))})
+                    await cut.prepare(request)
+                    await cut.write(payload[:len(payload) // 2])
+                    request.transport.close()  # after the half written (abort would drop it)
+                    return cut
                 state.completed += 1
-                return web.json_response({"id": rid, "choices": [choice],
-                                          "usage": {"prompt_tokens": 3, "completion_tokens": n}})
+                return web.Response(body=payload, content_type="application/json")
             response = web.StreamResponse(status=200, headers={"Content-Type": "text/event-stream",
                                                                 "Cache-Control": "no-cache"})
             await response.prepare(request)
             model = body.get("model", "stub")
-            pad = int(opts["token_bytes"])
 
             def chunk(text: str | None, finish: str | None = None) -> bytes:
                 if chat:
@@ -157,15 +189,10 @@ def make_app(state: State) -> Any:
                     return response
                 if opts["token_delay_s"]:
                     await asyncio.sleep(opts["token_delay_s"])
-                text = f" t{i}"
-                if opts["empty_every"] and (i + 1) % int(opts["empty_every"]) == 0:
-                    text = ""
-                if pad > len(text):
-                    text = text + "." * (pad - len(text))
-                await response.write(chunk(text))
+                await response.write(chunk(token(i)))
                 written += 1
                 state.written[rid] = written
-            await response.write(chunk(None if chat else "", "length" if body.get("max_tokens") else "stop"))
+            await response.write(chunk(None if chat else "", finish))
             if (body.get("stream_options") or {}).get("include_usage"):
                 usage = {"prompt_tokens": 3, "completion_tokens": n, "total_tokens": 3 + n}
                 await response.write(b"data: " + json.dumps({"id": rid, "choices": [], "usage": usage}).encode()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import random
 import time
 import uuid
@@ -56,6 +57,14 @@ async def wait_for(predicate: Any, timeout_s: float = 3.0, what: str = "conditio
         await asyncio.sleep(0.005)
 
 
+def submit(e: OpenAIEngine, request: CompletionRequest) -> Completion:
+    """Submit; a streamed request's tokens get a consumer with unbounded credit (as a fast client)."""
+    completion = e.submit(request)
+    if request.stream:
+        completion.tokens.subscribe(TestSubscriber[TokenChunk](initial_request=UNBOUNDED))
+    return completion
+
+
 async def disconnect_of(server: StubServer, request_id: str, timeout_s: float = 2.0) -> dict[str, Any]:
     """The server's record of ``request_id``'s disconnect (its ``t`` is the server's time.monotonic())."""
     deadline = time.monotonic() + timeout_s
@@ -85,6 +94,35 @@ def test_constructor_validates_its_bounds() -> None:
     assert e.available and e.retry_after_s == 0.0 and not e.paused
 
 
+def test_an_engine_bound_to_one_event_loop_refuses_another() -> None:
+    e = OpenAIEngine("http://127.0.0.1:9", "m", 2, breaker=CircuitBreaker(100, 1.0))
+
+    async def first() -> None:
+        with pytest.raises(EngineUnavailableError, match="unreachable"):  # nothing listens on port 9
+            await e.submit(CompletionRequest(prompt="x")).result
+        with pytest.raises(EngineUnavailableError, match="unreachable"):  # the bound fast path
+            await e.submit(CompletionRequest(prompt="y")).result
+
+    async def second() -> None:
+        with pytest.raises(RuntimeError, match="bound to another event loop"):
+            e.submit(CompletionRequest(prompt="z"))
+
+    async def close() -> None:
+        await e.aclose()
+
+    loop = asyncio.new_event_loop()
+    try:
+        loop.run_until_complete(first())
+        other = asyncio.new_event_loop()
+        try:
+            other.run_until_complete(second())  # same thread, another loop
+        finally:
+            other.close()
+        loop.run_until_complete(close())
+    finally:
+        loop.close()
+
+
 def test_parse_retry_after_reads_ms_seconds_and_http_dates() -> None:
     assert parse_retry_after({"Retry-After": "1"}) == 1.0
     assert parse_retry_after({"Retry-After": " 2 "}) == 2.0
@@ -102,9 +140,9 @@ def test_parse_retry_after_reads_ms_seconds_and_http_dates() -> None:
 async def test_a_prompt_streams_from_v1_completions_with_the_request_mapped(server: StubServer) -> None:
     e = make(server, api_key="sk-test")
     try:
-        request = CompletionRequest(prompt="hello", max_tokens=3,
+        request = CompletionRequest(prompt="hello", max_tokens=3, stream=True,
                                     sampling={"temperature": 0.5, "stop": ["\n"], "include_usage": True})
-        completion = e.submit(request)
+        completion = submit(e, request)
         assert completion is request.completion and e.running == 1 and e.free_slots == 3
         result = await completion.result
         assert result.text == " t0 t1 t2" and result.finish_reason == "length"
@@ -130,11 +168,11 @@ async def test_chat_messages_stream_from_v1_chat_completions(server: StubServer)
     plain = make(server, chat=False)
     try:
         messages = [{"role": "user", "content": "hi"}]
-        result = await e.submit(CompletionRequest(messages=messages)).result
+        result = await submit(e, CompletionRequest(messages=messages, stream=True)).result
         assert result.text == " t0 t1 t2 t3" and result.finish_reason == "stop"
         assert result.completion_tokens == 4  # one per streamed delta without usage
         assert result.prompt_tokens == CompletionRequest(messages=messages).prompt_tokens
-        await forced.submit(CompletionRequest(prompt="as chat", max_tokens=1)).result
+        await submit(forced, CompletionRequest(prompt="as chat", max_tokens=1, stream=True)).result
         with pytest.raises(ValueError, match="chat=False"):
             plain.submit(CompletionRequest(messages=messages))
         first, second = server.state()["bodies"]
@@ -167,9 +205,104 @@ async def test_streamed_tokens_with_empty_text_count_when_the_server_sends_no_us
     server.control(empty_every=4)  # 8 tokens, 2 of them with empty text, and no usage chunk
     e = make(server, include_usage=False)
     try:
-        result = await e.submit(CompletionRequest(prompt="x", max_tokens=8)).result  # SSE on the wire
+        result = await submit(e, CompletionRequest(prompt="x", max_tokens=8, stream=True)).result
         assert result.completion_tokens == 8
         assert result.text == " t0 t1 t2 t4 t5 t6"
+    finally:
+        await e.aclose()
+
+
+# -- a request not streamed to its client: one JSON body -------------------------------------------
+async def test_a_request_not_streamed_is_one_json_body_and_its_usage_counts(server: StubServer) -> None:
+    e = make(server, api_key="sk-test")  # include_usage=True: no stream_options without a stream
+    try:
+        request = CompletionRequest(prompt="hello", max_tokens=8, sampling={"temperature": 0.5})
+        completion = e.submit(request)
+        ts = TestSubscriber[TokenChunk](initial_request=UNBOUNDED)
+        completion.tokens.subscribe(ts)
+        result = await completion.result
+        text = " t0 t1 t2 t3 t4 t5 t6 t7"
+        assert (result.text, result.finish_reason) == (text, "length")
+        # the server's usage (8 and 3), not the estimate (24 bytes: 6) nor one per chunk
+        assert (result.completion_tokens, result.prompt_tokens) == (8, 3)
+        assert result.ttft_s == result.e2e_s  # its client gets the first token with the whole answer
+        await ts.await_done()
+        assert ts.values == [TokenChunk(0, text, 8)] and ts.completed
+        [seen] = server.state()["bodies"]
+        assert seen["path"] == "/v1/completions" and seen["id"] == wire_request_id(request.id)
+        assert seen["authorization"] == "Bearer sk-test"
+        assert seen["body"] == {"model": "stub-model", "prompt": "hello", "max_tokens": 8, "temperature": 0.5,
+                                "stream": False}
+        await wait_for(lambda: e.running == 0, what="the slot")
+        assert e.succeeded == 1 and e.free_slots == 4 and e.breaker.consecutive_failures == 0
+    finally:
+        await e.aclose()
+
+
+async def test_a_json_answer_without_usage_counts_the_estimate_and_chat_reads_the_message(
+        server: StubServer) -> None:
+    server.control(json_usage=0)
+    e = make(server)
+    try:
+        messages = [{"role": "user", "content": "hi"}]
+        chat_request = CompletionRequest(messages=messages, max_tokens=8)
+        chat = await e.submit(chat_request).result
+        assert (chat.text, chat.finish_reason) == (" t0 t1 t2 t3 t4 t5 t6 t7", "length")
+        assert chat.completion_tokens == 6  # 24 UTF-8 bytes / 4
+        assert chat.prompt_tokens == chat_request.prompt_tokens  # no usage: the request's estimate
+        first = server.state()["bodies"][0]
+        assert first["path"] == "/v1/chat/completions"
+        assert first["body"] == {"model": "stub-model", "messages": messages, "max_tokens": 8, "stream": False}
+    finally:
+        await e.aclose()
+
+
+async def test_a_finished_call_is_freed_by_reference_counting(server: StubServer) -> None:
+    """No reference cycle through the engine's per-call state: it never waits for the cyclic GC."""
+    from rxpipe.engines._openai_state import _Call
+
+    e = make(server)
+    gc.collect()
+    gc.disable()
+    gc.set_debug(gc.DEBUG_SAVEALL)
+    try:
+        completion = e.submit(CompletionRequest(prompt="x", max_tokens=2))
+        assert isinstance(completion.engine_state, _Call)
+        assert (await completion.result).text == " t0 t1"
+        await wait_for(lambda: e.running == 0, what="the slot")
+        await asyncio.sleep(0.01)  # the call's task ends
+        assert completion.engine_state is None
+        del completion
+        gc.collect()
+        assert not [o for o in gc.garbage if isinstance(o, _Call)]
+    finally:
+        gc.set_debug(0)
+        gc.garbage.clear()
+        gc.enable()
+        await e.aclose()
+
+
+async def test_a_server_that_ignores_stream_false_still_answers_in_whole_reads(server: StubServer) -> None:
+    server.control(always_sse=1, empty_every=4)
+    e = make(server)
+    try:
+        result = await e.submit(CompletionRequest(prompt="x", max_tokens=8)).result
+        assert server.state()["bodies"][0]["body"]["stream"] is False
+        assert (result.text, result.completion_tokens) == (" t0 t1 t2 t4 t5 t6", 8)  # one per chunk
+        assert result.ttft_s == result.e2e_s
+    finally:
+        await e.aclose()
+
+
+async def test_a_json_body_cut_mid_way_fails_the_request_and_counts_against_the_breaker(
+        server: StubServer) -> None:
+    server.control(cut_after=2)
+    e = make(server)
+    try:
+        c = e.submit(CompletionRequest(prompt="x", max_tokens=5))
+        with pytest.raises(EngineError, match="answer to .* broke after 0 tokens"):
+            await c.result
+        assert e.breaker.consecutive_failures == 1 and c.generated_tokens == 0
     finally:
         await e.aclose()
 
@@ -208,6 +341,7 @@ async def test_429_with_retry_after_pauses_all_demand_for_it_then_succeeds(
         assert not e.paused and e.pauses == 1 and e.throttled == 2
         state = server.state()
         assert state["statuses"] == {"429": 2, "200": 2} and state["requests"] == 4
+        assert {b["body"]["stream"] for b in state["bodies"]} == {False}  # the retries too
         first_429 = state["arrivals"][1]["t"]
         assert min(a["t"] for a in state["arrivals"][2:]) - first_429 >= 1.0  # the server saw the pause
         resumed = [t for t, free in notified if free > 0]
@@ -247,28 +381,31 @@ async def test_the_pause_is_jittered_above_retry_after_and_capped(server: StubSe
         await capped.aclose()
 
 
-async def test_a_request_is_retried_at_most_throttle_retries_times(server: StubServer) -> None:
+@pytest.mark.parametrize("stream", [False, True], ids=["json", "sse"])
+async def test_a_request_is_retried_at_most_throttle_retries_times(server: StubServer, stream: bool) -> None:
     server.control(throttle=3, retry_after="0.05")
     e = make(server, throttle_retries=1)
     try:
-        c = e.submit(CompletionRequest(prompt="x", max_tokens=1))
+        c = submit(e, CompletionRequest(prompt="x", max_tokens=1, stream=stream))
         with pytest.raises(EngineUnavailableError, match="429 .* 2 times") as info:
             await c.result
         assert info.value.retry_after == pytest.approx(0.05)  # type: ignore[attr-defined]
         assert server.state()["statuses"] == {"429": 2}
         await asyncio.sleep(0.1)
         # the next one gets the third 429, then goes through
-        assert (await e.submit(CompletionRequest(prompt="y", max_tokens=1)).result).text == " t0"
+        assert (await submit(e, CompletionRequest(prompt="y", max_tokens=1, stream=stream)).result).text == " t0"
         assert e.breaker.state == "closed"  # throttling is not a failure
+        assert [b["body"]["stream"] for b in server.state()["bodies"]] == [stream] * 4
     finally:
         await e.aclose()
 
 
-async def test_503_pauses_and_reports_the_engine_unavailable_meanwhile(server: StubServer) -> None:
+@pytest.mark.parametrize("stream", [False, True], ids=["json", "sse"])
+async def test_503_pauses_and_reports_the_engine_unavailable_meanwhile(server: StubServer, stream: bool) -> None:
     server.control(throttle=1, throttle_status=503, retry_after="0.5")
     e = make(server)
     try:
-        c = e.submit(CompletionRequest(prompt="x", max_tokens=1))
+        c = submit(e, CompletionRequest(prompt="x", max_tokens=1, stream=stream))
         await wait_for(lambda: e.paused, what="the pause")
         assert not e.available and e.free_slots == 0 and 0 < e.retry_after_s <= 0.5
         with pytest.raises(EngineUnavailableError, match="503"):
@@ -396,6 +533,30 @@ async def test_a_consumer_without_credit_past_stall_timeout_is_stalled_and_disco
         await e.aclose()
 
 
+async def test_parked_streams_stall_each_at_its_own_deadline_on_one_engine_timer(server: StubServer) -> None:
+    server.control(tokens=20, token_delay_s=0.01)
+    e = make(server, stall_timeout_s=0.2, total_timeout_s=None)
+    try:
+        def start(name: str) -> tuple[Completion, TestSubscriber[TokenChunk]]:
+            completion = e.submit(CompletionRequest(prompt=name, stream=True))
+            ts = TestSubscriber[TokenChunk](initial_request=1)
+            completion.tokens.subscribe(ts)
+            return completion, ts
+
+        first, _ = start("first")
+        await asyncio.sleep(0.1)
+        second, _ = start("second")  # parks later than the first: a later deadline
+        fed, fed_ts = start("fed")
+        await fed_ts.await_count(1)
+        fed_ts.request(UNBOUNDED)  # credit before its deadline: it never stalls
+        assert (await first.result).finish_reason == "stalled"
+        assert (await second.result).finish_reason == "stalled"
+        assert (await fed.result).text == "".join(f" t{i}" for i in range(20))
+        assert [c.generated_tokens for c in (first, second)] == [1, 1]
+    finally:
+        await e.aclose()
+
+
 async def test_aclose_cancels_running_and_waiting_calls(server: StubServer) -> None:
     server.control(tokens=100, token_delay_s=0.02)
     e = make(server, max_in_flight=1)
@@ -411,17 +572,18 @@ async def test_aclose_cancels_running_and_waiting_calls(server: StubServer) -> N
 
 
 # -- failures and the circuit breaker ----------------------------------------------------------------
-async def test_5xx_counts_against_the_breaker_and_4xx_does_not(server: StubServer) -> None:
+@pytest.mark.parametrize("stream", [False, True], ids=["json", "sse"])
+async def test_5xx_counts_against_the_breaker_and_4xx_does_not(server: StubServer, stream: bool) -> None:
     server.control(fail=2, fail_status=500)
     e = make(server, breaker=CircuitBreaker(3, 10.0))
     try:
         for _ in range(2):
             with pytest.raises(EngineError, match="answered 500 .*stub failure"):
-                await e.submit(CompletionRequest(prompt="x")).result
+                await submit(e, CompletionRequest(prompt="x", stream=stream)).result
         assert e.breaker.consecutive_failures == 2 and e.available
         server.control(fail=1, fail_status=400)
         with pytest.raises(EngineError, match="answered 400"):
-            await e.submit(CompletionRequest(prompt="x")).result
+            await submit(e, CompletionRequest(prompt="x", stream=stream)).result
         assert e.breaker.consecutive_failures == 0  # the server answered: it is up
     finally:
         await e.aclose()
@@ -431,7 +593,7 @@ async def test_a_stream_cut_mid_way_fails_the_request_and_counts_against_the_bre
     server.control(cut_after=2)
     e = make(server)
     try:
-        c = e.submit(CompletionRequest(prompt="x", max_tokens=5))
+        c = submit(e, CompletionRequest(prompt="x", max_tokens=5, stream=True))
         with pytest.raises(EngineError, match="broke after 2 tokens"):
             await c.result
         assert e.breaker.consecutive_failures == 1 and c.generated_tokens == 2
@@ -443,21 +605,65 @@ async def test_a_server_that_ignores_stream_true_still_answers(server: StubServe
     server.control(plain=1)
     e = make(server)
     try:
-        plain = await e.submit(CompletionRequest(prompt="x", max_tokens=3)).result
-        chat = await e.submit(CompletionRequest(messages=[{"role": "user", "content": "x"}], max_tokens=2)).result
-        assert (plain.text, plain.completion_tokens, plain.finish_reason) == (" t0 t1 t2", 3, "stop")
+        plain = await submit(e, CompletionRequest(prompt="x", max_tokens=3, stream=True)).result
+        chat = await submit(e, CompletionRequest(messages=[{"role": "user", "content": "x"}], max_tokens=2,
+                                                stream=True)).result
+        assert [b["body"]["stream"] for b in server.state()["bodies"]] == [True, True]
+        assert (plain.text, plain.completion_tokens, plain.finish_reason) == (" t0 t1 t2", 3, "length")
         assert (chat.text, chat.completion_tokens) == (" t0 t1", 2)
     finally:
         await e.aclose()
 
 
-async def test_a_read_timeout_fails_the_request(server: StubServer) -> None:
+async def test_a_read_timeout_fails_a_streamed_request(server: StubServer) -> None:
     server.control(first_delay_s=0.5)
     e = make(server, read_timeout_s=0.1)
     try:
         with pytest.raises(EngineError, match="Timeout"):
-            await e.submit(CompletionRequest(prompt="x")).result
+            await submit(e, CompletionRequest(prompt="x", stream=True)).result
         assert e.breaker.consecutive_failures == 1
+    finally:
+        await e.aclose()
+
+
+async def test_a_non_streamed_call_has_no_read_timeout_but_the_total_timeout(server: StubServer) -> None:
+    # the server is silent until its whole answer is ready: that is no read timeout
+    server.control(first_delay_s=0.3)
+    e = make(server, read_timeout_s=0.1)
+    bounded = make(server, read_timeout_s=0.1, total_timeout_s=0.1)
+    try:
+        assert (await e.submit(CompletionRequest(prompt="x", max_tokens=2)).result).text == " t0 t1"
+        request = CompletionRequest(prompt="x", max_tokens=2)
+        # no answer within it: unreachable (the gateway's 503), as a connection timeout
+        with pytest.raises(EngineUnavailableError, match=r"timed out after total_timeout_s=0.1 s \(0 tokens\)"):
+            await bounded.submit(request).result
+        assert e.breaker.consecutive_failures == 0 and bounded.breaker.consecutive_failures == 1
+        await disconnect_of(server, request.id)  # the server saw the call closed
+        await wait_for(lambda: bounded.running == 0, what="the slot")
+        assert bounded.free_slots == 4
+    finally:
+        await e.aclose()
+        await bounded.aclose()
+
+
+async def test_the_total_timeout_ends_a_streamed_call_with_the_tokens_it_relayed(server: StubServer) -> None:
+    server.control(tokens=100, token_delay_s=0.02)
+    e = make(server, total_timeout_s=0.3, stall_timeout_s=None)
+    try:
+        request = CompletionRequest(prompt="x", stream=True)
+        completion = e.submit(request)
+        ts = TestSubscriber[TokenChunk](initial_request=UNBOUNDED)
+        completion.tokens.subscribe(ts)
+        with pytest.raises(EngineError, match="timed out after total_timeout_s=0.3 s"):
+            await completion.result
+        await ts.await_done()
+        # it had answered: a failure of the call, not an unreachable server
+        assert type(ts.error) is EngineError and len(ts.values) < 100
+        await disconnect_of(server, request.id)
+        assert e.breaker.consecutive_failures == 1
+        await wait_for(lambda: e.running == 0, what="the slot")
+        result = await e.submit(CompletionRequest(prompt="y", max_tokens=1)).result
+        assert result.text == " t0"
     finally:
         await e.aclose()
 
