@@ -43,7 +43,7 @@ log = logging.getLogger("rxpipe.gateway")
 
 
 _JSON = "application/json"
-_ITEM = web.RequestKey("rxpipe_item", CompletionRequest)
+_ITEM: web.RequestKey[CompletionRequest | None] = web.RequestKey("rxpipe_item", CompletionRequest)
 _COMPLETIONS, _CHAT = "/v1/completions", "/v1/chat/completions"
 #: OpenAI error ``type`` per refusal status; ``code`` carries the reason label (queue_full, ...).
 _TYPES = {429: "rate_limit_error", 503: "overloaded_error"}
@@ -86,6 +86,7 @@ class _Edge:
         answer carries."""
         started = time.perf_counter()
         route = _CHAT if chat else _COMPLETIONS
+        _clear_answer_state(request)
         try:
             response = await self._complete(request, chat=chat)
         except asyncio.CancelledError:
@@ -203,13 +204,39 @@ class _Edge:
 
     async def _answer(self, request: web.Request, item: CompletionRequest, *, chat: bool) -> web.StreamResponse:
         gateway = self.gateway
+        loop = self.loop
         reply = item.reply
         assert reply is not None
         request[_ITEM] = item  # for the answer's x-rxpipe-cache header (ops.cache)
+        # The handler wakes once: when the answer can be written (a stream: at its start; else
+        # when its result is ready, or it never started). The start is recorded by a callback
+        # the moment the reply settles, so waking later does not move it.
+        settled: asyncio.Future[None] = loop.create_future()
         started = False
+
+        def on_result(_: object) -> None:
+            if not settled.done():
+                settled.set_result(None)
+
+        def on_reply(reply: asyncio.Future[Completion]) -> None:
+            nonlocal started
+            if reply.cancelled() or reply.exception() is not None:
+                on_result(None)
+                return
+            completion = reply.result()
+            started = True
+            gateway.meter.record_start(loop.time())
+            gateway.tenant_started(item, completion)
+            if item.stream:
+                on_result(None)
+            else:
+                completion.result.add_done_callback(on_result)
+
+        reply.add_done_callback(on_reply)
         try:
             try:
-                completion: Completion = await reply
+                await settled
+                completion: Completion = await reply  # settled: returns or raises at once
             except asyncio.CancelledError:
                 if _task_cancelled():
                     raise  # the client left
@@ -219,9 +246,6 @@ class _Edge:
                                             f"the server shed the request ({error.reason}); retry later"), item.tenant)
             except EngineUnavailableError as error:
                 return self._unavailable(item, error)
-            started = True
-            gateway.meter.record_start(self.loop.time())
-            gateway.tenant_started(item, completion)
             if completion.finish_reason == "deadline":
                 # Queued past its latency budget: it never ran. Refuse it like an early deadline.
                 return self._refuse(Refusal(429, "deadline", self.config.retry_after_min_s,
@@ -230,7 +254,7 @@ class _Edge:
             if item.stream:
                 return await self._stream(request, item, completion, chat=chat)
             try:
-                result = await _result_of(completion)
+                result = await _result_of(completion)  # done already: no wait
             except EngineUnavailableError as error:
                 return self._unavailable(item, error)
             if result.finish_reason == "cancelled":
@@ -247,7 +271,11 @@ class _Edge:
             return _error(500, "the model backend failed the request", "server_error", "engine_error")
         finally:
             if not started:
-                gateway.meter.record_abandon()
+                reply.remove_done_callback(on_reply)
+                if reply.done() and not reply.cancelled() and reply.exception() is None:
+                    on_reply(reply)  # it started before its callback ran (the client left meanwhile)
+                else:
+                    gateway.meter.record_abandon()
 
     async def _stream(self, request: web.Request, item: CompletionRequest, completion: Completion, *,
                       chat: bool) -> web.StreamResponse:
@@ -522,16 +550,23 @@ def _bound_socket_buffers(request: web.Request, limit: int) -> None:
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
+def _clear_answer_state(request: web.Request) -> None:
+    """No admitted item and no ratelimit headers yet (set first, so reading them raises no
+    KeyError: aiohttp's request mapping has only the ABC's exception-driven ``get``)."""
+    request[_ITEM] = None
+    request[_RATELIMIT] = None
+
+
 def _answer_headers(request: web.Request, response: web.StreamResponse) -> None:
     """``x-request-id`` on every answer (streams too): the client's own, if sane, else a new one;
     ``x-rxpipe-cache`` when ``ops.cache`` decided; a tenant's ``x-ratelimit-*`` headers (those a
     refusal set itself are fresher and kept). Call before the status line goes out."""
     headers = response.headers
     headers["x-request-id"] = new_request_id(request.headers.get("x-request-id"))
-    item = request.get(_ITEM)
+    item = request[_ITEM]
     if item is not None and item.cache is not None:
         headers["x-rxpipe-cache"] = item.cache
-    ratelimit = request.get(_RATELIMIT)
+    ratelimit = request[_RATELIMIT]
     if ratelimit:
         for name, value in ratelimit.items():
             headers.setdefault(name, value)
@@ -541,6 +576,7 @@ def _operational(route: str, handler: Handler) -> Handler:
     """``handler`` of an operational route, counted by route and code, with the answer headers."""
 
     async def counted(request: web.Request) -> web.StreamResponse:
+        _clear_answer_state(request)
         try:
             response = await handler(request)
         except asyncio.CancelledError:
@@ -562,6 +598,7 @@ def _unrouted(app: web.Application) -> Handler:
     with ``Allow``), instead of aiohttp's text answers."""
 
     async def unrouted(request: web.Request) -> web.StreamResponse:
+        _clear_answer_state(request)
         allowed: set[str] = set()
         for resource in app.router.resources():
             if resource is not catch_all:

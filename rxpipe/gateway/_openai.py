@@ -127,9 +127,9 @@ def parse_request(body: bytes, *, chat: bool, default_model: str, max_tokens_lim
     if stream_options is not None and not isinstance(stream_options, dict):
         raise _fail("'stream_options' must be an object", "invalid_stream_options", "stream_options")
     sampling: dict[str, Any] = {}
-    for key, types in _SAMPLING_FIELDS.items():
-        if key in data and data[key] is not None:
-            value = data[key]
+    for key, value in data.items():  # the body's few keys, not every known field
+        types = _SAMPLING_FIELDS.get(key)
+        if types is not None and value is not None:
             if isinstance(value, bool) and bool not in types:
                 raise _fail(f"'{key}' has the wrong type", "invalid_type", key)
             if not isinstance(value, types):
