@@ -133,12 +133,14 @@ class _Edge:
         limit = self.config.max_body_bytes
         if request.content_length is not None and request.content_length > limit:
             return _too_large(limit)
+        waited = False
         try:
             if request.content.is_eof():
                 # The whole body came with the headers (the usual case): reading it cannot
                 # wait, so there is no deadline to watch and no timer to arm.
                 body = await request.read()
             else:
+                waited = True
                 async with asyncio.timeout(self.config.body_timeout_s):
                     body = await request.read()
         except web.HTTPRequestEntityTooLarge:
@@ -166,8 +168,11 @@ class _Edge:
             return _model_not_found(item.model)
         item.api_key_id = key_id
         item.tenant = tenant
-        now = loop.time()
-        refusal = gateway.policy_refusal(key_id, now) or gateway.early_refusal(now)
+        if waited:  # the edge may have changed while the body arrived: check it again
+            now = loop.time()
+            refusal = gateway.policy_refusal(key_id, now) or gateway.early_refusal(now)
+        else:  # nothing ran since the first check (no await suspended): only the policy is new
+            refusal = gateway.policy_refusal(key_id, now)
         if refusal is not None:
             return self._refuse(refusal, tenant)
         refusal = gateway.admit(item, now)  # counts its own refusals per tenant
