@@ -17,13 +17,15 @@ from __future__ import annotations
 
 from bisect import bisect_left
 from collections.abc import Iterator, Sequence
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from prometheus_client.core import REGISTRY, CounterMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import Collector, CollectorRegistry
 from prometheus_client.utils import floatToGoString
 
 __all__ = ["LoopCounter", "LoopHistogram", "CounterChild", "HistogramChild"]
+
+_C = TypeVar("_C", "CounterChild", "HistogramChild")
 
 
 class CounterChild:
@@ -58,15 +60,27 @@ class HistogramChild:
         state[-1] += value
 
 
-class _Family(Collector):
+class _Family(Collector, Generic[_C]):
     def __init__(self, name: str, documentation: str, labelnames: Sequence[str],
                  registry: CollectorRegistry | None) -> None:
         self.name = name
         self.documentation = documentation
         self.labelnames = tuple(labelnames)
-        self._children: dict[tuple[str, ...], Any] = {}
+        self._children: dict[tuple[str, ...], _C] = {}
         if registry is not None:
             registry.register(self)
+
+    def _new_child(self) -> _C:
+        raise NotImplementedError
+
+    def labels(self, *values: Any, **named: Any) -> _C:
+        """The child for these label values (created empty on first use: the series exists
+        from then on, at 0)."""
+        key = self._key(values, named)
+        child = self._children.get(key)
+        if child is None:
+            child = self._children[key] = self._new_child()
+        return child
 
     def _key(self, values: tuple[Any, ...], named: dict[str, Any]) -> tuple[str, ...]:
         if named:
@@ -77,11 +91,11 @@ class _Family(Collector):
             raise ValueError(f"{self.name}: {len(values)} label values for labels {list(self.labelnames)}")
         return tuple(str(value) for value in values)
 
-    def _snapshot(self) -> list[tuple[tuple[str, ...], Any]]:
+    def _snapshot(self) -> list[tuple[tuple[str, ...], _C]]:
         return list(self._children.items())  # in creation order, as prometheus_client
 
 
-class LoopCounter(_Family):
+class LoopCounter(_Family[CounterChild]):
     """A counter family (``<name>_total``) like prometheus_client's ``Counter``; see the module
     docstring for the threading rule. ``labels(...)`` returns the child to keep and ``inc``."""
 
@@ -90,13 +104,8 @@ class LoopCounter(_Family):
         super().__init__(name.removesuffix("_total"), documentation, labelnames, registry)
         self._default = self.labels() if not self.labelnames else None
 
-    def labels(self, *values: Any, **named: Any) -> CounterChild:
-        """The child for these label values (created at 0 on first use: the series exists)."""
-        key = self._key(values, named)
-        child = self._children.get(key)
-        if child is None:
-            child = self._children[key] = CounterChild()
-        return child  # type: ignore[no-any-return]
+    def _new_child(self) -> CounterChild:
+        return CounterChild()
 
     def inc(self, amount: float = 1.0) -> None:
         """Add ``amount`` to the counter without labels (TypeError on a labelled family)."""
@@ -111,7 +120,7 @@ class LoopCounter(_Family):
         yield family
 
 
-class LoopHistogram(_Family):
+class LoopHistogram(_Family[HistogramChild]):
     """A histogram family like prometheus_client's ``Histogram`` (``buckets``: the finite upper
     bounds, ascending; ``+Inf`` is added); see the module docstring for the threading rule."""
 
@@ -125,13 +134,8 @@ class LoopHistogram(_Family):
         super().__init__(name, documentation, labelnames, registry)
         self._default = self.labels() if not self.labelnames else None
 
-    def labels(self, *values: Any, **named: Any) -> HistogramChild:
-        """The child for these label values (created empty on first use: the series exists)."""
-        key = self._key(values, named)
-        child = self._children.get(key)
-        if child is None:
-            child = self._children[key] = HistogramChild(self.bounds)
-        return child  # type: ignore[no-any-return]
+    def _new_child(self) -> HistogramChild:
+        return HistogramChild(self.bounds)
 
     def observe(self, value: float) -> None:
         """Record ``value`` on the histogram without labels (TypeError on a labelled family)."""

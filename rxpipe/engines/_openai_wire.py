@@ -259,24 +259,11 @@ class _HTTPCall(_OpenAIState):
             answer = orjson.loads(raw)
         except orjson.JSONDecodeError:
             raise ValueError(f"not an OpenAI answer: a {response.content_type} body that is not JSON") from None
-        if not isinstance(answer, dict):
-            raise ValueError(f"an answer that is not a JSON object: {str(answer)[:200]}")
-        self._check_error(answer)
-        usage = answer.get("usage")
-        if isinstance(usage, dict):
-            call.usage = usage
-        choices = answer.get("choices")
+        choices = self._open(call, answer)
         if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
             raise ValueError(f"not an OpenAI answer: a {response.content_type} body without choices")
-        choice = choices[0]
-        if call.chat:
-            message = choice.get("message")
-            text = message.get("content") if isinstance(message, dict) else None
-        else:
-            text = choice.get("text")
-        reason = choice.get("finish_reason")
-        if reason:
-            call.finish_reason = reason
+        text = self._choice_text(call, choices[0], "message")
+        usage = answer.get("usage")
         if not isinstance(text, str) or not text:
             return
         tokens = usage.get("completion_tokens") if isinstance(usage, dict) else None
@@ -288,32 +275,43 @@ class _HTTPCall(_OpenAIState):
         call.completion.push(text, tokens)
 
     @staticmethod
-    def _check_error(answer: dict[str, Any]) -> None:
+    def _open(call: _Call, answer: Any) -> Any:
+        """The ``choices`` of a JSON answer or SSE event, after taking its ``usage`` into
+        ``call``; ValueError for a non-object or an ``error`` object."""
+        if not isinstance(answer, dict):
+            raise ValueError(f"an answer that is not a JSON object: {str(answer)[:200]}")
         error = answer.get("error")
         if error:
             message = error.get("message", error) if isinstance(error, dict) else error
             raise ValueError(f"the server reported an error: {message}")
-
-    def _take(self, call: _Call, event: Any) -> None:
-        """Apply one SSE event."""
-        if not isinstance(event, dict):
-            raise ValueError(f"an answer that is not a JSON object: {str(event)[:200]}")
-        self._check_error(event)
-        usage = event.get("usage")
+        usage = answer.get("usage")
         if isinstance(usage, dict):
             call.usage = usage
-        choices = event.get("choices")
-        if not choices:
-            return
-        choice = choices[0]
+        return answer.get("choices")
+
+    @staticmethod
+    def _choice_text(call: _Call, choice: dict[str, Any], chat_key: str) -> Any:
+        """The text of one choice (chat: ``choice[chat_key]["content"]``, ``chat_key`` being
+        ``"message"`` in an answer and ``"delta"`` in an event; else ``choice["text"]``), noting
+        its finish reason on ``call``."""
         if call.chat:
-            part = choice.get("delta")
+            part = choice.get(chat_key)
             text = part.get("content") if isinstance(part, dict) else None
         else:
             text = choice.get("text")
         reason = choice.get("finish_reason")
         if reason:
             call.finish_reason = reason
+        return text
+
+    def _take(self, call: _Call, event: Any) -> None:
+        """Apply one SSE event."""
+        choices = self._open(call, event)
+        if not choices:
+            return
+        choice = choices[0]
+        text = self._choice_text(call, choice, "delta")
+        reason = choice.get("finish_reason")
         if text:
             if call.first_token_s is None:
                 call.first_token_s = self._loop.time()  # type: ignore[union-attr]

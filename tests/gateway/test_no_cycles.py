@@ -6,29 +6,20 @@ from __future__ import annotations
 
 import asyncio
 import gc
-import importlib.util
 from collections import Counter
-from pathlib import Path
 from typing import Any, Iterator
 
 import aiohttp
 import pytest
 
-from rxpipe.engines import SimulatedEngine
+from rxpipe.loader import load_pipeline
+
+from .server import ROOT
 
 pytestmark = pytest.mark.loops("asyncio")
 
-_GATEWAY_FILE = Path(__file__).resolve().parents[2] / "pipelines" / "llm_gateway.py"
 #: the per-request objects of the serving path
 _OURS = {"CompletionRequest", "ReplyFuture", "Completion", "_Seq", "CompletionResult", "TokenChunk"}
-
-
-def _llm_gateway() -> Any:
-    spec = importlib.util.spec_from_file_location("rxpipe_test_no_cycles_llm_gateway", _GATEWAY_FILE)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 @pytest.fixture
@@ -45,13 +36,12 @@ def saved_garbage() -> Iterator[list[Any]]:
 
 
 async def test_answered_refused_streamed_and_abandoned_requests_leave_no_cycles(saved_garbage: list[Any]) -> None:
-    module = _llm_gateway()
-    s = module.settings({"queue_capacity": 2, "max_num_seqs": 2, "rate": 100000, "burst": 100000,
-                         "batch_max_size": 2})
-    engine = SimulatedEngine(max_num_seqs=2, step_overhead_s=0.001, prefill_s_per_token=0.0, decode_s_per_seq=0.0,
-                             stall_timeout_s=None, model=s["model"])
+    pipeline = load_pipeline(str(ROOT / "pipelines" / "llm_gateway.py"), {
+        "queue_capacity": 2, "max_num_seqs": 2, "rate": 100000, "burst": 100000, "batch_max_size": 2,
+        "step_overhead_s": 0.001, "prefill_s_per_token": 0, "decode_s_per_seq": 0})
+    engine = next(stage.engine for stage in pipeline.stages if getattr(stage, "engine", None) is not None)
     statuses: Counter[int] = Counter()
-    async with module.build(s, engine).start(port=0) as running:
+    async with pipeline.start(port=0) as running:
         url = f"{running.url}/v1/chat/completions"
         async with aiohttp.ClientSession() as http:
 
