@@ -27,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import heapq
 import random
+import threading
 from collections import deque
 from typing import Any
 
@@ -148,6 +149,7 @@ class SimulatedEngine(_ContinuousBatching, _PerRequestService):
         self._down = bool(down)
         self._closed = False
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: int | None = None  # the thread running self._loop
         self._waiting: deque[_Seq] = deque()
         self._running: list[_Seq] = []
         self._running_dirty = False
@@ -283,9 +285,10 @@ class SimulatedEngine(_ContinuousBatching, _PerRequestService):
     # -- sequences -------------------------------------------------------------------------------
     def _bind(self) -> asyncio.AbstractEventLoop:
         loop = self._loop
-        if loop is not None and loop.is_running():
-            # the loop running in this thread (an engine is used from one thread): no call to
-            # asyncio.get_running_loop(), a getpid() syscall per call on Python < 3.12
+        if loop is not None and self._thread == threading.get_ident() and loop.is_running():
+            # our loop runs in this thread, so it is the running loop (one per thread): no call
+            # to asyncio.get_running_loop(), a getpid() syscall per call on Python < 3.12. (A
+            # loop running in another thread is not ours to use: the checks below apply.)
             return loop
         loop = asyncio.get_running_loop()
         if self._loop is not loop:
@@ -293,6 +296,7 @@ class SimulatedEngine(_ContinuousBatching, _PerRequestService):
                 raise RuntimeError("this SimulatedEngine has work in flight on another event loop")
             self._cancel_timers()
             self._loop = loop
+        self._thread = threading.get_ident()
         return loop
 
     def _new_seq(self, completion: Completion, arrival_s: float) -> _Seq:

@@ -45,6 +45,9 @@ log = logging.getLogger("rxpipe.gateway")
 _JSON = "application/json"
 _ITEM: web.RequestKey[CompletionRequest | None] = web.RequestKey("rxpipe_item", CompletionRequest)
 _COMPLETIONS, _CHAT = "/v1/completions", "/v1/chat/completions"
+#: the fixed paths the edge serves: an answer on one of them is counted under its path (a 405
+#: too), any other under "other" (the route label stays a bounded set)
+_ROUTES = frozenset({_COMPLETIONS, _CHAT, "/v1/models", "/metrics", "/health", "/healthz", "/readyz"})
 #: OpenAI error ``type`` per refusal status; ``code`` carries the reason label (queue_full, ...).
 _TYPES = {429: "rate_limit_error", 503: "overloaded_error"}
 #: request-scoped store of the tenant's ``x-ratelimit-*`` headers, added to whatever answer goes out
@@ -613,7 +616,7 @@ def _unrouted(app: web.Application) -> Handler:
                               "method_not_allowed", headers={"Allow": ",".join(sorted(allowed))})
         else:
             response = _error(404, f"no route {request.method} {request.path}", "not_found_error", "unknown_route")
-        count_request("other", response.status)
+        count_request(request.path if request.path in _ROUTES else "other", response.status)
         _answer_headers(request, response)
         return response
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import threading
 from typing import Any
 
 import pytest
@@ -354,3 +355,26 @@ async def test_steps_are_paced_on_the_clock_while_token_delivery_takes_time(loop
     started = loop.time()
     await e.submit(req(1, max_tokens=1)).result
     assert e.step_log[-1].start_s == started
+
+
+def test_an_engine_with_work_in_flight_on_a_loop_in_another_thread_refuses_this_threads_loop() -> None:
+    e = SimulatedEngine(max_num_seqs=2, step_overhead_s=3600.0, decode_s_per_seq=0.0, prefill_s_per_token=0.0)
+    other = asyncio.new_event_loop()
+    thread = threading.Thread(target=other.run_forever)
+    thread.start()
+    try:
+        async def submit_there() -> None:
+            e.submit(req(4, max_tokens=5))  # in flight: its step ends in an hour
+
+        asyncio.run_coroutine_threadsafe(submit_there(), other).result()
+        assert e.running + e.waiting == 1 and other.is_running()
+
+        async def submit_here() -> None:
+            with pytest.raises(RuntimeError, match="in flight on another event loop"):
+                e.submit(req(4, max_tokens=5))
+
+        asyncio.run(submit_here())
+    finally:
+        other.call_soon_threadsafe(other.stop)
+        thread.join()
+        other.close()

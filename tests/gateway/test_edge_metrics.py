@@ -120,3 +120,19 @@ async def test_engines_with_different_names_keep_their_own_series() -> None:
         assert value("rxpipe_engine_running_seqs", engine="metrics_replica_a") == 0
     await first.aclose()
     await second.aclose()
+
+
+async def test_a_method_a_known_route_does_not_take_is_counted_under_that_route() -> None:
+    requests = (("GET", "/v1/completions", 405), ("PUT", "/metrics", 405), ("POST", "/healthz", 405),
+                ("GET", "/no/such/route", 404))
+    before = {(path, code): value("rxpipe_http_requests_total", route=path, code=str(code))
+              for _, path, code in requests}
+    other_404 = value("rxpipe_http_requests_total", route="other", code="404")
+    pipeline = Pipeline(Gateway(model="sim"), ops.buffer(2), ops.execute(SimulatedEngine(max_num_seqs=2)))
+    async with pipeline.start(port=0) as running, aiohttp.ClientSession() as http:
+        for method, path, code in requests:
+            async with http.request(method, f"{running.url}{path}") as response:
+                assert response.status == code
+    for _, path, code in requests[:3]:
+        assert value("rxpipe_http_requests_total", route=path, code=str(code)) == before[(path, code)] + 1
+    assert value("rxpipe_http_requests_total", route="other", code="404") == other_404 + 1

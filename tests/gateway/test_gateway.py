@@ -11,8 +11,8 @@ import pytest
 
 import rxpipe as rx
 from rxpipe import operators as ops
-from rxpipe.engines import SimulatedEngine
-from rxpipe.gateway import Gateway, GatewayConfig
+from rxpipe.engines import CompletionRequest, SimulatedEngine
+from rxpipe.gateway import Gateway, GatewayConfig, edge_queue
 from rxpipe.runtime import Pipeline
 
 
@@ -170,3 +170,18 @@ async def test_request_queued_past_its_deadline_is_refused_with_deadline() -> No
         status, headers, body = await post(url, {"prompt": "short", "max_tokens": 1})
         assert status == 429 and body["error"]["code"] == "deadline" and headers["Retry-After"] == "1"
         assert (await long)[0] == 200
+
+
+async def test_a_request_whose_client_left_while_queued_leaves_the_queue_working() -> None:
+    # the edge's steps when a queued request's client disconnects: cancel, then leave; the queue
+    # still holds the request and must skip it when it drains, not fail on its reply
+    gateway = Gateway()
+    sink = rx.testing.TestSubscriber[Any](initial_request=0)
+    gateway.pipe(edge_queue(2)).subscribe(sink)
+    now = asyncio.get_running_loop().time()
+    gone, waiting = CompletionRequest(prompt="gone"), CompletionRequest(prompt="waiting")
+    assert gateway.admit(gone, now) is None and gateway.admit(waiting, now) is None
+    gone.cancel()
+    gateway.leave(gone)
+    sink.request(2)
+    assert sink.error is None and sink.values == [waiting]
