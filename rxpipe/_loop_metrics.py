@@ -56,7 +56,8 @@ class HistogramChild:
     def observe(self, value: float) -> None:
         """Record one observation of ``value`` (in the histogram's unit)."""
         state = self.state
-        state[bisect_left(self.bounds, value)] += 1  # le is inclusive: value == bound counts in it
+        if value == value:  # NaN is in no bucket (prometheus_client's rule), only in the sum
+            state[bisect_left(self.bounds, value)] += 1  # le is inclusive: value == bound counts in it
         state[-1] += value
 
 

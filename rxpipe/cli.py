@@ -85,7 +85,8 @@ async def _serve(pipeline: Pipeline, host: str, port: int) -> None:
     try:
         on_item = None if pipeline.serves_http else _print_item
         async with pipeline.start(host=host, port=port, on_item=on_item) as running:
-            _tune_gc()
+            if pipeline.serves_http:
+                _tune_gc()  # the serving path's cycles are known to be cut; a user's graph's are not
             if running.url is not None:
                 click.echo(f"rxpipe: {pipeline.name} serving on {running.url}")
                 sys.stdout.flush()

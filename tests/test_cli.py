@@ -107,3 +107,35 @@ def test_graph_lists_fused_stages(tmp_path: Path) -> None:
     assert out.splitlines() == ["range_0  (range)", "square  (map, fused)", "odd  (filter, fused)",
                                 "running_total  (scan, fused)", "format  (map, fused)",
                                 "first  (take, fused)"]
+
+
+def test_tune_gc_freezes_the_startup_heap_and_raises_the_youngest_threshold() -> None:
+    import gc
+
+    from rxpipe.cli import GC_THRESHOLD, _tune_gc
+
+    saved = gc.get_threshold()
+    try:
+        gc.set_threshold(700, saved[1], saved[2])
+        _tune_gc()
+        assert gc.get_freeze_count() > 0
+        assert gc.get_threshold() == (GC_THRESHOLD, saved[1], saved[2])
+        gc.set_threshold(50_000, saved[1], saved[2])
+        _tune_gc()
+        assert gc.get_threshold()[0] == 50_000  # never lowered
+    finally:
+        gc.unfreeze()
+        gc.set_threshold(*saved)
+
+
+def test_a_pipeline_without_an_http_edge_keeps_the_gc_settings() -> None:
+    import asyncio
+    import gc
+
+    from rxpipe.cli import _serve
+    from rxpipe.runtime import Pipeline
+    from rxpipe.sources import from_iterable
+
+    saved, frozen = gc.get_threshold(), gc.get_freeze_count()
+    asyncio.run(_serve(Pipeline(from_iterable(range(3))), "127.0.0.1", 0))
+    assert (gc.get_threshold(), gc.get_freeze_count()) == (saved, frozen)

@@ -40,6 +40,18 @@ def test_the_exposition_equals_prometheus_clients_counter_and_histogram() -> Non
     assert ours.get_sample_value("t_seconds_sum") == pytest.approx(sum(VALUES))
 
 
+def test_a_nan_observation_is_in_no_bucket_as_with_prometheus_client() -> None:
+    ours, theirs = CollectorRegistry(), CollectorRegistry()
+    histogram = LoopHistogram("t_nan", "NaN.", buckets=(1.0,), registry=ours)
+    reference = Histogram("t_nan", "NaN.", buckets=(1.0,), registry=theirs)
+    for value in (0.5, float("nan"), 2.0):
+        histogram.observe(value)
+        reference.observe(value)
+    assert _exposition(ours) == _exposition(theirs)
+    assert ours.get_sample_value("t_nan_bucket", {"le": "1.0"}) == 1.0
+    assert ours.get_sample_value("t_nan_count") == 2.0
+
+
 def test_labelled_histogram_children_are_separate_series() -> None:
     registry = CollectorRegistry()
     histogram = LoopHistogram("t_step", "Steps.", ["engine"], buckets=(1, 2), registry=registry)

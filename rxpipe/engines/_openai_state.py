@@ -80,6 +80,7 @@ class _OpenAIState(Engine):
 
     base_url: str
     include_usage: bool
+    max_answer_bytes: int
     stall_timeout_s: float | None
     breaker: CircuitBreaker
     retry_after_cap_s: float

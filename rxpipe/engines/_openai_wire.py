@@ -254,7 +254,16 @@ class _HTTPCall(_OpenAIState):
         a body that is not JSON (an HTML page, a truncated body) or an object without ``choices``
         — raises ValueError; an ``error`` object too.
         """
-        raw = await response.read()
+        cap = self.max_answer_bytes
+        length = response.content_length
+        if length is not None and length > cap:
+            raise ValueError(f"an answer of {length} bytes, over max_answer_bytes={cap}")
+        raw = await response.content.read(cap + 1) if length is None else await response.read()
+        if length is None:
+            while len(raw) <= cap and not response.content.at_eof():
+                raw += await response.content.read(cap + 1 - len(raw))
+            if len(raw) > cap:
+                raise ValueError(f"an answer over max_answer_bytes={cap} bytes")
         try:
             answer = orjson.loads(raw)
         except orjson.JSONDecodeError:

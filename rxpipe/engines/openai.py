@@ -99,6 +99,9 @@ class OpenAIEngine(_HTTPCall, _Backoff):
             that carries ``finish_reason`` with no text. A non-streamed answer carries ``usage``
             anyway; without it its text counts 1 token per 4 UTF-8 bytes (the estimate used for
             prompts, :func:`~rxpipe.engines.estimate_tokens`).
+        max_answer_bytes: the largest non-streamed answer body read (bytes, default 16 MiB); a
+            bigger one fails the request with ``EngineError`` (a backend gone wrong must not fill
+            the gateway's memory).
         headers: extra HTTP headers for every call (they win over the engine's own, including
             ``X-Request-Id``). session: an ``aiohttp.ClientSession`` to use
             (not closed by :meth:`aclose`); default: one of our own, bounded to
@@ -142,7 +145,8 @@ class OpenAIEngine(_HTTPCall, _Backoff):
                  read_timeout_s: float | None = 60.0, total_timeout_s: float | None = 600.0,
                  retry_after_cap_s: float = 30.0, retry_after_jitter: float = 1.0, throttle_retries: int = 5,
                  breaker: CircuitBreaker | None = None, stall_timeout_s: float | None = 10.0,
-                 include_usage: bool = True, headers: Mapping[str, str] | None = None,
+                 include_usage: bool = True, max_answer_bytes: int = 16 * 2**20,
+                 headers: Mapping[str, str] | None = None,
                  session: aiohttp.ClientSession | None = None, rng: random.Random | None = None) -> None:
         if max_in_flight == "auto":
             limit = ConcurrencyLimit(AUTO_INITIAL_LIMIT, AUTO_MAX_LIMIT, adaptive=True)
@@ -175,6 +179,9 @@ class OpenAIEngine(_HTTPCall, _Backoff):
         self.breaker = breaker if breaker is not None else CircuitBreaker(5, 5.0)
         self.stall_timeout_s = _optional_seconds("stall_timeout_s", stall_timeout_s)
         self.include_usage = include_usage
+        if isinstance(max_answer_bytes, bool) or not isinstance(max_answer_bytes, int) or max_answer_bytes < 1:
+            raise ValueError(f"OpenAIEngine(max_answer_bytes=) needs an int >= 1 bytes, got {max_answer_bytes!r}")
+        self.max_answer_bytes = max_answer_bytes
         own = {"Content-Type": "application/json"}
         if api_key is not None:
             own["Authorization"] = f"Bearer {api_key}"

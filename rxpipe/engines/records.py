@@ -89,6 +89,12 @@ class CompletionRequest:
         tenant: the caller's configured tenant name when the edge has tenants (DESIGN §5,
             "Many tenants"), else None; ``fair_queue`` keys its flows by it.
         cancelled: set by :meth:`cancel`. completion: set on admission.
+
+    Behind a :class:`~rxpipe.gateway.Gateway`, ``reply`` and ``completion`` go back to None once
+    the request's answer is written (``Gateway.leave``): they and the Completion's own
+    ``request`` are reference cycles, cut there so an answered request is freed at once by
+    reference counting rather than by the cyclic GC. Keep the Completion itself (e.g. the
+    executor's output items) to read it later.
     """
 
     prompt: str | None = None

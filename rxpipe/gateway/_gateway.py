@@ -448,7 +448,9 @@ class Gateway(Flowable[CompletionRequest], Service):
 
     # -- in-flight accounting (for draining) ---------------------------------------------------
     def leave(self, request: CompletionRequest) -> None:
-        """The answer to ``request`` is finished (or abandoned)."""
+        """The answer to ``request`` is finished (or abandoned): count its outcome, give back
+        an unused reservation and, once it started, set its ``reply`` and ``completion`` to None
+        (see :class:`~rxpipe.engines.CompletionRequest`)."""
         count_finished(outcome_of(request))
         self.tenant_cancel(request)  # never started: its reservation goes back
         self.pending.discard(request)

@@ -239,6 +239,18 @@ async def test_a_request_not_streamed_is_one_json_body_and_its_usage_counts(serv
         await e.aclose()
 
 
+async def test_a_non_streamed_answer_over_max_answer_bytes_fails_the_request(server: StubServer) -> None:
+    with pytest.raises(ValueError, match="max_answer_bytes"):
+        make(server, max_answer_bytes=0)
+    e = make(server, max_answer_bytes=64)  # the stub's answer to 8 tokens is a few hundred bytes
+    try:
+        with pytest.raises(EngineError, match="over max_answer_bytes=64"):
+            await e.submit(CompletionRequest(prompt="hello", max_tokens=8)).result
+        assert e.succeeded == 0
+    finally:
+        await e.aclose()
+
+
 async def test_a_json_answer_without_usage_counts_the_estimate_and_chat_reads_the_message(
         server: StubServer) -> None:
     server.control(json_usage=0)
