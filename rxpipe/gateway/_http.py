@@ -95,9 +95,8 @@ class _Edge:
         except asyncio.CancelledError:
             count_request(route, 499)  # client closed the request (nginx's convention)
             raise
-        except Exception:
-            log.exception("unhandled error on %s %s", request.method, request.path)
-            response = _error(500, "internal error", "server_error", "internal_error")
+        except Exception as error:
+            response = _unhandled(request, error)
         count_request(route, response.status)
         REQUEST_DURATION.observe(time.perf_counter() - started)
         if not response.prepared:  # a stream set its headers before its status line went out
@@ -558,6 +557,16 @@ def _bound_socket_buffers(request: web.Request, limit: int) -> None:
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
+def _unhandled(request: web.Request, error: Exception) -> web.Response:
+    """The JSON answer to an exception a handler let out: an aiohttp ``HTTPException`` of 4xx/5xx
+    keeps its status (OpenAI's error body), anything else is a logged 500 ``internal_error``."""
+    if isinstance(error, web.HTTPException) and error.status >= 400:
+        kind = "invalid_request_error" if error.status < 500 else "server_error"
+        return _error(error.status, error.reason, kind, error.reason.lower().replace(" ", "_"))
+    log.exception("unhandled error on %s %s", request.method, request.path, exc_info=error)
+    return _error(500, "internal error", "server_error", "internal_error")
+
+
 def _clear_answer_state(request: web.Request) -> None:
     """No admitted item and no ratelimit headers yet (set first, so reading them raises no
     KeyError: aiohttp's request mapping has only the ABC's exception-driven ``get``)."""
@@ -590,9 +599,8 @@ def _operational(route: str, handler: Handler) -> Handler:
         except asyncio.CancelledError:
             count_request(route, 499)
             raise
-        except Exception:
-            log.exception("unhandled error on %s %s", request.method, request.path)
-            response = _error(500, "internal error", "server_error", "internal_error")
+        except Exception as error:
+            response = _unhandled(request, error)
         count_request(route, response.status)
         _answer_headers(request, response)
         return response
