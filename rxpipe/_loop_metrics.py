@@ -16,7 +16,7 @@ copy under the GIL, so a histogram's buckets and count always agree with each ot
 from __future__ import annotations
 
 from bisect import bisect_left
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Generic, TypeVar
 
 from prometheus_client.core import REGISTRY, CounterMetricFamily, HistogramMetricFamily
@@ -63,16 +63,14 @@ class HistogramChild:
 
 class _Family(Collector, Generic[_C]):
     def __init__(self, name: str, documentation: str, labelnames: Sequence[str],
-                 registry: CollectorRegistry | None) -> None:
+                 registry: CollectorRegistry | None, new_child: Callable[[], _C]) -> None:
         self.name = name
         self.documentation = documentation
         self.labelnames = tuple(labelnames)
+        self._new_child: Callable[[], _C] = new_child
         self._children: dict[tuple[str, ...], _C] = {}
         if registry is not None:
             registry.register(self)
-
-    def _new_child(self) -> _C:
-        raise NotImplementedError
 
     def labels(self, *values: Any, **named: Any) -> _C:
         """The child for these label values (created empty on first use: the series exists
@@ -102,11 +100,8 @@ class LoopCounter(_Family[CounterChild]):
 
     def __init__(self, name: str, documentation: str, labelnames: Sequence[str] = (), *,
                  registry: CollectorRegistry | None = REGISTRY) -> None:
-        super().__init__(name.removesuffix("_total"), documentation, labelnames, registry)
+        super().__init__(name.removesuffix("_total"), documentation, labelnames, registry, CounterChild)
         self._default = self.labels() if not self.labelnames else None
-
-    def _new_child(self) -> CounterChild:
-        return CounterChild()
 
     def inc(self, amount: float = 1.0) -> None:
         """Add ``amount`` to the counter without labels (TypeError on a labelled family)."""
@@ -132,11 +127,8 @@ class LoopHistogram(_Family[HistogramChild]):
             raise ValueError(f"{name}: buckets must be ascending and distinct, got {list(buckets)}")
         self.bounds = bounds
         self._les = [floatToGoString(b) for b in bounds] + ["+Inf"]
-        super().__init__(name, documentation, labelnames, registry)
+        super().__init__(name, documentation, labelnames, registry, lambda: HistogramChild(bounds))
         self._default = self.labels() if not self.labelnames else None
-
-    def _new_child(self) -> HistogramChild:
-        return HistogramChild(self.bounds)
 
     def observe(self, value: float) -> None:
         """Record ``value`` on the histogram without labels (TypeError on a labelled family)."""

@@ -271,10 +271,13 @@ class FlowableIterator(AsyncIterator[T]):
     With ``credit=True`` it replenishes only through :meth:`grant`.
     """
 
-    __slots__ = ("_receiver", "_closed", "_credit")
+    __slots__ = ("_receiver", "_closed", "_credit", "_loop")
 
     def __init__(self, source: Flowable[T], prefetch: int, *, credit: bool = False) -> None:
         self._closed = False
+        #: the loop of the first wait (asyncio.get_running_loop() is a getpid() syscall per call
+        #: on Python < 3.12: not once per item)
+        self._loop: asyncio.AbstractEventLoop | None = None
         self._credit = credit
         self._receiver = _IteratorSubscriber(prefetch)
         source._subscribe_safely(self._receiver)
@@ -297,7 +300,10 @@ class FlowableIterator(AsyncIterator[T]):
                 if receiver.error is not None:
                     raise receiver.error
                 raise StopAsyncIteration
-            waiter = receiver.waiter = asyncio.get_running_loop().create_future()
+            loop = self._loop
+            if loop is None:
+                loop = self._loop = asyncio.get_running_loop()
+            waiter = receiver.waiter = loop.create_future()
             try:
                 await waiter
             except asyncio.CancelledError:
@@ -340,7 +346,10 @@ class FlowableIterator(AsyncIterator[T]):
             if receiver.error is not None:
                 raise receiver.error
             raise StopAsyncIteration
-        waiter = receiver.waiter = asyncio.get_running_loop().create_future()
+        loop = self._loop
+        if loop is None:
+            loop = self._loop = asyncio.get_running_loop()
+        waiter = receiver.waiter = loop.create_future()
         try:
             await waiter
         except asyncio.CancelledError:

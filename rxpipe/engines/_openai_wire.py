@@ -208,11 +208,8 @@ class _HTTPCall(_OpenAIState):
             if not line.startswith(b"data:"):
                 continue  # blank separators, comments, event:/id: fields
             events = True
-            data = line[5:].strip()
-            if data == b"[DONE]":
+            if self._take_data(call, line):
                 return
-            if data:
-                self._take(call, orjson.loads(data))
 
     async def _read_all_events(self, call: _Call, response: aiohttp.ClientResponse) -> None:
         """:meth:`_read_events` for a request not streamed to its client whose server answered
@@ -238,11 +235,8 @@ class _HTTPCall(_OpenAIState):
                 if not line.startswith(b"data:"):
                     continue  # blank separators, comments, event:/id: fields
                 events = True
-                payload = line[5:].strip()
-                if payload == b"[DONE]":
+                if self._take_data(call, line):
                     return
-                if payload:
-                    self._take(call, orjson.loads(payload))
             if not data:
                 return
 
@@ -312,6 +306,15 @@ class _HTTPCall(_OpenAIState):
         if reason:
             call.finish_reason = reason
         return text
+
+    def _take_data(self, call: _Call, line: bytes) -> bool:
+        """Apply one ``data:`` line of an SSE answer; True at ``data: [DONE]`` (the end)."""
+        payload = line[5:].strip()
+        if payload == b"[DONE]":
+            return True
+        if payload:
+            self._take(call, orjson.loads(payload))
+        return False
 
     def _take(self, call: _Call, event: Any) -> None:
         """Apply one SSE event."""

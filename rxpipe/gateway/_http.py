@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-import socket
 import time
 from typing import TYPE_CHECKING, Any, Awaitable, Callable
 
@@ -14,10 +13,8 @@ from aiohttp import web
 from aiohttp.http_exceptions import ContentEncodingError
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
 
-from .._protocol import Subscription
 from ..engines import Completion, CompletionRequest, CompletionResult
 from ..errors import DroppedError, EngineError, EngineUnavailableError
-from ..stage import InternalSubscriber
 from ._metrics import REQUEST_DURATION, TIME_TO_FIRST_TOKEN, count_request
 from ._openai import (
     SSE_DONE,
@@ -32,6 +29,7 @@ from ._openai import (
 )
 from ._policy import Refusal, retry_after_headers
 from ._server import HTTP_LOG, new_request_id
+from ._sse import EventWriter, bound_socket_buffers, stream_error
 from ._tenants import TENANT_HEADER
 
 if TYPE_CHECKING:
@@ -290,7 +288,7 @@ class _Edge:
             "Content-Type": "text/event-stream", "Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
         # Subscribe before the first await, so the sequence has its credit for the first step.
         created = now_created()
-        writer = _EventWriter(self.loop, self.config.stream_window,
+        writer = EventWriter(self.loop, self.config.stream_window,
                               *token_event_template(item, chat=chat, created=created))
         completion.tokens.subscribe(writer)
         result_future = completion.result
@@ -305,7 +303,7 @@ class _Edge:
 
         result_future.add_done_callback(abort_if_stalled)
         try:
-            _bound_socket_buffers(request, self.config.stream_buffer_bytes)
+            bound_socket_buffers(request, self.config.stream_buffer_bytes)
             _answer_headers(request, response)
             await response.prepare(request)
             try:
@@ -337,13 +335,13 @@ class _Edge:
                 # (its detail only in the log: it may name the backend).
                 log.warning("request %s failed in the engine mid-stream: %r", item.id, error)
                 unavailable = isinstance(error, EngineUnavailableError)
-                await _stream_error(response, "the model backend is unavailable" if unavailable
+                await stream_error(response, "the model backend is unavailable" if unavailable
                                     else "the model backend failed the request", "server_error",
                                     "unavailable" if unavailable else "engine_error")
                 return response
             if result.finish_reason == "cancelled":
                 reason = "draining" if self.gateway.draining else "unavailable"
-                await _stream_error(response, "the request was cancelled by the server", "overloaded_error", reason)
+                await stream_error(response, "the request was cancelled by the server", "overloaded_error", reason)
                 return response
             _observe(result)
             self.gateway.meter.record_service(result.e2e_s - result.queue_time_s)
@@ -373,107 +371,6 @@ class _Edge:
 
     async def metrics(self, request: web.Request) -> web.Response:
         return web.Response(body=generate_latest(REGISTRY), headers={"Content-Type": CONTENT_TYPE_LATEST})
-
-
-class _EventWriter(InternalSubscriber):
-    """The token consumer of one SSE stream: writes each chunk as one whole event straight to
-    the socket from inside ``on_next`` (no task wake, no future per token) while the connection
-    is live and under its write-buffer high-water mark, and only then gives the chunk of credit
-    back; otherwise it queues the event in ``pending`` and wakes the handler task, which writes
-    the queue in one write and grants as much. Invariant: chunks received but not yet written
-    and granted back never exceed ``window`` (the credit asked at subscribe), so what is
-    outstanding upstream plus ``pending`` stays within ``stream_window``. The writes made here
-    bypass aiohttp's payload writer, so its byte counters (``body_length``, access-log sizes)
-    do not include them; the edge runs without an access log."""
-
-    __slots__ = ("loop", "window", "subscription", "pending", "prefix", "suffix", "transport", "protocol", "live",
-                 "done", "broken", "error", "waiter")
-
-    def __init__(self, loop: asyncio.AbstractEventLoop, window: int, prefix: bytes, suffix: bytes) -> None:
-        self.loop = loop
-        self.window = window
-        self.subscription: Subscription | None = None
-        self.pending: list[bytes] = []
-        #: the token event's template (:func:`token_event_template`)
-        self.prefix, self.suffix = prefix, suffix
-        self.transport: asyncio.Transport | None = None
-        self.protocol: Any = None
-        #: True while on_next may write to the socket itself (this task is waiting, not writing)
-        self.live = False
-        self.done = False
-        self.broken = False
-        self.error: BaseException | None = None
-        self.waiter: asyncio.Future[None] | None = None
-
-    def go_live(self, response: web.StreamResponse, request: web.Request) -> None:
-        """Let ``on_next`` write itself: only on a plain chunked HTTP/1.1 body (anything else,
-        e.g. compression, keeps every write in aiohttp's hands)."""
-        if (self.transport is None and response.headers.get("Transfer-Encoding") == "chunked"
-                and not response.compression):
-            self.transport = request.transport  # type: ignore[assignment]
-            self.protocol = request.protocol
-        self.live = self.transport is not None
-
-    def on_subscribe(self, subscription: Subscription) -> None:
-        self.subscription = subscription
-        subscription.request(self.window)
-
-    def on_next(self, chunk: Any) -> None:
-        event = self.prefix + orjson.dumps(chunk.text) + self.suffix
-        transport = self.transport
-        if self.live and transport is not None and not self.protocol.writing_paused:
-            if transport.is_closing():
-                self.broken = True
-                self._wake()
-                return
-            # one HTTP chunk (aiohttp's chunked framing) per event: never a split event
-            transport.write(b"%x\r\n%b\r\n" % (len(event), event))
-            self.subscription.request(1)  # type: ignore[union-attr]  # the socket took it
-            if self.protocol.writing_paused:
-                self.live = False  # over the high-water mark: writes go through the handler's
-            return
-        else:
-            self.pending.append(event)
-        self._wake()
-
-    def on_error(self, error: BaseException) -> None:
-        self.error = error
-        self.done = True
-        self._wake()
-
-    def on_complete(self) -> None:
-        self.done = True
-        self._wake()
-
-    def _wake(self) -> None:
-        waiter = self.waiter
-        if waiter is not None:
-            self.waiter = None
-            if not waiter.done():
-                waiter.set_result(None)
-
-    async def wait(self) -> None:
-        """Until a chunk is pending, the stream ended or the connection broke."""
-        self.waiter = waiter = self.loop.create_future()
-        try:
-            await waiter
-        finally:
-            self.waiter = None
-            self.live = False
-
-    def grant(self, n: int) -> None:
-        if not self.done and self.subscription is not None:
-            self.subscription.request(n)
-
-    def cancel(self) -> None:
-        """End the stream from this side (the handler is done with it): cancel the subscription
-        unless it ended, and let go of it (no writer <-> subscription cycle outlives the answer)."""
-        self.live = False
-        subscription, self.subscription = self.subscription, None
-        if subscription is not None and not self.done:
-            self.done = True
-            subscription.cancel()
-        self.transport = self.protocol = None
 
 
 async def _result_of(completion: Completion) -> CompletionResult:
@@ -518,16 +415,6 @@ def _too_large(limit: int) -> web.Response:
     return _error(413, f"request body over the {limit}-byte limit", "invalid_request_error", "request_too_large")
 
 
-async def _stream_error(response: web.StreamResponse, message: str, type: str, code: str) -> None:
-    """End an SSE stream with an error event and ``[DONE]`` (as vLLM does), if the client is there."""
-    try:
-        await response.write(sse(error_body(message, type, code)))
-        await response.write(SSE_DONE)
-        await response.write_eof()
-    except ConnectionError:
-        pass
-
-
 def _retrieve(future: asyncio.Future[Completion]) -> None:
     """Mark a reply nobody waits for any more as retrieved (no "never retrieved" warning)."""
     if not future.cancelled():
@@ -537,21 +424,6 @@ def _retrieve(future: asyncio.Future[Completion]) -> None:
 def _observe(result: CompletionResult) -> None:
     if result.ttft_s is not None:
         TIME_TO_FIRST_TOKEN.observe(result.ttft_s)
-
-
-def _bound_socket_buffers(request: web.Request, limit: int) -> None:
-    """Keep a slow SSE reader's backlog small: the transport pauses (and our writes wait) once
-    ``limit`` bytes are pending, and the kernel send buffer is capped likewise."""
-    transport = request.transport
-    if transport is None:
-        return
-    transport.set_write_buffer_limits(high=limit)
-    sock = transport.get_extra_info("socket")
-    if sock is not None:
-        try:
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, limit)
-        except OSError:  # not every transport exposes a real socket
-            pass
 
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
