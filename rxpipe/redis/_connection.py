@@ -16,113 +16,47 @@ Known traps of redis-py's asyncio client that this module closes (DESIGN §8):
 from __future__ import annotations
 
 import asyncio
-import os
-import random
-import socket
-from dataclasses import dataclass, field
-from typing import Any, Awaitable, Callable, TypeVar
-from urllib.parse import urlsplit, urlunsplit
+from dataclasses import dataclass
+from typing import Any, Awaitable, Callable, ClassVar, TypeVar
 
 from redis.asyncio import BlockingConnectionPool, Redis
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
+
+from ..transport._backoff import Backoff
+from ..transport._settings import TransportSettings, default_consumer, public_url
 
 __all__ = ["RedisSettings", "Backoff", "call", "make_client", "default_consumer", "public_url"]
 
 T = TypeVar("T")
 
 
-def default_consumer() -> str:
-    """``<hostname>-<pid>``: unique per worker process, stable for its lifetime."""
-    return f"{socket.gethostname()}-{os.getpid()}"
-
-
-def public_url(url: str) -> str:
-    """``url`` without its password (for logs and the CLI's "serving on" line)."""
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    host = parts.hostname or ""
-    netloc = f"{parts.username + '@' if parts.username else ''}{host}{':' + str(parts.port) if parts.port else ''}"
-    return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
-
-
 @dataclass(frozen=True)
-class RedisSettings:
-    """Settings shared by the gateway side (:class:`~rxpipe.redis.RedisSink`) and the worker side
-    (:class:`~rxpipe.redis.RedisGroupSource`) of the Redis Streams transport (DESIGN §8).
+class RedisSettings(TransportSettings):
+    """Settings of the Redis Streams transport (DESIGN §8): every field of
+    :class:`~rxpipe.transport.TransportSettings` (url: ``redis://host:port/db``, redis-py's URL
+    syntax; ``rediss://`` for TLS) plus:
 
-    url: ``redis://host:port/db`` (redis-py's URL syntax; ``rediss://`` for TLS).
-    stream: the request stream's key. group: the consumer group of the workers.
-    consumer: this worker's consumer name in the group (default ``<host>-<pid>``).
-    max_backlog: entries (requests) admitted and not yet acknowledged, at most; the gateway
-        refuses (429) beyond it.
-    visibility_timeout_s: an entry delivered to a consumer and idle (not acknowledged, not
-        refreshed) this long is claimed by another worker (``XAUTOCLAIM`` min-idle-time). A worker
-        refreshes its own in-flight entries every third of it, so only a dead worker's are taken.
-    block_ms: ``BLOCK`` of every blocking read (ms); default ``min(1000, visibility_timeout_s / 4)``.
-    pool_size: connections of the command pool per process (the blocking reader has its own).
+    pool_size: connections of the command pool per process (each blocking reader has its own).
     pool_timeout_s: how long a command waits for a free pooled connection (then ``ConnectionError``).
-    connect_timeout_s / command_timeout_s: socket connect and read timeouts (s) of commands.
-    refresh_interval_s: the gateway re-reads the backlog (``XINFO GROUPS``) this often (s); in
-        between it counts its own admissions, so several gateways keep the bound within one
-        interval.
-    backoff_base_s / backoff_cap_s: retries after a Redis error wait ``uniform(0, min(cap,
-        base * 2**attempt))`` (full jitter).
-    reply_ttl_s: a gateway's reply stream expires this long (s) after the gateway was last seen.
     trim_interval_s: a worker trims acknowledged entries off the stream this often (s).
-    max_deliveries: an entry claimed after this many deliveries (it took down or outlived that
-        many workers: a poison request) is answered with an error and acknowledged, not run again.
     """
 
+    schemes: ClassVar[tuple[str, ...]] = ("redis://", "rediss://", "unix://")
+
     url: str = "redis://127.0.0.1:6379/0"
-    stream: str = "rxpipe:requests"
-    group: str = "workers"
-    consumer: str = field(default_factory=default_consumer)
-    max_backlog: int = 1000
-    visibility_timeout_s: float = 30.0
-    block_ms: int | None = None
     pool_size: int = 8
     pool_timeout_s: float = 5.0
-    connect_timeout_s: float = 2.0
-    command_timeout_s: float = 5.0
-    refresh_interval_s: float = 0.25
-    backoff_base_s: float = 0.05
-    backoff_cap_s: float = 2.0
-    reply_ttl_s: float = 60.0
     trim_interval_s: float = 1.0
-    max_deliveries: int = 5
 
     def __post_init__(self) -> None:
-        if not isinstance(self.url, str) or not self.url.startswith(("redis://", "rediss://", "unix://")):
-            raise ValueError(f"redis_url must be a redis:// (or rediss://, unix://) URL, got {self.url!r}")
-        for name in ("stream", "group", "consumer"):
-            value = getattr(self, name)
-            if not isinstance(value, str) or not value:
-                raise ValueError(f"{name} must be a non-empty string, got {value!r}")
-        for name in ("max_backlog", "pool_size", "max_deliveries"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name} must be an int >= 1, got {value!r}")
-        for name in ("visibility_timeout_s", "pool_timeout_s", "connect_timeout_s", "command_timeout_s",
-                     "refresh_interval_s", "backoff_base_s", "backoff_cap_s", "reply_ttl_s", "trim_interval_s"):
+        super().__post_init__()
+        if isinstance(self.pool_size, bool) or not isinstance(self.pool_size, int) or self.pool_size < 1:
+            raise ValueError(f"pool_size must be an int >= 1, got {self.pool_size!r}")
+        for name in ("pool_timeout_s", "trim_interval_s"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
                 raise ValueError(f"{name} must be > 0 seconds, got {value!r}")
-        if self.block_ms is not None and (isinstance(self.block_ms, bool) or not isinstance(self.block_ms, int)
-                                          or self.block_ms < 1):
-            raise ValueError(f"block_ms must be an int >= 1 ms (or None), got {self.block_ms!r}")
-
-    @property
-    def block(self) -> int:
-        """``BLOCK`` of the blocking reads, in ms."""
-        if self.block_ms is not None:
-            return self.block_ms
-        return max(1, min(1000, int(self.visibility_timeout_s * 1000 / 4)))
-
-    @property
-    def visibility_ms(self) -> int:
-        return max(1, int(self.visibility_timeout_s * 1000))
 
 
 def make_client(settings: RedisSettings, *, connections: int, blocking: bool = False) -> Redis:
@@ -139,28 +73,6 @@ def make_client(settings: RedisSettings, *, connections: int, blocking: bool = F
         socket_timeout=timeout, socket_connect_timeout=settings.connect_timeout_s,
         retry=Retry(NoBackoff(), 0), decode_responses=False)
     return Redis.from_pool(pool)
-
-
-class Backoff:
-    """Exponential backoff with full jitter (AWS Architecture Blog, "Exponential Backoff And
-    Jitter"): the n-th consecutive failure waits ``uniform(0, min(cap_s, base_s * 2**n))`` s."""
-
-    __slots__ = ("base_s", "cap_s", "failures", "_rng")
-
-    def __init__(self, base_s: float, cap_s: float, rng: random.Random | None = None) -> None:
-        self.base_s = base_s
-        self.cap_s = cap_s
-        self.failures = 0
-        self._rng = rng or random.Random()
-
-    def next_delay(self) -> float:
-        """Record a failure; return the seconds to wait before the next attempt."""
-        bound = min(self.cap_s, self.base_s * 2.0 ** min(self.failures, 30))
-        self.failures += 1
-        return self._rng.uniform(0.0, bound)
-
-    def reset(self) -> None:
-        self.failures = 0
 
 
 #: commands in flight: kept referenced until they finish, even when their caller was cancelled

@@ -17,7 +17,7 @@ from rxpipe.redis._codec import (
     error_message,
     start_message,
 )
-from rxpipe.redis._replies import ReplyRouter
+from rxpipe.transport._replies import ReplyRouter
 from rxpipe.testing import TestSubscriber
 
 RESULT = CompletionResult(" a b c", "length", 2, 3, 0.5, 0.6, 0.9)
@@ -105,10 +105,11 @@ def test_a_request_survives_the_wire() -> None:
                           sampling={"temperature": 0.5, "stop": ["\n"]}, api_key_id="key_0", id="chatcmpl-1")
     r.deadline_s = 110.0
     data = decode_request(encode_request(r, "rxpipe:requests:replies:g1", now_loop_s=100.0))
-    assert {k: v for k, v in data.items() if k != "deadline_unix"} == {
+    assert data == {
         "id": "chatcmpl-1", "prompt": None, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 7,
-        "model": "sim", "stream": True, "sampling": {"temperature": 0.5, "stop": ["\n"]}, "api_key_id": "key_0",
-        "reply_to": "rxpipe:requests:replies:g1"}
+        "max_tokens_defaulted": False, "model": "sim", "stream": True,
+        "sampling": {"temperature": 0.5, "stop": ["\n"]}, "api_key_id": "key_0",
+        "reply_to": "rxpipe:requests:replies:g1", "budget_s": 10.0, "credit": None}  # the deadline as time left
     with pytest.raises(ValueError):
         decode_request({b"other": b"{}"})
     assert decode_reply({b"hello": b"gateway"}) is None
