@@ -148,9 +148,11 @@ class _RedisBroker:
     async def _pipeline(self, ops: list[WriteOp]) -> list[Any]:
         assert self.commands is not None
         pipe = self.commands.pipeline(transaction=False)
-        for op in ops:
+        sent = [op for op in ops if op.kind != "release"]  # Redis: a released entry just waits to be claimed
+        for op in sent:
             self._queue(pipe, op)
-        return list(await call(pipe.execute, raise_on_error=False))
+        results = iter(await call(pipe.execute, raise_on_error=False) if sent else ())
+        return [None if op.kind == "release" else next(results) for op in ops]
 
     def _queue(self, pipe: Any, op: WriteOp) -> None:
         raise NotImplementedError

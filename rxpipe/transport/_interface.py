@@ -33,13 +33,15 @@ class Delivery:
 
     ``key``: the adapter's handle (Redis entry id, NATS message); ``payload``: the request's bytes
     (None: deleted while pending, e.g. withdrawn by its gateway); ``deliveries``: how many times
-    the broker delivered it (1 the first time); ``stored_s``: broker time when it was queued.
+    the broker delivered it (1 the first time); ``stored_s``: broker time when it was queued;
+    ``ref``: what else the adapter needs to settle it (the NATS message).
     """
 
     key: Any
     payload: bytes | None
     deliveries: int = 1
     stored_s: float | None = None
+    ref: Any = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,7 +122,9 @@ class GatewayBroker(_Broker):
 
 class WorkerBroker(_Broker):
     """The worker side. Write ops: ``("reply", reply_to, payload, terminal)`` (``terminal``: the
-    request's last message; it is stored before any later op is sent), ``("ack", delivery)``."""
+    request's last message; it is stored before any later op is sent), ``("ack", delivery)``,
+    ``("release", delivery)`` (give it back unacknowledged: NATS ``-NAK``, redelivered at once;
+    Redis leaves it pending, claimed after the visibility timeout)."""
 
     @abstractmethod
     async def fetch(self, n: int, block_s: float) -> list[Delivery]:

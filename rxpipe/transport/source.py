@@ -260,7 +260,11 @@ class WorkerSource(Flowable[RemoteRequest], Service):
         self._wake_reader()
 
     def _release(self, handle: AckHandle) -> None:
-        self._forget(handle)
+        writer = self._writer
+        if writer is None:
+            self._forget(handle)
+            return
+        writer.put("release", handle.delivery, done=lambda _: self._forget(handle))
 
     def _forget(self, handle: AckHandle) -> None:
         if self.held.pop(handle.key, None) is not None and handle.request_id is not None:
@@ -353,7 +357,10 @@ class WorkerSource(Flowable[RemoteRequest], Service):
                 await asyncio.sleep(backoff.next_delay())
                 continue
             backoff.reset()
-            self._accept(deliveries, want)
+            try:
+                self._accept(deliveries, want)
+            except Exception:
+                log.exception("worker %s: taking what was read failed", s.consumer)
 
     def _accept(self, deliveries: list[Delivery], want: int) -> None:
         """Hold what was read; answer poison requests; deliver at most ``want`` now (what came

@@ -1,0 +1,465 @@
+"""NATS JetStream as a broker adapter of :mod:`rxpipe.transport` (DESIGN §8), with nats-py.
+
+Four streams, named after ``settings.stream`` (``rxpipe:requests`` → ``rxpipe_requests``, which is
+also the subject prefix ``P``):
+
+- ``P`` (work-queue retention, file storage): requests on subject ``P.q``. One durable pull
+  consumer, ``settings.group``, shared by every worker: ``ack_wait`` = ``visibility_timeout_s``
+  (a held request is kept with ``in_progress()``, +WPI, every third of it), ``max_deliver`` =
+  ``max_deliveries + 1`` (the last delivery is answered with an error, then acknowledged), and
+  ``max_ack_pending`` = ``max_backlog`` (the server-side bound of what all workers hold). A
+  worker's read is a pull request ``CONSUMER.MSG.NEXT`` for exactly the requests it wants,
+  answered on one inbox subscription, with the pending count kept as NATS ADR-37 says (+batch
+  per pull, -1 per message, minus ``Nats-Pending-Messages`` of a 408/409 that ends a pull) and
+  re-granted in full after a reconnect (the server forgot the pulls of the old connection). A
+  request withdrawn by its gateway is deleted from the stream by sequence.
+- ``P_replies`` (limits, ``max_age`` = ``reply_ttl_s``): replies on ``P.r.<gateway>``, published
+  with acks (a request is acknowledged only after its last reply is stored); each gateway reads
+  its own subject with an ordered consumer (it recreates itself at the next sequence after a gap).
+- ``P_control`` (limits, ``max_age`` = ``cancel_memory_s``): cancels and credit on ``P.c``, read by
+  every worker with an ordered consumer from its present end.
+- ``P_live`` (one message per subject): liveness on ``P.l.w.<worker>`` (payload: the engine's
+  pause) and ``P.l.g.<gateway>``; the stored message's server timestamp is the beat's time, and
+  ``STREAM.INFO``'s ``ts`` the server's clock (never a host's).
+
+The server should run with ``jetstream { sync_interval: always }`` (an acknowledged write is on
+disk; Jepsen lost acknowledged writes under the default).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import datetime
+import logging
+import re
+from typing import Any
+
+import nats
+import nats.errors
+import nats.js.errors
+import orjson
+from nats.aio.client import Client as NATS
+from nats.aio.msg import Msg
+from nats.js import api
+
+from ..transport._interface import Delivery, GatewayBroker, Snapshot, WorkerBeat, WorkerBroker, WriteOp
+from ._settings import NatsSettings
+
+__all__ = ["NatsGatewayBroker", "NatsWorkerBroker", "TRANSIENT", "names"]
+
+log = logging.getLogger("rxpipe.nats")
+
+#: errors that mean "NATS is unreachable now" (retryable)
+TRANSIENT: tuple[type[BaseException], ...] = (
+    nats.errors.ConnectionClosedError, nats.errors.TimeoutError, nats.errors.NoServersError,
+    nats.errors.NoRespondersError, nats.errors.StaleConnectionError, nats.errors.OutboundBufferLimitError,
+    nats.js.errors.ServiceUnavailableError, nats.errors.FlushTimeoutError, asyncio.TimeoutError, OSError,
+    nats.errors.ConnectionReconnectingError)
+
+
+def _token(text: str) -> str:
+    """``text`` as one NATS subject token / stream name (letters, digits, ``_`` and ``-``)."""
+    return re.sub(r"[^A-Za-z0-9_-]", "_", text) or "_"
+
+
+class names:  # noqa: N801 - a namespace of the names derived from the settings
+    """Stream names and subjects for ``settings``."""
+
+    def __init__(self, settings: NatsSettings) -> None:
+        p = self.prefix = _token(settings.stream)
+        self.requests, self.replies, self.control, self.live = p, f"{p}_replies", f"{p}_control", f"{p}_live"
+        self.queue = f"{p}.q"
+        self.control_subject = f"{p}.c"
+        self.consumer = _token(settings.group)
+
+    def reply_subject(self, gateway_id: str) -> str:
+        return f"{self.prefix}.r.{_token(gateway_id)}"
+
+    def live_subject(self, kind: str, member: str) -> str:
+        return f"{self.prefix}.l.{kind}.{_token(member)}"
+
+
+def _ts(text: str) -> float:
+    """An RFC 3339 timestamp of the server (nanoseconds allowed) as seconds since the epoch."""
+    head, _, frac = text.rstrip("Z").partition(".")
+    base = datetime.datetime.fromisoformat(head).replace(tzinfo=datetime.UTC).timestamp()
+    return base + (float("0." + frac) if frac else 0.0)
+
+
+class _NatsBroker:
+    transient = TRANSIENT
+
+    def __init__(self, settings: NatsSettings) -> None:
+        self.settings = settings
+        self.names = names(settings)
+        self.nc: NATS | None = None
+        self.js: Any = None
+        self._ready = False
+
+    async def _connect(self) -> None:
+        if self.nc is None:
+            s = self.settings
+            self.nc = await nats.connect(
+                s.url, connect_timeout=max(1, int(s.connect_timeout_s)), reconnect_time_wait=s.backoff_base_s * 4,
+                max_reconnect_attempts=-1, error_cb=self._error, disconnected_cb=self._disconnected,
+                reconnected_cb=self._reconnected, ping_interval=5, max_outstanding_pings=2)
+            self.js = self.nc.jetstream(timeout=s.command_timeout_s)
+
+    async def _error(self, error: Exception) -> None:
+        log.debug("nats: %r", error)
+
+    async def _disconnected(self) -> None:
+        log.debug("nats: disconnected")
+
+    async def _reconnected(self) -> None:
+        log.debug("nats: reconnected")
+
+    async def _ensure_streams(self) -> bool:
+        """Create the four streams and the workers' consumer if missing; True if any was missing
+        (a new or wiped server)."""
+        s, n, js = self.settings, self.names, self.js
+        created = False
+        specs = [
+            api.StreamConfig(name=n.requests, subjects=[n.queue], retention=api.RetentionPolicy.WORK_QUEUE,
+                             storage=api.StorageType.FILE),
+            api.StreamConfig(name=n.replies, subjects=[f"{n.prefix}.r.*"], storage=api.StorageType.FILE,
+                             max_age=s.reply_ttl_s),
+            api.StreamConfig(name=n.control, subjects=[n.control_subject], storage=api.StorageType.FILE,
+                             max_age=s.cancel_memory_s),
+            api.StreamConfig(name=n.live, subjects=[f"{n.prefix}.l.>"], storage=api.StorageType.FILE,
+                             max_msgs_per_subject=1, max_age=max(60.0, s.reply_ttl_s)),
+        ]
+        for config in specs:
+            try:
+                await js.stream_info(config.name)
+            except nats.js.errors.NotFoundError:
+                try:
+                    await js.add_stream(config)
+                    created = True
+                except nats.js.errors.BadRequestError as error:  # created meanwhile by another process
+                    log.debug("nats: add_stream %s: %r", config.name, error)
+        try:
+            await js.consumer_info(n.requests, n.consumer)
+        except nats.js.errors.NotFoundError:
+            try:
+                await js.add_consumer(n.requests, api.ConsumerConfig(
+                    durable_name=n.consumer, ack_policy=api.AckPolicy.EXPLICIT, ack_wait=s.visibility_timeout_s,
+                    max_deliver=s.max_deliveries + 1, max_ack_pending=s.max_backlog, filter_subject=n.queue))
+            except nats.js.errors.BadRequestError as error:
+                log.debug("nats: add_consumer: %r", error)
+        return created
+
+    async def _info(self, stream: str, subjects_filter: str | None = None) -> dict[str, Any]:
+        """``STREAM.INFO`` as the server sent it (its ``ts`` is the server's clock)."""
+        assert self.nc is not None
+        body = orjson.dumps({"subjects_filter": subjects_filter}) if subjects_filter else b""
+        reply = await self.nc.request(f"$JS.API.STREAM.INFO.{stream}", body, timeout=self.settings.command_timeout_s)
+        data = orjson.loads(reply.data)
+        error = data.get("error")
+        if error:
+            if error.get("code") == 404:
+                raise nats.js.errors.NotFoundError(code=404, description=error.get("description"))
+            raise nats.js.errors.APIError(code=error.get("code"), description=error.get("description"))
+        return data
+
+    async def _beats(self, subjects: list[str]) -> dict[str, tuple[float, bytes]]:
+        """The last message of each liveness subject: (server time, payload)."""
+        assert self.nc is not None
+        nc, stream, timeout = self.nc, self.names.live, self.settings.command_timeout_s
+
+        async def last(subject: str) -> tuple[str, tuple[float, bytes] | None]:
+            reply = await nc.request(f"$JS.API.STREAM.MSG.GET.{stream}", orjson.dumps({"last_by_subj": subject}),
+                                     timeout=timeout)
+            message = orjson.loads(reply.data).get("message")
+            if not message:
+                return subject, None
+            return subject, (_ts(message["time"]), base64.b64decode(message.get("data") or b""))
+
+        found = await asyncio.gather(*(last(subject) for subject in subjects))
+        return {subject: beat for subject, beat in found if beat is not None}
+
+    async def close(self) -> None:
+        nc, self.nc = self.nc, None
+        if nc is not None:
+            try:
+                await nc.flush(timeout=1)
+            except Exception:  # closing anyway
+                pass
+            await nc.close()
+
+
+class NatsGatewayBroker(_NatsBroker, GatewayBroker):
+    """The gateway side on NATS JetStream (see the module docstring)."""
+
+    def __init__(self, settings: NatsSettings) -> None:
+        super().__init__(settings)
+        self.reply_to = ""
+        self._replies: list[bytes] = []
+        self._arrived: asyncio.Event | None = None
+        self._sub: Any = None
+
+    async def open(self) -> None:
+        await self._connect()
+        if not self._ready:
+            await self._ensure_streams()
+            self._arrived = asyncio.Event()
+            self._sub = await self.js.subscribe(self.reply_to, stream=self.names.replies, cb=self._on_reply,
+                                                ordered_consumer=True, idle_heartbeat=0.5,
+                                                deliver_policy=api.DeliverPolicy.NEW)
+            self._ready = True
+
+    async def _on_reply(self, msg: Msg) -> None:
+        self._replies.append(msg.data)
+        if self._arrived is not None:
+            self._arrived.set()
+
+    async def leave(self, gateway_id: str) -> None:
+        if self.nc is not None and self._ready:
+            subject = self.names.live_subject("g", gateway_id)
+            await self.nc.request(f"$JS.API.STREAM.PURGE.{self.names.live}", orjson.dumps({"filter": subject}),
+                                  timeout=self.settings.command_timeout_s)
+
+    async def write(self, ops: list[WriteOp]) -> list[Any]:
+        if not self._ready:
+            await self.open()
+        js, n = self.js, self.names
+        results: list[Any] = []
+        pending: list[tuple[int, Any]] = []
+        for op in ops:
+            if op.kind in ("publish", "control"):
+                subject = n.queue if op.kind == "publish" else n.control_subject
+                pending.append((len(results), await js.publish_async(subject, op.args[0])))
+                results.append(None)
+            elif op.kind == "withdraw":
+                results.append(op.args[0])
+            else:
+                raise ValueError(f"unknown write {op.kind!r}")
+        acks = await asyncio.wait_for(asyncio.gather(*(f for _, f in pending), return_exceptions=True),
+                                      self.settings.command_timeout_s)
+        if acks and all(isinstance(a, TRANSIENT) for a in acks):
+            raise acks[0]
+        for (i, _), ack in zip(pending, acks, strict=True):
+            results[i] = ack if isinstance(ack, BaseException) else ack.seq
+        for i, op in enumerate(ops):
+            if op.kind == "withdraw":
+                try:
+                    results[i] = await js.delete_msg(n.requests, op.args[0])
+                except nats.js.errors.NotFoundError as error:  # a worker acknowledged it meanwhile
+                    results[i] = error
+        return results
+
+    async def snapshot(self, gateway_id: str) -> Snapshot:
+        if not self._ready:
+            await self.open()
+        n = self.names
+        reset = False
+        try:
+            await self.js.publish(n.live_subject("g", gateway_id), b"")
+            info = await self._info(n.requests)
+        except nats.js.errors.NoStreamResponseError:
+            reset = await self._ensure_streams()
+            await self.js.publish(n.live_subject("g", gateway_id), b"")
+            info = await self._info(n.requests)
+        except nats.js.errors.NotFoundError:
+            reset = await self._ensure_streams()
+            info = await self._info(n.requests)
+        live = await self._info(n.live, f"{n.prefix}.l.>")
+        subjects = list((live.get("state") or {}).get("subjects") or {})
+        beats = await self._beats(subjects)
+        gateways, workers = {}, {}
+        head_g, head_w = f"{n.prefix}.l.g.", f"{n.prefix}.l.w."
+        for subject, (at, data) in beats.items():
+            if subject.startswith(head_g):
+                gateways[subject[len(head_g):]] = at
+            elif subject.startswith(head_w):
+                try:
+                    pause = float(orjson.loads(data).get("pause_s", 0.0)) if data else 0.0
+                except (orjson.JSONDecodeError, AttributeError, TypeError, ValueError):
+                    pause = 0.0
+                workers[subject[len(head_w):]] = WorkerBeat(at, at + pause if pause > 0 else 0.0)
+        return Snapshot(int(info["state"]["messages"]), _ts(info["ts"]), gateways, workers, reset)
+
+    async def read_replies(self, block_s: float) -> list[bytes]:
+        if not self._ready:
+            await self.open()
+        arrived = self._arrived
+        assert arrived is not None
+        if not self._replies:
+            arrived.clear()
+            try:
+                await asyncio.wait_for(arrived.wait(), block_s)
+            except TimeoutError:
+                return []
+        out, self._replies = self._replies, []
+        return out
+
+    async def close(self) -> None:
+        sub, self._sub = self._sub, None
+        if sub is not None and self.nc is not None and not self.nc.is_closed:
+            try:
+                await sub.unsubscribe()
+            except Exception:  # the connection may be gone
+                pass
+        self._ready = False
+        await super().close()
+
+
+class NatsWorkerBroker(_NatsBroker, WorkerBroker):
+    """The worker side on NATS JetStream (see the module docstring). ``pulled``: requests asked
+    for by pull requests and not yet delivered (ADR-37's pending count)."""
+
+    def __init__(self, settings: NatsSettings) -> None:
+        super().__init__(settings)
+        self.pulled = 0
+        self._inbox = ""
+        self._buffer: list[Msg] = []
+        self._arrived: asyncio.Event | None = None
+        self._control: list[tuple[bytes, float]] = []
+        self._control_arrived: asyncio.Event | None = None
+        self._subs: list[Any] = []
+
+    async def open(self) -> None:
+        await self._connect()
+        if self._ready:
+            return
+        await self._ensure_streams()
+        assert self.nc is not None
+        self._arrived = asyncio.Event()
+        self._control_arrived = asyncio.Event()
+        self._inbox = self.nc.new_inbox()
+        self._subs = [await self.nc.subscribe(self._inbox, cb=self._on_pulled),
+                      await self.js.subscribe(self.names.control_subject, stream=self.names.control,
+                                              cb=self._on_control, ordered_consumer=True, idle_heartbeat=0.5,
+                                              deliver_policy=api.DeliverPolicy.NEW)]
+        self._ready = True
+
+    async def _reconnected(self) -> None:
+        # The server forgot the pull requests of the old connection: the next read re-grants
+        # exactly what is outstanding (NATS ADR-37, "Server reconnects").
+        self.pulled = 0
+        if self._arrived is not None:
+            self._arrived.set()
+
+    async def _on_pulled(self, msg: Msg) -> None:
+        status = msg.headers.get(api.Header.STATUS) if msg.headers else None
+        if status:
+            if status in ("408", "409"):  # a pull ended: what it did not deliver is no longer asked for
+                self.pulled = max(0, self.pulled - int(msg.headers.get("Nats-Pending-Messages") or 0))
+            elif status == "404":
+                self.pulled = 0
+            if self._arrived is not None:
+                self._arrived.set()
+            return
+        self.pulled = max(0, self.pulled - 1)
+        self._buffer.append(msg)
+        if self._arrived is not None:
+            self._arrived.set()
+
+    async def _on_control(self, msg: Msg) -> None:
+        self._control.append((msg.data, msg.metadata.timestamp.timestamp()))
+        if self._control_arrived is not None:
+            self._control_arrived.set()
+
+    async def fetch(self, n: int, block_s: float) -> list[Delivery]:
+        if not self._ready:
+            await self.open()
+        assert self.nc is not None and self._arrived is not None
+        missing = n - self.pulled - len(self._buffer)
+        if missing > 0:
+            request = {"batch": missing, "expires": int(block_s * 1e9)}
+            await self.nc.publish(f"$JS.API.CONSUMER.MSG.NEXT.{self.names.requests}.{self.names.consumer}",
+                                  orjson.dumps(request), reply=self._inbox)
+            self.pulled += missing
+        if not self._buffer:
+            self._arrived.clear()
+            try:
+                await asyncio.wait_for(self._arrived.wait(), block_s + 0.5)
+            except TimeoutError:
+                self.pulled = 0  # the pull's end status was lost: ask again for all of it
+            if self.nc.is_reconnecting or not self.nc.is_connected:
+                raise nats.errors.ConnectionReconnectingError
+        taken, self._buffer = self._buffer, []
+        out = []
+        for msg in taken:
+            meta = msg.metadata
+            out.append(Delivery(meta.sequence.stream, msg.data, int(meta.num_delivered), meta.timestamp.timestamp(),
+                                msg))
+        return out
+
+    async def read_control(self, block_s: float) -> list[tuple[bytes, float]]:
+        if not self._ready:
+            await self.open()
+        arrived = self._control_arrived
+        assert arrived is not None
+        if not self._control:
+            arrived.clear()
+            try:
+                await asyncio.wait_for(arrived.wait(), block_s)
+            except TimeoutError:
+                return []
+        out, self._control = self._control, []
+        return out
+
+    async def write(self, ops: list[WriteOp]) -> list[Any]:
+        if not self._ready:
+            await self.open()
+        js = self.js
+        results: list[Any] = [None] * len(ops)
+        stored: list[tuple[int, Any]] = []
+        for i, op in enumerate(ops):
+            if op.kind == "reply":
+                stored.append((i, await js.publish_async(op.args[0], op.args[1])))
+                continue
+            if stored:  # every reply before this ack or release is stored first
+                await self._settle(stored, results)
+                stored = []
+            msg = op.args[0].ref
+            if op.kind == "ack":
+                await msg.ack()
+            elif op.kind == "release":
+                await msg.nak()
+            else:
+                raise ValueError(f"unknown write {op.kind!r}")
+        if stored:
+            await self._settle(stored, results)
+        return results
+
+    async def _settle(self, stored: list[tuple[int, Any]], results: list[Any]) -> None:
+        acks = await asyncio.wait_for(asyncio.gather(*(f for _, f in stored), return_exceptions=True),
+                                      self.settings.command_timeout_s)
+        for (i, _), ack in zip(stored, acks, strict=True):
+            if isinstance(ack, TRANSIENT):
+                raise ack
+            results[i] = ack
+
+    async def heartbeat(self, consumer: str, pause_s: float, held: list[Delivery]) -> float:
+        if not self._ready:
+            await self.open()
+        await self.js.publish(self.names.live_subject("w", consumer), orjson.dumps({"pause_s": pause_s}))
+        for delivery in held:
+            await delivery.ref.in_progress()
+        info = await self._info(self.names.live, "-")
+        return _ts(info["ts"])
+
+    async def leave(self, consumer: str) -> None:
+        if self.nc is not None and self._ready:
+            subject = self.names.live_subject("w", consumer)
+            await self.nc.request(f"$JS.API.STREAM.PURGE.{self.names.live}", orjson.dumps({"filter": subject}),
+                                  timeout=self.settings.command_timeout_s)
+
+    async def close(self) -> None:
+        taken, self._buffer = self._buffer, []
+        for msg in taken:  # read after the last demand: another worker takes them at once
+            try:
+                await msg.nak()
+            except Exception:
+                pass
+        for sub in self._subs:
+            try:
+                await sub.unsubscribe()
+            except Exception:
+                pass
+        self._subs = []
+        self._ready = False
+        await super().close()
