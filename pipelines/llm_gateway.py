@@ -28,6 +28,12 @@ the edge's: ``max_model_len``, ``max_body_bytes``, ``max_connections``, ``keepal
 prefer the ``RXPIPE_API_KEYS`` environment variable (a command line is readable by every local
 user).
 
+With ``broker_url`` (``redis://…`` or ``nats://…``) the gateway forwards to workers on other
+hosts (``pipelines/llm_worker.py`` with the same ``broker_url``) instead of a local engine::
+
+    gateway ─> broker sink(max_backlog) ══ Redis stream / NATS JetStream ══> workers
+            <── replies (token chunks with sequence numbers, results); cancels and credit ══>
+
 The engine's step costs are in the range of a 7B model on one modern GPU (see
 ``rxpipe.engines.SimulatedEngine`` for their sources).
 """
@@ -51,6 +57,7 @@ from rxpipe.gateway import (
 )
 from rxpipe.loader import PipelineLoadError
 from rxpipe.runtime import Pipeline
+from rxpipe.transport import transport_sink
 
 #: key: (default, type, minimum (None: no bound), None allowed, what it is)
 SCHEMA: dict[str, tuple[Any, str, float | None, bool, str]] = {
@@ -82,6 +89,14 @@ SCHEMA: dict[str, tuple[Any, str, float | None, bool, str]] = {
                                                     "is closed (s)"),
     "tenants_file": (None, "str", None, True, "tenants (JSON or TOML): per-tenant fair queue, priority, rpm/tpm; "
                                               "null: one tenant"),
+    "broker_url": (None, "str", None, True, "redis://… or nats://…: forward to workers (pipelines/llm_worker.py) "
+                                            "through this broker instead of a local engine; null: local engine"),
+    "stream": ("rxpipe:requests", "str", None, False, "with broker_url: the request queue shared with the workers"),
+    "group": ("workers", "str", None, False, "with broker_url: the workers' consumer group"),
+    "max_backlog": (1000, "int", 1, False, "with broker_url: requests queued and not yet taken by a worker, at most"),
+    "refresh_interval_s": (0.25, "number", 0, False, "with broker_url: how often the backlog is re-read (s)"),
+    "credit_window": (8, "int", 1, False, "with broker_url: token chunks a worker may send ahead of a streamed "
+                                          "answer's reader"),
 }
 
 DEFAULTS: dict[str, Any] = {key: spec[0] for key, spec in SCHEMA.items()}
@@ -143,6 +158,8 @@ def settings(config: dict[str, Any]) -> dict[str, Any]:
 
 def pipeline(config: dict[str, Any]) -> Pipeline:
     s = settings(config)
+    if s["broker_url"] is not None:
+        return forward(s)
     engine = SimulatedEngine(
         max_num_seqs=s["max_num_seqs"],
         max_num_batched_tokens=s["max_num_batched_tokens"],
@@ -155,11 +172,20 @@ def pipeline(config: dict[str, Any]) -> Pipeline:
     return build(s, engine)
 
 
-def build(s: dict[str, Any], engine: Engine, *, queue: Operator | None = None,
-          name: str = "llm_gateway") -> Pipeline:
-    """The graph of this pipeline for validated settings ``s`` (see :func:`settings`) in front of
-    ``engine``. ``queue`` replaces the bounded queue stage (default ``edge_queue(queue_capacity)``);
-    benchmarks use it to compare queue disciplines on the same graph."""
+def forward(s: dict[str, Any], *, name: str = "llm_gateway") -> Pipeline:
+    """The gateway in front of workers on other hosts (``broker_url``; DESIGN §8): the edge, then
+    the broker's sink (demand = room under ``max_backlog``); the queue and the engines are the
+    workers'. ``stall_timeout_s`` ends a stalled stream here and on its worker."""
+    try:
+        sink = transport_sink(s["broker_url"], name="broker", stream=s["stream"], group=s["group"],
+                              max_backlog=s["max_backlog"], refresh_interval_s=s["refresh_interval_s"],
+                              credit_window=s["credit_window"], stall_timeout_s=s["stall_timeout_s"])
+    except ValueError as exc:
+        raise SettingError(f"setting broker_url: {exc}") from exc
+    return Pipeline(_gateway(s), sink, name=name, drain_timeout_s=s["drain_timeout_s"])
+
+
+def _gateway(s: dict[str, Any]) -> Gateway:
     api_keys = parse_api_keys(s["api_keys"]) or parse_api_keys(os.environ.get("RXPIPE_API_KEYS"))
     config = GatewayConfig(
         model=s["model"],
@@ -176,9 +202,17 @@ def build(s: dict[str, Any], engine: Engine, *, queue: Operator | None = None,
         tenants_file=s["tenants_file"],
     )
     try:
-        gateway = Gateway(config, name="gateway")
+        return Gateway(config, name="gateway")
     except TenantsFileError as exc:
         raise SettingError(f"setting tenants_file: {exc}") from exc
+
+
+def build(s: dict[str, Any], engine: Engine, *, queue: Operator | None = None,
+          name: str = "llm_gateway") -> Pipeline:
+    """The graph of this pipeline for validated settings ``s`` (see :func:`settings`) in front of
+    ``engine``. ``queue`` replaces the bounded queue stage (default ``edge_queue(queue_capacity)``);
+    benchmarks use it to compare queue disciplines on the same graph."""
+    gateway = _gateway(s)
     rate_limit = ops.rate_limit(s["rate"], burst=s["burst"], name="rate_limit")
     gate = gateway.tenant_gate
     if gate is not None and queue is None:

@@ -1,20 +1,25 @@
-"""llm_worker: a worker that takes requests from the Redis stream and runs them on an engine.
+"""llm_worker: a worker that takes requests from a broker (Redis Streams or NATS JetStream) and
+runs them on an engine.
 
-    rxpipe run pipelines/llm_worker.py --set redis_url=redis://127.0.0.1:6379/0
+    rxpipe run pipelines/llm_worker.py --set broker_url=nats://127.0.0.1:4222
+    rxpipe run pipelines/llm_worker.py --set broker_url=redis://127.0.0.1:6379/0
     rxpipe run pipelines/llm_worker.py --set backend_url=http://127.0.0.1:8001/v1 --set model=my-model
 
 The graph, with demand flowing right to left::
 
-    redis_group_source(stream, group, consumer) ─> execute(engine) ─> (replies to each gateway)
-        XREADGROUP COUNT n  <── demand n = the engine's free sequence slots
+    broker source(stream, group, consumer) ─> execute(engine) ─> (replies to each gateway)
+        one read of n (XREADGROUP COUNT n / a pull of n)  <── demand n = the engine's free slots
 
-The worker reads from the stream only what its engine has room for (a paused engine reads
-nothing), acknowledges an entry only after its result is written to the gateway's reply stream,
-and claims entries a dead worker left idle for ``visibility_timeout_s`` (DESIGN §8).
+The worker reads only what its engine has room for (a paused engine reads nothing),
+acknowledges a request only after its result is written to the gateway's reply channel, and
+takes over requests a dead worker left for ``visibility_timeout_s`` (DESIGN §8). A client that
+leaves is cancelled here (skipped if not started, aborted within one engine step if running);
+a streamed answer is stepped only while its reader, at the gateway, gives credit.
 
 Settings (``--set key=value``; values parse as JSON, else strings) and their defaults:
 
-    redis_url="redis://127.0.0.1:6379/0"  the Redis server
+    broker_url=null              redis://… or nats://…; null: redis_url
+    redis_url="redis://127.0.0.1:6379/0"  the Redis server (the older name of broker_url)
     stream="rxpipe:requests"     the request stream (shared with the gateways)
     group="workers"              the consumer group
     consumer=null                this worker's name in the group; null: <hostname>-<pid>
@@ -38,10 +43,11 @@ from typing import Any
 
 from rxpipe import operators as ops
 from rxpipe.engines import Engine, OpenAIEngine, SimulatedEngine
-from rxpipe.redis import RedisGroupSource, RedisSettings, default_consumer
 from rxpipe.runtime import Pipeline
+from rxpipe.transport import SCHEMES, default_consumer, transport_source
 
 DEFAULTS: dict[str, Any] = {
+    "broker_url": None,
     "redis_url": "redis://127.0.0.1:6379/0",
     "stream": "rxpipe:requests",
     "group": "workers",
@@ -86,11 +92,14 @@ def engine_for(s: dict[str, Any]) -> Engine:
 
 def pipeline(config: dict[str, Any]) -> Pipeline:
     s = settings(config)
+    url = s["broker_url"] or s["redis_url"]
+    if s["broker_url"] and "redis_url" in config and config["redis_url"] != s["broker_url"]:
+        raise ValueError("set broker_url or redis_url, not both (redis_url is the older name of broker_url)")
     engine = engine_for(s)
-    redis = RedisSettings(url=s["redis_url"], stream=s["stream"], group=s["group"],
-                          consumer=s["consumer"] or default_consumer(),
-                          visibility_timeout_s=s["visibility_timeout_s"], max_deliveries=s["max_deliveries"])
-    source = RedisGroupSource(redis, max_unacked=engine.max_num_seqs, name="redis_source",
-                              pause_s=lambda: float(getattr(engine, "retry_after_s", 0.0) or 0.0))
+    kind = "nats" if str(url).startswith(SCHEMES["nats"]) else "redis"
+    source = transport_source(url, max_unacked=engine.max_num_seqs, name=f"{kind}_source",
+                              pause_s=lambda: float(getattr(engine, "retry_after_s", 0.0) or 0.0),
+                              stream=s["stream"], group=s["group"], consumer=s["consumer"] or default_consumer(),
+                              visibility_timeout_s=s["visibility_timeout_s"], max_deliveries=s["max_deliveries"])
     return Pipeline(source, ops.execute(engine, name="executor"), name="llm_worker",
                     drain_timeout_s=s["drain_timeout_s"])

@@ -190,7 +190,8 @@ class _NatsBroker:
 
 
 class NatsGatewayBroker(_NatsBroker, GatewayBroker):
-    """The gateway side on NATS JetStream (see the module docstring)."""
+    """The gateway side on NATS JetStream (see the module docstring). A lost connection is
+    reported at once (``on_lost``) and every command fails fast until it is back."""
 
     def __init__(self, settings: NatsSettings) -> None:
         super().__init__(settings)
@@ -209,6 +210,15 @@ class NatsGatewayBroker(_NatsBroker, GatewayBroker):
                                                 deliver_policy=api.DeliverPolicy.NEW)
             self._ready = True
 
+    async def _disconnected(self) -> None:
+        if self.on_lost is not None:
+            self.on_lost(nats.errors.ConnectionReconnectingError())
+
+    def _check(self) -> None:
+        nc = self.nc
+        if nc is None or not nc.is_connected:
+            raise nats.errors.ConnectionReconnectingError
+
     async def _on_reply(self, msg: Msg) -> None:
         self._replies.append(msg.data)
         if self._arrived is not None:
@@ -223,6 +233,7 @@ class NatsGatewayBroker(_NatsBroker, GatewayBroker):
     async def write(self, ops: list[WriteOp]) -> list[Any]:
         if not self._ready:
             await self.open()
+        self._check()
         js, n = self.js, self.names
         results: list[Any] = []
         pending: list[tuple[int, Any]] = []
@@ -252,6 +263,7 @@ class NatsGatewayBroker(_NatsBroker, GatewayBroker):
     async def snapshot(self, gateway_id: str) -> Snapshot:
         if not self._ready:
             await self.open()
+        self._check()
         n = self.names
         reset = False
         try:

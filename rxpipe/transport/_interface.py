@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 __all__ = ["GatewayBroker", "WorkerBroker", "Delivery", "Snapshot", "WorkerBeat", "WriteOp"]
 
@@ -107,6 +107,9 @@ class GatewayBroker(_Broker):
 
     #: where workers send this gateway's replies (set before :meth:`open`)
     reply_to: str
+    #: called with False as soon as the adapter sees the broker go away (before a command fails),
+    #: so the edge answers 503 at once; set by the sink
+    on_lost: Callable[[BaseException], None] | None = None
 
     @abstractmethod
     async def snapshot(self, gateway_id: str) -> Snapshot:

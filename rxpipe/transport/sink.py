@@ -175,6 +175,7 @@ class TransportSink(Flowable[Any], Service):
         self.engine = _Availability(self)
         self.gateway_id = f"{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(3)}"
         self.reply_key = broker.reply_to = self._reply_channel()
+        broker.on_lost = self._down
         self.counters = StageCounters(self.name)
         #: the broker answered the last command (False until the first success)
         self.up = False
