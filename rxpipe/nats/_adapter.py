@@ -125,7 +125,7 @@ class _NatsBroker:
                              storage=api.StorageType.FILE),
             api.StreamConfig(name=n.replies, subjects=[f"{n.prefix}.r.*"], storage=api.StorageType.FILE,
                              max_age=s.reply_ttl_s),
-            api.StreamConfig(name=n.control, subjects=[n.control_subject], storage=api.StorageType.FILE,
+            api.StreamConfig(name=n.control, subjects=[n.control_subject], storage=api.StorageType.MEMORY,
                              max_age=s.cancel_memory_s),
             api.StreamConfig(name=n.live, subjects=[f"{n.prefix}.l.>"], storage=api.StorageType.FILE,
                              max_msgs_per_subject=1, max_age=max(60.0, s.reply_ttl_s)),
@@ -252,12 +252,14 @@ class NatsGatewayBroker(_NatsBroker, GatewayBroker):
             raise acks[0]
         for (i, _), ack in zip(pending, acks, strict=True):
             results[i] = ack if isinstance(ack, BaseException) else ack.seq
-        for i, op in enumerate(ops):
-            if op.kind == "withdraw":
-                try:
-                    results[i] = await js.delete_msg(n.requests, op.args[0])
-                except nats.js.errors.NotFoundError as error:  # a worker acknowledged it meanwhile
-                    results[i] = error
+        withdrawn = [i for i, op in enumerate(ops) if op.kind == "withdraw"]
+        if withdrawn:
+            deleted = await asyncio.gather(*(js.delete_msg(n.requests, ops[i].args[0]) for i in withdrawn),
+                                           return_exceptions=True)
+            for i, result in zip(withdrawn, deleted, strict=True):
+                if isinstance(result, TRANSIENT):
+                    raise result
+                results[i] = result  # an error: gone already (a worker acknowledged it meanwhile)
         return results
 
     async def snapshot(self, gateway_id: str) -> Snapshot:

@@ -79,6 +79,8 @@ class RemoteRequest(CompletionRequest):
     :class:`AckHandle`, ``reply_to`` the reply channel of the gateway waiting for it;
     ``client_gone``: its gateway said the client left (the answer is not wanted: it is
     acknowledged, not run elsewhere); ``cancelled_at_s``: the broker time of that cancel;
+    ``cancelled_where``: where it was then (``"unread"``, ``"queued"`` on the worker, ``"running"``
+    in its engine);
     ``credit``: the first credit window of a streamed request (chunks; None: no credit, the
     engine's pace)."""
 
@@ -87,3 +89,4 @@ class RemoteRequest(CompletionRequest):
     credit: int | None = None
     client_gone: bool = field(default=False, repr=False)
     cancelled_at_s: float | None = field(default=None, repr=False)
+    cancelled_where: str | None = field(default=None, repr=False)

@@ -23,7 +23,7 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from .._loop_metrics import LoopHistogram
+from .._loop_metrics import LoopCounter, LoopHistogram
 from .._protocol import UNBOUNDED, Subscription
 from ..engines import Completion, CompletionResult, TokenChunk
 from ..errors import DroppedError, EngineError, EngineUnavailableError
@@ -34,14 +34,20 @@ from ._clock import BrokerClock
 from ._codec import chunk_payload, done_payload, error_payload, start_payload
 from ._writer import Writer
 
-__all__ = ["ReplyPublisher", "CANCEL_LATENCY"]
+__all__ = ["ReplyPublisher", "CANCEL_LATENCY", "CANCELS", "CANCEL_WHERE"]
 
 log = logging.getLogger("rxpipe.transport")
 
 CANCEL_LATENCY = LoopHistogram(
     "rxpipe_transport_cancel_seconds",
-    "Time from a client's disconnect at its gateway to the abort on this worker (broker clock), seconds.",
+    "Time from a client's disconnect at its gateway to the abort of its request held by this worker "
+    "(queued here or running in the engine; broker clock), seconds.",
     buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5))
+#: where a cancelled request was when its cancel reached this worker
+CANCEL_WHERE = ("unread", "queued", "running")
+CANCELS = LoopCounter("rxpipe_transport_cancels", "Requests cancelled by their gateway (the client left), by where "
+                      "they were on this worker: unread (skipped when read), queued, running.", ["where"])
+_cancels = {where: CANCELS.labels(where=where) for where in CANCEL_WHERE}
 
 
 class _ChunkForwarder(InternalSubscriber):
@@ -122,17 +128,13 @@ class ReplyPublisher:
         if forwarder is not None:
             forwarder.grant(cumulative)
 
-    def skipped(self, handle: AckHandle, cancelled_at_s: float | None) -> None:
-        """A request whose client had left before this worker read it: acknowledged, not run."""
-        self._cancelled(handle, cancelled_at_s)
-
     # -- outcomes --------------------------------------------------------------------------------
     def _on_reply(self, request: RemoteRequest, future: asyncio.Future[Completion]) -> None:
         handle = request.ack
         assert handle is not None
         if future.cancelled():
             if request.client_gone:
-                self._cancelled(handle, request.cancelled_at_s)
+                self._cancelled(request, handle)
             else:
                 self._release(handle)
             return
@@ -160,7 +162,7 @@ class ReplyPublisher:
         result = future.result()
         if result.finish_reason == "cancelled":
             if request.client_gone:
-                self._cancelled(handle, request.cancelled_at_s)
+                self._cancelled(request, handle)
             else:
                 self._release(handle)
             return
@@ -184,12 +186,14 @@ class ReplyPublisher:
                                          unavailable=isinstance(error, EngineUnavailableError)), terminal=True)
         handle.ack()
 
-    def _cancelled(self, handle: AckHandle, cancelled_at_s: float | None) -> None:
+    def _cancelled(self, request: RemoteRequest, handle: AckHandle) -> None:
         self.cancelled += 1
         count_finished("cancelled")
-        now = self.clock.now()
-        if cancelled_at_s is not None and now is not None:
-            CANCEL_LATENCY.observe(max(0.0, now - cancelled_at_s))
+        where = request.cancelled_where or "unread"
+        _cancels[where].inc()
+        now, at = self.clock.now(), request.cancelled_at_s
+        if where != "unread" and at is not None and now is not None:
+            CANCEL_LATENCY.observe(max(0.0, now - at))
         handle.ack()
 
     def _release(self, handle: AckHandle) -> None:

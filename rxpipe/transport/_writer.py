@@ -58,6 +58,7 @@ class Writer:
         self._task = asyncio.get_running_loop().create_task(self._run(), name="rxpipe-transport-writer")
 
     def put(self, kind: str, *args: Any, done: Done | None = None) -> None:
+        """Queue one write; an argument given as a function is called when the write is sent."""
         self.queue.append(WriteOp(kind, args, done))
         if self._wake is not None:
             self._wake.set()
@@ -96,6 +97,9 @@ class Writer:
                         log.exception("transport writer: a completion callback raised")
 
     async def _send(self, batch: list[WriteOp]) -> list[Any]:
+        for op in batch:
+            if any(callable(arg) for arg in op.args):
+                op.args = tuple(arg() if callable(arg) else arg for arg in op.args)
         while True:
             try:
                 results = await self.broker.write(batch)

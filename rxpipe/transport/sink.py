@@ -199,6 +199,8 @@ class TransportSink(Flowable[Any], Service):
         self.tokens: dict[str, Any] = {}
         self._link: _Link | None = None
         self._writer: Writer | None = None
+        #: cancels and credit: never queued behind publishes and withdrawals
+        self._control: Writer | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self._stopping = False
 
@@ -257,19 +259,27 @@ class TransportSink(Flowable[Any], Service):
     def cancel(self, request: CompletionRequest, since_loop_s: float) -> None:
         """The client of ``request`` left: take it off the queue if no worker read it yet, and
         tell every worker (one holding it aborts it; one reading it later skips it)."""
-        writer = self._writer
+        writer = self._control
         if writer is None or not self.up:
             return
-        token = self.tokens.pop(request.id, None)
-        if token is not None:
-            writer.put("withdraw", token)
         assert self.router is not None
-        writer.put("control", cancel_payload(request.id, max(0.0, self.router.loop.time() - since_loop_s)))
+        loop = self.router.loop
+        # encoded when sent: the time the cancel waited here is part of its measured latency
+        writer.put("control", lambda: cancel_payload(request.id, max(0.0, loop.time() - since_loop_s)),
+                   done=self._controlled)
+        token = self.tokens.pop(request.id, None)
+        if token is not None and self._writer is not None:
+            self._writer.put("withdraw", token)
 
     def credit(self, credits: dict[str, int]) -> None:
-        writer = self._writer
+        writer = self._control
         if writer is not None and self.up:
-            writer.put("control", credit_payload(credits))
+            writer.put("control", credit_payload(credits), done=self._controlled)
+
+    def _controlled(self, result: Any) -> None:
+        if isinstance(result, BaseException):
+            self.counters.drop("control_lost")
+            log.warning("%s %s: a cancel or credit message was not written: %r", self.kind, self.name, result)
 
     def _forget_tokens(self) -> None:
         router = self.router
@@ -305,9 +315,11 @@ class TransportSink(Flowable[Any], Service):
             await self.broker.open()
         except self.broker.transient as error:
             self._down(error)
-        backoff = Backoff(s.backoff_base_s, s.backoff_cap_s)
-        self._writer = Writer(self.broker, backoff, retry=False, on_down=self._down)
+        self._writer = Writer(self.broker, Backoff(s.backoff_base_s, s.backoff_cap_s), retry=False,
+                              on_down=self._down)
+        self._control = Writer(self.broker, Backoff(s.backoff_base_s, s.backoff_cap_s), retry=False)
         self._writer.start()
+        self._control.start()
         try:
             await self._refresh()
         except self.broker.transient as error:
@@ -322,8 +334,9 @@ class TransportSink(Flowable[Any], Service):
         if self._tasks:
             await asyncio.gather(*self._tasks, return_exceptions=True)  # each ends within one block
             self._tasks = []
-        if self._writer is not None:
-            await self._writer.close(self.settings.command_timeout_s)
+        for writer in (self._writer, self._control):
+            if writer is not None:
+                await writer.close(self.settings.command_timeout_s)
         if self.router is not None:
             self.router.fail_all(EngineUnavailableError("the gateway stopped"))
         try:

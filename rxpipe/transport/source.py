@@ -198,7 +198,7 @@ class WorkerSource(Flowable[RemoteRequest], Service):
             gone = self.cancelled.pop(request.id, None)
             if gone is not None:  # its client left before this worker read it
                 request.client_gone = True
-                request.cancelled_at_s = gone[0]
+                request.cancelled_where = "unread"
                 request.cancel()
                 continue
             if sub is None or sub.cancelled:
@@ -230,6 +230,7 @@ class WorkerSource(Flowable[RemoteRequest], Service):
             if not request.client_gone:
                 request.client_gone = True
                 request.cancelled_at_s = at
+                request.cancelled_where = "running" if request.completion is not None else "queued"
                 request.cancel()
             return
         loop = asyncio.get_running_loop()

@@ -77,7 +77,7 @@ class PipelineProcess:
     """``rxpipe run pipelines/<file> [--port P] --set k=v ...``; waits for its "serving on" line."""
 
     def __init__(self, tmp_path: Path, file: str, *settings: str, port: int | None = None,
-                 metrics_port: int | None = None, wait: bool = True) -> None:
+                 metrics_port: int | None = None, wait: bool = True, env: dict[str, str] | None = None) -> None:
         self.port = port
         self.url = f"http://127.0.0.1:{port}" if port is not None else None
         self.metrics_port = metrics_port
@@ -90,7 +90,8 @@ class PipelineProcess:
         for setting in settings:
             args += ["--set", setting]
         with self.log_path.open("wb") as log:
-            self.proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT, env=dict(os.environ))
+            self.proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT,
+                                         env={**os.environ, **(env or {})})
         if wait:
             self.wait_ready()
 

@@ -17,8 +17,8 @@ from rxpipe.redis._codec import (
     error_message,
     start_message,
 )
-from rxpipe.transport._replies import ReplyRouter
 from rxpipe.testing import TestSubscriber
+from rxpipe.transport._replies import ReplyRouter
 
 RESULT = CompletionResult(" a b c", "length", 2, 3, 0.5, 0.6, 0.9)
 
