@@ -87,25 +87,38 @@ async def test_20_stalled_readers_bounded_gateway_memory_worker_stops_stepping_s
     gw = gateway(processes, broker.url, "credit_window=8")
     wk = worker(processes, broker.url, "max_num_seqs=32", "step_overhead_s=0.005", "stall_timeout_s=4")
     port = int(gw.url.rsplit(":", 1)[1])  # type: ignore[union-attr]
-    async with aiohttp.ClientSession() as http:  # warm up both processes
-        async with http.post(f"{gw.url}/v1/completions", json={"prompt": "warm", "max_tokens": 4}) as r:
+    async def warm(http: aiohttp.ClientSession, i: int) -> None:
+        body = {"prompt": f"warm {i}", "max_tokens": 600, "stream": True}
+        async with http.post(f"{gw.url}/v1/completions", json=body) as r:
             assert r.status == 200
+            await r.read()
+
+    async with aiohttp.ClientSession() as http:  # 20 streams read to the end: the process's working set
+        await asyncio.gather(*(warm(http, i) for i in range(20)))
     await asyncio.sleep(0.5)
+    warmed = tokens_now = sample(worker_metrics(wk), "rxpipe_engine_batch_tokens_sum", engine="sim")
     before = rss_bytes(gw.proc.pid)
-    readers = [stalled_reader(port, {"model": "sim", "prompt": f"reader {i}", "max_tokens": 100_000, "stream": True})
+    readers = [stalled_reader(port, {"model": "sim", "prompt": f"reader {i}", "max_tokens": 8000, "stream": True})
                for i in range(20)]
     try:
         def tokens() -> float:
             return sample(worker_metrics(wk), "rxpipe_engine_batch_tokens_sum", engine="sim")
 
-        await asyncio.sleep(1.5)
-        first = tokens()
+        # the sockets' buffers fill (a few hundred events), then every sequence is parked
+        first, deadline = tokens(), time.monotonic() + 20
+        while True:
+            await asyncio.sleep(0.5)
+            now = tokens()
+            if now == first and now > warmed + 20 * 10:
+                break
+            assert time.monotonic() < deadline, "the worker kept stepping the stalled streams"
+            first = now
         await asyncio.sleep(1.0)
-        assert tokens() == first  # every stalled sequence is parked: the worker steps nothing
+        assert tokens() == first  # the worker steps nothing for them
         grown = rss_bytes(gw.proc.pid) - before
-        per_stream = (first - 4 - 1) / 20
+        per_stream = (first - tokens_now) / 20
         print(f"\n{broker.url.split(':')[0]}: gateway RSS +{grown / 1e6:.2f} MB with 20 stalled readers; "
-              f"{per_stream:.0f} tokens stepped per stream before the stall (max_tokens 100,000)")
+              f"{per_stream:.0f} tokens stepped per stream before the stall (max_tokens 8,000)")
         assert grown < 10_000_000
         assert per_stream < 2000
         assert sample(worker_metrics(wk), "rxpipe_engine_running_seqs", engine="sim") == 20
