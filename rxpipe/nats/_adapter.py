@@ -115,9 +115,9 @@ class _NatsBroker:
     async def _reconnected(self) -> None:
         log.debug("nats: reconnected")
 
-    async def _ensure_streams(self) -> bool:
-        """Create the four streams and the workers' consumer if missing; True if any was missing
-        (a new or wiped server)."""
+    async def _ensure_streams(self, consumer: bool = False) -> bool:
+        """Create the four streams if missing (and with ``consumer``, the workers' consumer); True
+        if a stream was missing (a new or wiped server)."""
         s, n, js = self.settings, self.names, self.js
         created = False
         specs = [
@@ -139,15 +139,13 @@ class _NatsBroker:
                     created = True
                 except nats.js.errors.BadRequestError as error:  # created meanwhile by another process
                     log.debug("nats: add_stream %s: %r", config.name, error)
-        try:
-            await js.consumer_info(n.requests, n.consumer)
-        except nats.js.errors.NotFoundError:
-            try:
-                await js.add_consumer(n.requests, api.ConsumerConfig(
-                    durable_name=n.consumer, ack_policy=api.AckPolicy.EXPLICIT, ack_wait=s.visibility_timeout_s,
-                    max_deliver=s.max_deliveries + 1, max_ack_pending=s.max_backlog, filter_subject=n.queue))
-            except nats.js.errors.BadRequestError as error:
-                log.debug("nats: add_consumer: %r", error)
+        if consumer:
+            # the workers own the consumer: created, or updated to these settings (NATS creates or
+            # updates a consumer of the same name; ack_wait, max_deliver, max_ack_pending are editable)
+            await js.add_consumer(n.requests, api.ConsumerConfig(
+                name=n.consumer, durable_name=n.consumer, ack_policy=api.AckPolicy.EXPLICIT,
+                ack_wait=s.visibility_timeout_s, max_deliver=s.max_deliveries + 1, max_ack_pending=s.max_backlog,
+                filter_subject=n.queue))
         return created
 
     async def _info(self, stream: str, subjects_filter: str | None = None) -> dict[str, Any]:
@@ -337,7 +335,7 @@ class NatsWorkerBroker(_NatsBroker, WorkerBroker):
         await self._connect()
         if self._ready:
             return
-        await self._ensure_streams()
+        await self._ensure_streams(consumer=True)
         assert self.nc is not None
         self._arrived = asyncio.Event()
         self._control_arrived = asyncio.Event()
