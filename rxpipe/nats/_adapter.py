@@ -354,10 +354,11 @@ class NatsWorkerBroker(_NatsBroker, WorkerBroker):
             self._arrived.set()
 
     async def _on_pulled(self, msg: Msg) -> None:
-        status = msg.headers.get(api.Header.STATUS) if msg.headers else None
+        headers = msg.headers or {}
+        status = headers.get(api.Header.STATUS)
         if status:
             if status in ("408", "409"):  # a pull ended: what it did not deliver is no longer asked for
-                self.pulled = max(0, self.pulled - int(msg.headers.get("Nats-Pending-Messages") or 0))
+                self.pulled = max(0, self.pulled - int(headers.get("Nats-Pending-Messages") or 0))
             elif status == "404":
                 self.pulled = 0
             if self._arrived is not None:

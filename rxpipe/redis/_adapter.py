@@ -259,8 +259,8 @@ class RedisWorkerBroker(_RedisBroker, WorkerBroker):
     async def _control_start(self) -> None:
         if self._control_id is None:
             assert self.commands is not None
-            last = await call(self.commands.xrevrange, control_key(self.settings), count=1)
-            self._control_id = last[0][0] if last else b"0-0"
+            last: Any = await call(self.commands.xrevrange, control_key(self.settings), count=1)
+            self._control_id = bytes(last[0][0]) if last else b"0-0"
 
     async def close(self) -> None:
         await self._close(self.reader, self.control_reader, self.commands)

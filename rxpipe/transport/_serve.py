@@ -133,10 +133,7 @@ class ReplyPublisher:
         handle = request.ack
         assert handle is not None
         if future.cancelled():
-            if request.client_gone:
-                self._cancelled(request, handle)
-            else:
-                self._release(handle)
+            self._stopped(request, handle)
             return
         error = future.exception()
         if error is not None:
@@ -161,10 +158,7 @@ class ReplyPublisher:
             return
         result = future.result()
         if result.finish_reason == "cancelled":
-            if request.client_gone:
-                self._cancelled(request, handle)
-            else:
-                self._release(handle)
+            self._stopped(request, handle)
             return
         self.done += 1
         count_finished("stalled" if result.finish_reason == "stalled" else
@@ -185,6 +179,14 @@ class ReplyPublisher:
         self.send(request, error_payload(request.id, str(error) or type(error).__name__,
                                          unavailable=isinstance(error, EngineUnavailableError)), terminal=True)
         handle.ack()
+
+    def _stopped(self, request: RemoteRequest, handle: AckHandle) -> None:
+        """It never ran to its end here: its client left (acknowledged), or this worker is
+        stopping (released, for another worker)."""
+        if request.client_gone:
+            self._cancelled(request, handle)
+        else:
+            self._release(handle)
 
     def _cancelled(self, request: RemoteRequest, handle: AckHandle) -> None:
         self.cancelled += 1

@@ -1,5 +1,5 @@
-"""The pipelines as users run them on NATS JetStream: ``rxpipe run pipelines/llm_gateway.py --set
-broker_url=nats://…`` and ``pipelines/llm_worker.py`` in real processes, a real ``nats-server``."""
+"""A worker or the broker itself fails mid-load, for each broker, in real processes: ``rxpipe run
+pipelines/llm_gateway.py --set broker_url=…`` and ``pipelines/llm_worker.py``."""
 
 from __future__ import annotations
 
@@ -10,22 +10,25 @@ from typing import Any
 
 import pytest
 
-from tests.redis.conftest import Processes
 from tests.redis.test_pipelines_process import complete, session, streamed_text
-from tests.transport.helpers import gateway, sample, scrape, worker, worker_metrics
 
-from .servers import NatsServer
+from .conftest import Broker, Processes
+from .helpers import gateway, sample, scrape, worker, worker_metrics
 
 pytestmark = pytest.mark.loops("asyncio")
 
 
+def kind(broker: Broker) -> str:
+    return broker.url.split(":", 1)[0]
+
+
 @pytest.mark.timeout(90)
 async def test_kill_9_of_a_worker_every_accepted_request_completes_exactly_once(
-        nats_server: NatsServer, processes: Processes) -> None:
+        broker: Broker, processes: Processes) -> None:
     visibility_s, tokens = 2.0, 60
     slow = ("max_num_seqs=8", "step_overhead_s=0.05", f"visibility_timeout_s={visibility_s}")
-    gw = gateway(processes, nats_server.url)
-    victim = worker(processes, nats_server.url, *slow, "consumer=victim")
+    gw = gateway(processes, broker.url)
+    victim = worker(processes, broker.url, *slow, "consumer=victim")
     async with session() as http:
         tasks = [asyncio.ensure_future(complete(http, gw.url, f"request {i}", tokens, stream=i % 2 == 0))
                  for i in range(8)]
@@ -34,13 +37,13 @@ async def test_kill_9_of_a_worker_every_accepted_request_completes_exactly_once(
             assert time.monotonic() < deadline
             await asyncio.sleep(0.05)
         await asyncio.sleep(0.3)  # a few tokens streamed
-        rescuer = worker(processes, nats_server.url, *slow, "consumer=rescuer")
+        rescuer = worker(processes, broker.url, *slow, "consumer=rescuer")
         assert not any(t.done() for t in tasks)
         killed = time.monotonic()
         victim.kill9()
         results = await asyncio.wait_for(asyncio.gather(*tasks), 60)
     recovery_s = max(done for *_, done in results) - killed
-    print(f"\nnats: recovery after kill -9: {recovery_s:.2f} s (visibility_timeout_s = ack_wait = {visibility_s})")
+    print(f"\n{kind(broker)}: recovery after kill -9: {recovery_s:.2f} s (visibility_timeout_s = {visibility_s})")
     for i, (status, _, body, _) in enumerate(results):
         assert status == 200, body
         if i % 2 == 0:
@@ -50,8 +53,8 @@ async def test_kill_9_of_a_worker_every_accepted_request_completes_exactly_once(
             text, finish = body["choices"][0]["text"], body["choices"][0]["finish_reason"]
             assert body["usage"]["completion_tokens"] == tokens and finish == "length"
         assert len(text.split()) == tokens, text  # every token exactly once (one word per token)
-    # redelivered only after ack_wait since the victim's last in_progress (at most a third of it
-    # before the kill), then run again (~3.2 s each)
+    # taken over only once idle visibility_timeout_s since the victim's last refresh (at most a
+    # third of it before the kill: Redis XCLAIM, NATS in_progress), then run again (~3.2 s each)
     assert visibility_s * 2 / 3 + 3.0 <= recovery_s <= visibility_s + 3.2 + 4.0
     deadline = time.monotonic() + 5
     while sample(scrape(f"{gw.url}/metrics"), "rxpipe_stage_buffered_items", stage="broker") != 0:
@@ -61,11 +64,11 @@ async def test_kill_9_of_a_worker_every_accepted_request_completes_exactly_once(
 
 
 @pytest.mark.timeout(90)
-async def test_nats_stopped_mid_load_503_while_down_200_after_restart_nothing_accepted_lost(
-        nats_server: NatsServer, processes: Processes) -> None:
+async def test_broker_stopped_mid_load_503_while_down_200_after_restart_nothing_accepted_lost(
+        broker: Broker, processes: Processes) -> None:
     tokens = 10
-    gw = gateway(processes, nats_server.url, "refresh_interval_s=0.1")
-    worker(processes, nats_server.url, "max_num_seqs=8", "step_overhead_s=0.02")
+    gw = gateway(processes, broker.url, "refresh_interval_s=0.1")
+    worker(processes, broker.url, "max_num_seqs=8", "step_overhead_s=0.02")
     stop = asyncio.Event()
     log: list[tuple[float, int, dict[str, str], Any, float]] = []
 
@@ -83,14 +86,14 @@ async def test_nats_stopped_mid_load_503_while_down_200_after_restart_nothing_ac
         loops = [asyncio.ensure_future(client_loop(http, k)) for k in range(8)]
         await asyncio.sleep(1.5)
         down = time.monotonic()
-        nats_server.kill()
+        broker.kill()
         await asyncio.sleep(0.5)
         while time.monotonic() < down + 2.5:
             sent = time.monotonic()
             status, headers, body, done = await complete(http, gw.url, "while down", tokens)
             log.append((sent, status, headers, body, done))
             await asyncio.sleep(0.2)
-        nats_server.start()
+        broker.start()
         up = time.monotonic()
         await asyncio.sleep(6.0)
         stop.set()
@@ -109,5 +112,5 @@ async def test_nats_stopped_mid_load_503_while_down_200_after_restart_nothing_ac
     assert survived, in_flight  # accepted before the crash, answered after the restart
     after = [status for sent, status, *_ in log if sent > up + 3.0]
     assert len(after) >= 8 and set(after) == {200}, after
-    print(f"\nnats restart: {statuses[200]} answered 200, {statuses[503]} 503 (only while down), "
+    print(f"\n{kind(broker)} restart: {statuses[200]} answered 200, {statuses[503]} 503 (only while down), "
           f"{len(survived)} accepted before the crash answered after it")
