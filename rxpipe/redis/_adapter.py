@@ -151,8 +151,19 @@ class _RedisBroker:
         sent = [op for op in ops if op.kind != "release"]  # Redis: a released entry just waits to be claimed
         for op in sent:
             self._queue(pipe, op)
-        results = iter(await call(pipe.execute, raise_on_error=False) if sent else ())
+        results = iter(await self._run(pipe) if sent else ())
         return [None if op.kind == "release" else next(results) for op in ops]
+
+    async def _run(self, pipe: Any) -> list[Any]:
+        """Execute ``pipe``. When Redis is unreachable, the idle pooled connections are dropped
+        too: after a restart each would fail once on its first use, long after the restart (one
+        503 each at the gateway), instead of reconnecting on the next."""
+        try:
+            return list(await call(pipe.execute, raise_on_error=False))
+        except TRANSIENT:
+            if self.commands is not None:
+                await self.commands.connection_pool.disconnect(inuse_connections=False)
+            raise
 
     def _queue(self, pipe: Any, op: WriteOp) -> None:
         raise NotImplementedError
@@ -199,7 +210,7 @@ class RedisGatewayBroker(_RedisBroker, GatewayBroker):
         pipe.hgetall(gateways_key(s))
         pipe.expire(self.reply_to, int(s.reply_ttl_s))
         pipe.xtrim(self.reply_to, minid=self._last_reply_id, approximate=True)
-        now, groups, length, workers, gateways, alive, _ = await call(pipe.execute, raise_on_error=False)
+        now, groups, length, workers, gateways, alive, _ = await self._run(pipe)
         for result in (now, length, workers, gateways):
             if isinstance(result, BaseException):
                 raise result
@@ -355,7 +366,7 @@ class RedisWorkerBroker(_RedisBroker, WorkerBroker):
         if held:
             # idle time back to 0: a live worker's slow requests are not claimed by others
             pipe.xclaim(s.stream, s.group, consumer, 0, [d.key for d in held], justid=True)
-        results = await call(pipe.execute, raise_on_error=False)
+        results = await self._run(pipe)
         if isinstance(results[0], BaseException):
             raise results[0]
         if len(results) > 1 and isinstance(results[1], ResponseError) and "NOGROUP" in str(results[1]):
