@@ -124,6 +124,7 @@ class WorkerSource(Flowable[RemoteRequest], Service):
         self._reading = False
         self._stopping = False
         self._idle: asyncio.Event | None = None
+        self._stopped: asyncio.Event | None = None
 
     # -- Flowable --------------------------------------------------------------------------------
     def _subscribe(self, subscriber: Subscriber[RemoteRequest]) -> None:
@@ -284,6 +285,7 @@ class WorkerSource(Flowable[RemoteRequest], Service):
         self._stopping = False
         self._reading = True
         self._wake = asyncio.Event()
+        self._stopped = asyncio.Event()
         self.clock.loop = loop
         try:
             await self.broker.open()
@@ -314,6 +316,8 @@ class WorkerSource(Flowable[RemoteRequest], Service):
         self._stopping = True
         self._reading = False
         self._wake_reader()
+        if self._stopped is not None:
+            self._stopped.set()
         if self._tasks:
             await asyncio.gather(*self._tasks, return_exceptions=True)  # each ends within one block
             self._tasks = []
@@ -441,4 +445,7 @@ class WorkerSource(Flowable[RemoteRequest], Service):
                 pass  # the reader logs unreachability; the next beat tries again
             except Exception:
                 log.exception("worker %s: heartbeat failed", s.consumer)
-            await asyncio.sleep(max(0.0, min(next_beat, next_upkeep) - loop.time()))
+            stopped = self._stopped
+            assert stopped is not None
+            with contextlib.suppress(TimeoutError):  # stop() ends the wait at once
+                await asyncio.wait_for(stopped.wait(), max(0.0, min(next_beat, next_upkeep) - loop.time()))
