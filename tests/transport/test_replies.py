@@ -113,3 +113,65 @@ def test_a_request_survives_the_wire() -> None:
     with pytest.raises(ValueError):
         decode_request({b"other": b"{}"})
     assert decode_reply({b"hello": b"gateway"}) is None
+
+
+class Control:
+    """What the router tells the workers, recorded."""
+
+    def __init__(self) -> None:
+        self.cancels: list[str] = []
+        self.credits: list[dict[str, int]] = []
+
+    def cancel(self, request: CompletionRequest, since_loop_s: float) -> None:
+        self.cancels.append(request.id)
+
+    def credit(self, credits: dict[str, int]) -> None:
+        self.credits.append(dict(credits))
+
+
+@pytest.mark.virtual
+async def test_a_missing_chunk_fails_the_stream_and_cancels_it_on_the_worker() -> None:
+    loop = asyncio.get_running_loop()
+    control = Control()
+    router = ReplyRouter(loop, control)
+    r = request(loop, "g", stream=True)
+    router.register(r)
+    router.dispatch(decode_reply(start_message("g")))  # type: ignore[arg-type]
+    ts: TestSubscriber[TokenChunk] = TestSubscriber(initial_request=10)
+    (await r.reply).tokens.subscribe(ts)
+    router.dispatch(decode_reply(chunk_message("g", TokenChunk(0, " a", 1))))  # type: ignore[arg-type]
+    router.dispatch(decode_reply(chunk_message("g", TokenChunk(2, " c", 1))))  # type: ignore[arg-type]
+    assert [c.text for c in ts.values] == [" a"]
+    assert isinstance(ts.error, EngineError) and "lost a chunk" in str(ts.error)
+    assert (router.gaps, control.cancels, len(router)) == (1, ["g"], 0)
+
+
+@pytest.mark.virtual
+async def test_credit_is_cumulative_a_window_ahead_of_the_reader_resent_while_stalled_then_stalled() -> None:
+    loop = asyncio.get_running_loop()
+    control = Control()
+    router = ReplyRouter(loop, control, credit_window=4, credit_resend_s=0.5, stall_timeout_s=2.0)
+    r = request(loop, "c", stream=True)
+    router.register(r)
+    router.dispatch(decode_reply(start_message("c")))  # type: ignore[arg-type]
+    ts: TestSubscriber[TokenChunk] = TestSubscriber(initial_request=0)
+    (await r.reply).tokens.subscribe(ts)
+    for i in range(4):  # the first window (4 chunks, sent with the request), the reader takes none
+        router.dispatch(decode_reply(chunk_message("c", TokenChunk(i, f" w{i}", 1))))  # type: ignore[arg-type]
+    await asyncio.sleep(0)
+    assert control.credits == []  # nothing taken: the worker may not send more
+    ts.request(2)  # the reader takes the 4 (coalesced into one chunk) and asks for one more
+    await asyncio.sleep(0)
+    assert [c.text for c in ts.values] == [" w0 w1 w2 w3"]
+    assert control.credits == [{"c": 4 + 1 + 4}]  # taken + outstanding + window
+    router.tick()
+    router.tick()  # no progress since the last tick: the same cumulative credit again
+    assert control.credits[-1] == {"c": 9} and len(control.credits) == 2
+    for i in range(4, 9):  # the worker uses its credit: one chunk to the reader, four wait
+        router.dispatch(decode_reply(chunk_message("c", TokenChunk(i, f" w{i}", 1))))  # type: ignore[arg-type]
+    assert len(ts.values) == 2 and router.waiting["c"].pending_wire == 4
+    for _ in range(6):  # the reader is gone quiet: 3 s past the stall timeout, with ticks
+        await asyncio.sleep(0.5)
+        router.tick()
+    result = await (await r.reply).result
+    assert result.finish_reason == "stalled" and control.cancels == ["c"] and len(router) == 0
