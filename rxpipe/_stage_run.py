@@ -5,7 +5,8 @@ A run is the Subscription its downstream receives and the Subscriber of its upst
 hand-written operator gets wrong most often:
 
 - *credit*: after every hook, every drain pass and every downstream request, :meth:`StageRun.top_up`
-  requests what each upstream's window has free (``prefetch`` rule in :class:`~rxpipe.stage.Stage`);
+  requests what each upstream's window has free, the inputs first (``prefetch`` rule in
+  :class:`~rxpipe.stage.Stage`);
   emitted items waiting for downstream demand and the stage's ``held`` items count against it;
   a ``lazy`` stage asks nothing while downstream wants nothing it has not emitted.
 - *serial hooks*: a hook is never entered while another runs (a signal arriving meanwhile, e.g.
@@ -360,19 +361,24 @@ class StageRun(QueueDrainSubscription, UpstreamLink):
         try:
             while True:
                 self.top_missed = False
-                queued = len(self.queue)
                 requested = self.requested
-                if self.lazy and (requested == 0 or requested != UNBOUNDED and requested <= queued):
+                if self.lazy and (requested == 0 or requested != UNBOUNDED and requested <= len(self.queue)):
                     return  # lazy: downstream wants nothing not yet emitted
+                if self.inputs:
+                    # the stage's other sources first (take_until's other is asked before the
+                    # upstream, so an item it has ready wins over a synchronous upstream)
+                    for inp in tuple(self.inputs):
+                        if not inp.upstream_done:
+                            inp.top_up(len(self.queue), self.requested)
+                    if self.cancelled or self.closing:
+                        return
+                    requested = self.requested
+                queued = len(self.queue)
                 outstanding = self.upstream_outstanding
                 if not self.upstream_done and outstanding != UNBOUNDED:
                     free = _free(self.window, requested, outstanding, self.logic.held + queued)
                     if free > 0 and (free >= self.replenish_at or outstanding == 0):
                         self.request_upstream(free)
-                if self.inputs:
-                    for inp in tuple(self.inputs):
-                        if not inp.upstream_done:
-                            inp.top_up(len(self.queue), self.requested)
                 if not self.top_missed or self.cancelled or self.closing:
                     return
         finally:

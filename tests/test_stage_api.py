@@ -658,3 +658,32 @@ def test_fail_after_queued_is_ignored_after_complete_and_fail_still_cuts_ahead()
     ts2 = subscribe(pub2.pipe(operator(Closing)()))
     pub2.emit(2)
     assert ts2.values == [] and str(ts2.error) == "now" and pub2.cancelled
+
+
+def test_inputs_are_asked_before_the_main_upstream() -> None:
+    order: list[str] = []
+
+    class Recording(TestPublisher[int]):
+        def __init__(self, label: str) -> None:
+            super().__init__()
+            self.label = label
+
+        def _record_request(self, n: int) -> None:
+            super()._record_request(n)
+            order.append(self.label)
+
+    class WithSide(Stage):
+        prefetch = None
+
+        def __init__(self, side: Any) -> None:
+            self.side = side
+
+        def on_start(self) -> None:
+            self.open_input(self.side, prefetch=1)
+
+        def on_next(self, item: int) -> None:
+            self.emit(item)
+
+    main, side = Recording("main"), Recording("side")
+    subscribe(main.pipe(operator(WithSide)(side)), initial=2)
+    assert order == ["side", "main"]
