@@ -726,6 +726,7 @@ from ._filters import (  # noqa: E402
     skip_while_stage,
     take_while_stage,
 )
+from ._publishers import publisher_problem  # noqa: E402
 from ._recovery import catch_stage, retry_stage  # noqa: E402
 from ._reducers import count_stage, last_stage, reduce_stage, to_list_stage  # noqa: E402
 from ._start_with import start_with_stage  # noqa: E402
@@ -884,8 +885,9 @@ def take_until(other: Flowable[Any], *, name: str | None = None) -> Operator:
         cancel both.
     Anchor: reactivex ``take_until(other)``, Reactor ``takeUntilOther``.
     """
-    if not isinstance(other, _Publisher):
-        raise TypeError(f"take_until(other) needs a Flowable or a Publisher, got {other!r}")
+    problem = publisher_problem(other)
+    if problem is not None:
+        raise TypeError(f"take_until(other): {problem}")
     return take_until_stage(other, name=name)
 
 
@@ -1048,8 +1050,9 @@ def catch(handler: Flowable[Any] | Callable[[BaseException, Flowable[Any]], Flow
         signals TypeError. Cancel reaches whichever source is current.
     Anchor: reactivex ``catch(handler)``, Reactor ``onErrorResume``, Akka ``recoverWithRetries``.
     """
-    if not isinstance(handler, _Publisher) and not callable(handler):
-        raise TypeError(f"catch(handler) needs a Flowable or a function (error, source) -> Flowable, got {handler!r}")
+    problem = publisher_problem(handler)
+    if problem is not None and (not callable(handler) or isinstance(handler, _Publisher)):
+        raise TypeError(f"catch(handler) needs a Flowable or a function (error, source) -> Flowable: {problem}")
     return catch_stage(handler, name=name)
 
 

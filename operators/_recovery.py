@@ -22,6 +22,8 @@ from typing import Any, Callable
 from rxpipe import Publisher
 from rxpipe.stage import Input, Stage, operator
 
+from ._publishers import publisher_problem
+
 __all__ = ["catch_stage", "retry_stage"]
 
 
@@ -47,9 +49,9 @@ class Catch(Stage):
             except Exception as handler_error:  # the handler's verdict (often a re-raise): not a bug to log
                 self.fail(handler_error)
                 return
-            if not isinstance(continuation, Publisher):
-                self.fail(TypeError(f"catch: the handler must return a Flowable (or a Publisher) to continue "
-                                    f"with, got {continuation!r}"))
+            problem = publisher_problem(continuation)
+            if problem is not None:
+                self.fail(TypeError(f"catch: the handler must return a Flowable to continue with: {problem}"))
                 return
         self.open_input(continuation, prefetch=None)  # type: ignore[arg-type]  # a Publisher is adapted
 
