@@ -874,11 +874,11 @@ def take_until(other: Flowable[Any], *, name: str | None = None) -> Operator:
         demand:    ^*
         output:    -a-b|             x completes the stream; upstream and other are cancelled
 
-    ``other`` (a Flowable or any Publisher) is subscribed first, before anything is requested
-    of the upstream, and asked for one item; its first item completes the stream. ``other``
+    ``other`` (a Flowable or any Publisher) is subscribed when the stage starts and asked for
+    one item before anything is requested of the upstream; its first item completes the stream. ``other``
     completing without an item changes nothing; its error is signalled (the upstream is
-    cancelled). An ``other`` that emits while being subscribed ends the stream before any item
-    (reactivex subscribes it after the source, so a synchronous source's items all pass there).
+    cancelled). An ``other`` with an item ready ends the stream before any item (reactivex
+    subscribes it after the source, so a synchronous source's items all pass there).
     Demand: passed through exactly to the upstream; ``other`` is asked for 1.
     Signals: TypeError (raised here) if ``other`` is not a Publisher (a reactivex Observable:
         wrap it with ``rx.from_observable``). Cancel, completion and an error from either side

@@ -2,11 +2,11 @@
 second round").
 
 Written on :class:`rxpipe.stage.Stage`: demand passed through (``prefetch = None``); ``other`` is
-an input opened when the stage starts, before anything is requested of the upstream (Reactor's
-``takeUntilOther`` subscribes it first), and asked for one item. Its first item completes the
-stage, which cancels both: the kit's ``complete()`` cancels the upstream and every input, as do
-an error from either side and a downstream cancel. ``other`` completing without an item changes
-nothing (reactivex ignores it too).
+an input opened when the stage starts and asked for one item before anything is requested of the
+upstream (the kit tops inputs up first; Reactor's ``takeUntilOther`` also subscribes it first).
+Its first item completes the stage, which cancels both: the kit's ``complete()`` cancels the
+upstream and every input, as do an error from either side and a downstream cancel. ``other``
+completing without an item changes nothing (reactivex ignores it too).
 """
 
 from __future__ import annotations
