@@ -11,7 +11,6 @@ from __future__ import annotations
 import gc
 import random
 import tracemalloc
-import zlib
 from collections import OrderedDict
 from typing import Any, Callable
 
@@ -23,8 +22,8 @@ from rxpipe import UNBOUNDED, SequenceContainsNoElementsError
 from rxpipe import operators as ops
 from rxpipe.testing import TestPublisher, TestSubscriber, check_operator
 
-from .differential import Case, Note, cases, note_of_error, through_reactivex, through_rxpipe
-from .random_demand import drive
+from .differential import Case, through_reactivex, through_rxpipe
+from .seeded_pairs import check_random_demand, check_seeded_cases
 
 Pair = tuple[Any, Any]
 
@@ -133,35 +132,14 @@ PAIRS: dict[str, Callable[[random.Random], Pair]] = {
 CASES_PER_PAIR = 12
 
 
-def _seed(name: str) -> int:
-    return zlib.crc32(name.encode())
-
-
 @pytest.mark.parametrize("name", sorted(PAIRS))
 def test_equal_to_reactivex_on_every_seeded_input(name: str) -> None:
-    for i, case in enumerate(cases(seed=_seed(name), count=CASES_PER_PAIR)):
-        ours, theirs = PAIRS[name](random.Random(f"{name}:{i}"))
-        expected = through_reactivex(theirs, case)
-        assert through_rxpipe(ours, case) == expected, case
-
-
-def notes(ts: TestSubscriber[Any]) -> list[Note]:
-    out: list[Note] = [("N", v) for v in ts.values]
-    if ts.error is not None:
-        out.append(note_of_error(ts.error))
-    elif ts.completed:
-        out.append(("C",))
-    return out
+    check_seeded_cases(name, PAIRS[name], CASES_PER_PAIR)
 
 
 @pytest.mark.parametrize("name", sorted(PAIRS))
 def test_random_demand_is_never_exceeded_never_stalls_and_gives_reactivex_values(name: str) -> None:
-    for seed in range(6):
-        rng = random.Random(f"{name}:demand:{seed}")
-        items = [rng.randint(0, 9) for _ in range(rng.choice((0, 1, 5, 40, 150)))]
-        ours, theirs = PAIRS[name](rng)
-        run = drive(ours, items, seed)
-        assert notes(run.ts) == through_reactivex(theirs, Case(tuple(items))), (seed, items)
+    check_random_demand(name, PAIRS[name])
 
 
 # -- exact upstream requests --------------------------------------------------------------------------

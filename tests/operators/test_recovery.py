@@ -20,6 +20,7 @@ from rxpipe import operators as ops
 from rxpipe.testing import TestPublisher, TestSubscriber
 
 from .differential import Case, cases, through_reactivex, through_rxpipe
+from .seeded_pairs import check_seeded_cases
 
 Pair = tuple[Any, Any]
 
@@ -49,9 +50,7 @@ CASES = 12
 
 @pytest.mark.parametrize("name", sorted(PAIRS))
 def test_equal_to_reactivex_on_every_seeded_input(name: str) -> None:
-    for i, case in enumerate(cases(seed=zlib.crc32(name.encode()), count=CASES)):
-        ours, theirs = PAIRS[name](random.Random(f"{name}:{i}"))
-        assert through_rxpipe(ours, case) == through_reactivex(theirs, case), case
+    check_seeded_cases(name, PAIRS[name], CASES)
 
 
 def test_retry_forever_equal_to_reactivex_on_inputs_that_end() -> None:

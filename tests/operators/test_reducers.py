@@ -8,7 +8,6 @@ UNBOUNDED) and under random request(n) patterns; ``ops.to_list()`` next to ``Flo
 from __future__ import annotations
 
 import random
-import zlib
 from typing import Any, Callable
 
 import pytest
@@ -19,9 +18,9 @@ from rxpipe import UNBOUNDED, SequenceContainsNoElementsError
 from rxpipe import operators as ops
 from rxpipe.testing import TestPublisher, TestSubscriber
 
-from .differential import Case, cases, through_reactivex, through_rxpipe
-from .random_demand import Run, drive
-from .test_filters import notes
+from .differential import Case, through_reactivex, through_rxpipe
+from .random_demand import Run
+from .seeded_pairs import check_random_demand, check_seeded_cases
 
 Pair = tuple[Any, Any]
 
@@ -91,24 +90,19 @@ CASES_PER_PAIR = 12
 
 @pytest.mark.parametrize("name", sorted(PAIRS))
 def test_equal_to_reactivex_on_every_seeded_input(name: str) -> None:
-    for i, case in enumerate(cases(seed=zlib.crc32(name.encode()), count=CASES_PER_PAIR)):
-        ours, theirs = PAIRS[name](random.Random(f"{name}:{i}"))
-        assert through_rxpipe(ours, case) == through_reactivex(theirs, case), case
+    check_seeded_cases(name, PAIRS[name], CASES_PER_PAIR)
 
 
 @pytest.mark.parametrize("name", sorted(PAIRS))
 def test_random_demand_never_requests_unbounded_keeps_the_window_and_gives_reactivex_values(name: str) -> None:
-    for seed in range(6):
-        rng = random.Random(f"{name}:demand:{seed}")
-        items = [rng.randint(0, 9) for _ in range(rng.choice((0, 1, 5, 40, 600)))]
-        ours, theirs = PAIRS[name](rng)
-        window = _window_of(ours)
+    def window_kept(op: Any) -> Callable[[Run], None]:
+        window = _window_of(op)
 
-        def bounded(run: Run, window: int = window) -> None:
+        def check(run: Run) -> None:
             assert run.pub.total_requested - run.sent <= window
+        return check
 
-        run = drive(ours, items, seed, never_unbounded=True, check=bounded)
-        assert notes(run.ts) == through_reactivex(theirs, Case(tuple(items))), (seed, len(items))
+    check_random_demand(name, PAIRS[name], sizes=(0, 1, 5, 40, 600), never_unbounded=True, check=window_kept)
 
 
 def _window_of(op: Any) -> int:
