@@ -743,7 +743,7 @@ def _check_optional_callable(op: str, arg: str, fn: object) -> None:
 
 def _check_reducer_prefetch(op: str, prefetch: object) -> int:
     _check_int(op, "prefetch", prefetch, 1)
-    if prefetch == _UNBOUNDED:  # type: ignore[comparison-overlap]
+    if prefetch >= _UNBOUNDED:  # type: ignore[operator]
         raise ValueError(f"{op}(prefetch) must be a finite window of items: a reducer never requests "
                          f"UNBOUNDED (DESIGN §3)")
     return prefetch  # type: ignore[return-value]
