@@ -12,6 +12,7 @@ __all__ = [
     "TooManyGroupsError",
     "EngineError",
     "EngineUnavailableError",
+    "SequenceContainsNoElementsError",
 ]
 
 
@@ -86,3 +87,15 @@ class DroppedError(RxPipeError):
     def __init__(self, message: str, reason: str) -> None:
         super().__init__(message)
         self.reason = reason
+
+
+class SequenceContainsNoElementsError(RxPipeError):
+    """``first``, ``last`` or ``reduce`` without a seed met a stream that completed without an
+    item (with a predicate: without an item that satisfied it).
+
+    The name and the message ("Sequence contains no elements") are reactivex's, so code and
+    logs read the same; it subclasses :class:`RxPipeError` (reactivex's is a plain Exception).
+    """
+
+    def __init__(self, message: str | None = None) -> None:
+        super().__init__(message or "Sequence contains no elements")
