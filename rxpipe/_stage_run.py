@@ -357,21 +357,25 @@ class StageRun(QueueDrainSubscription, UpstreamLink):
         try:
             while True:
                 self.top_missed = False
-                queued = len(self.queue)
-                requested = self.requested
+                inputs_first = bool(self.inputs) and self.logic.inputs_first
+                if inputs_first:
+                    self._top_up_inputs()
                 outstanding = self.upstream_outstanding
                 if not self.upstream_done and outstanding != UNBOUNDED:
-                    free = _free(self.window, requested, outstanding, self.logic.held + queued)
+                    free = _free(self.window, self.requested, outstanding, self.logic.held + len(self.queue))
                     if free > 0 and (free >= self.replenish_at or outstanding == 0):
                         self.request_upstream(free)
-                if self.inputs:
-                    for inp in tuple(self.inputs):
-                        if not inp.upstream_done:
-                            inp.top_up(len(self.queue), self.requested)
+                if self.inputs and not inputs_first:
+                    self._top_up_inputs()
                 if not self.top_missed or self.cancelled or self.closing:
                     return
         finally:
             self.topping = False
+
+    def _top_up_inputs(self) -> None:
+        for inp in tuple(self.inputs):
+            if not inp.upstream_done:
+                inp.top_up(len(self.queue), self.requested)
 
     def demanded(self) -> int:
         requested = self.requested
@@ -508,7 +512,11 @@ class StageFlowable(Flowable[Any]):
     def __init__(self, source: Flowable[Any], stage_class: type[Stage], args: tuple[Any, ...],
                  kwargs: dict[str, Any], kind: str, name: str | None) -> None:
         self.kind = kind
-        super().__init__(name=name, upstreams=(source,))
+        inputs = tuple(stage_class.graph_inputs(*args, **kwargs))
+        for inp in inputs:
+            if not isinstance(inp, Flowable):
+                raise TypeError(f"{stage_class.__name__}.graph_inputs() returned {inp!r}, not a Flowable")
+        super().__init__(name=name, upstreams=(source, *inputs))
         self.source = source
         self.stage_class = stage_class
         self.args = args
