@@ -746,10 +746,11 @@ def flat_map(fn: Callable[[T], Any], max_concurrency: int = 16, prefetch: int = 
     over synchronous inner streams that is each item's stream in turn, as in reactivex.
     Demand (never unbounded): at most ``max_concurrency`` inner streams at once — ``max_concurrency``
     items are requested at subscribe, then one per finished inner stream (completed, and its
-    items delivered). Each inner stream is a prefetch boundary: ``prefetch`` requested at
-    subscribe, then ``prefetch - prefetch // 4`` each time that many of its items went downstream
-    (DESIGN §2), so items waiting for downstream demand never exceed ``prefetch`` per inner stream
-    (``max_concurrency * prefetch`` in all); what goes downstream never exceeds its demand.
+    items delivered). Each inner stream is a prefetch window: ``prefetch`` requested at subscribe,
+    then what is free again once ``prefetch - prefetch // 4`` is (DESIGN §2; or at once when
+    nothing is outstanding: the Stage kit's window rule), so its items requested and not yet
+    delivered never exceed ``prefetch`` (``max_concurrency * prefetch`` in all); what goes
+    downstream never exceeds its demand.
     Args: fn (item -> stream); max_concurrency (inner streams, int >= 1); prefetch (items per
         inner stream, int >= 1).
     Signals: TypeError / ValueError (raised here) for a bad ``fn`` or bound. ``fn`` raising, or
@@ -758,8 +759,10 @@ def flat_map(fn: Callable[[T], Any], max_concurrency: int = 16, prefetch: int = 
         items are dropped). Completes once the source and every inner stream completed and
         their items went out. Cancel reaches the source and every inner stream.
     Differs from reactivex: reactivex's ``flat_map`` has no concurrency limit and reads its
-        source without bound; here the source is read ``max_concurrency`` ahead, so a source
-        error after many items is seen when the stage gets there.
+        source without bound. Here the source is read on demand, so an error right after the
+        items of a synchronous source is met while asking for more, before the inner streams of
+        those items ran (they are cancelled); reactivex runs them first. Timed streams behave
+        the same in both (tests/operators/test_flatten.py).
     Anchor: Reactor ``flatMap(mapper, concurrency, prefetch)`` (defaults 256/32), RxJava
         ``flatMap(maxConcurrency)``, Akka ``flatMapMerge(breadth)``; reactivex ``flat_map``.
     """
@@ -849,10 +852,10 @@ def zip(*others: Flowable[Any], prefetch: int = DEFAULT_INNER_PREFETCH,  # noqa:
         output:   --x-y---z|             x = (a, 1), y = (b, 2), z = (c, 3); other cancelled at 9
 
     ``source.pipe(ops.zip(a, b))`` emits ``(s, a, b)`` tuples. ``rx.zip(*sources)`` is the static form.
-    Demand: each source is a prefetch boundary: ``prefetch`` requested at subscribe, then
-    ``prefetch - prefetch // 4`` each time that many of its items went out in tuples (DESIGN §2),
-    so a fast source never has more than ``prefetch`` items waiting for its partners. A tuple is
-    emitted only on downstream demand.
+    Demand: each source is a prefetch window: ``prefetch`` requested at subscribe, then what is
+    free again once ``prefetch - prefetch // 4`` of its items went out in tuples (DESIGN §2; or at
+    once when nothing is outstanding), so a fast source never has more than ``prefetch`` items
+    requested and waiting for its partners. A tuple is emitted only on downstream demand.
     Signals: TypeError (raised here) for an argument that is not a Flowable; ValueError for
     ``prefetch < 1``. Completes as soon as a source has completed and its queue is empty (no
     tuple can follow); the other sources are cancelled. An error from any source cancels the
@@ -878,10 +881,10 @@ def combine_latest(*others: Flowable[Any], prefetch: int = DEFAULT_INNER_PREFETC
 
     ``source.pipe(ops.combine_latest(a, b))`` emits ``(s, a, b)`` tuples; ``rx.combine_latest``
     is the static form.
-    Demand: each source is a prefetch boundary of ``prefetch`` items (DESIGN §2 replenishment);
-    arrivals wait in arrival order until downstream asks for the tuple each one makes, so a
-    source never has more than ``prefetch`` items waiting. An item arriving before every source
-    has one only updates the latest values: it uses no downstream demand.
+    Demand: each source is a prefetch window of ``prefetch`` items (as ``zip``); arrivals wait in
+    arrival order until downstream asks for the tuple each one makes, so a source never has more
+    than ``prefetch`` items requested and waiting. An item arriving before every source has one
+    only updates the latest values: it uses no downstream demand.
     Signals: TypeError (raised here) for an argument that is not a Flowable; ValueError for
     ``prefetch < 1``. Completes when every source completed and its items went out, or at once
     when a source completes without ever emitting (no tuple can ever be made: the others are
