@@ -16,10 +16,16 @@ __all__ = ["zip", "merge", "concat", "combine_latest"]
 _PREFETCH = 32  # = operators.DEFAULT_INNER_PREFETCH and DEFAULT_MERGE_PREFETCH (not imported: see above)
 
 
-def _check(op: str, sources: tuple[Any, ...]) -> None:
+def _static(op: str, sources: tuple[Any, ...], name: str | None, **kwargs: Any) -> Flowable[Any]:
+    """``sources[0].pipe(ops.<op>(*sources[1:], name=name, **kwargs))``; ``empty()`` without sources."""
     for source in sources:
         if not isinstance(source, Flowable):
             raise TypeError(f"rx.{op}() needs Flowables, got {source!r}")
+    if not sources:
+        return empty(name=name)
+    import rxpipe.operators as ops
+
+    return sources[0].pipe(getattr(ops, op)(*sources[1:], name=name, **kwargs))
 
 
 def zip(*sources: Flowable[Any], prefetch: int = _PREFETCH, name: str | None = None) -> Flowable[tuple[Any, ...]]:  # noqa: A001
@@ -37,12 +43,7 @@ def zip(*sources: Flowable[Any], prefetch: int = _PREFETCH, name: str | None = N
     Signals: TypeError (raised here) for an argument that is not a Flowable; ValueError for
     ``prefetch < 1``. Anchor: reactivex ``zip``, Reactor ``Flux.zip``.
     """
-    _check("zip", sources)
-    if not sources:
-        return empty(name=name)
-    import rxpipe.operators as ops
-
-    return sources[0].pipe(ops.zip(*sources[1:], prefetch=prefetch, name=name))
+    return _static("zip", sources, name, prefetch=prefetch)
 
 
 def merge(*sources: Flowable[Any], prefetch: int = _PREFETCH, name: str | None = None) -> Flowable[Any]:
@@ -59,12 +60,7 @@ def merge(*sources: Flowable[Any], prefetch: int = _PREFETCH, name: str | None =
     Signals: TypeError (raised here) for an argument that is not a Flowable; ValueError for
     ``prefetch < 1``. Anchor: reactivex ``merge``, Reactor ``Flux.merge``.
     """
-    _check("merge", sources)
-    if not sources:
-        return empty(name=name)
-    import rxpipe.operators as ops
-
-    return sources[0].pipe(ops.merge(*sources[1:], prefetch=prefetch, name=name))
+    return _static("merge", sources, name, prefetch=prefetch)
 
 
 def concat(*sources: Flowable[Any], name: str | None = None) -> Flowable[Any]:
@@ -81,12 +77,7 @@ def concat(*sources: Flowable[Any], name: str | None = None) -> Flowable[Any]:
     Signals: TypeError (raised here) for an argument that is not a Flowable.
     Anchor: reactivex ``concat``, Reactor ``Flux.concat``.
     """
-    _check("concat", sources)
-    if not sources:
-        return empty(name=name)
-    import rxpipe.operators as ops
-
-    return sources[0].pipe(ops.concat(*sources[1:], name=name))
+    return _static("concat", sources, name)
 
 
 def combine_latest(*sources: Flowable[Any], prefetch: int = _PREFETCH,
@@ -106,9 +97,6 @@ def combine_latest(*sources: Flowable[Any], prefetch: int = _PREFETCH,
     TypeError for an argument that is not a Flowable.
     Anchor: reactivex ``combine_latest``, Reactor ``Flux.combineLatest``.
     """
-    _check("combine_latest", sources)
     if not sources:
         raise ValueError("rx.combine_latest() needs at least one source")
-    import rxpipe.operators as ops
-
-    return sources[0].pipe(ops.combine_latest(*sources[1:], prefetch=prefetch, name=name))
+    return _static("combine_latest", sources, name, prefetch=prefetch)
