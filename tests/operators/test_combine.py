@@ -327,6 +327,15 @@ def test_with_latest_from_other_completing_keeps_its_value_and_source_completion
     assert ts.values == [("a", 7)] and ts.completed
 
 
+def test_with_latest_from_never_stalls_under_request_1_over_a_long_run_without_partners() -> None:
+    other = TestPublisher[str]()
+    source = rx.range(0, 5000)
+    ts = TestSubscriber[Any](initial_request=1)
+    source.pipe(ops.with_latest_from(other)).subscribe(ts)
+    assert ts.completed and ts.values == []  # 5000 items dropped one at a time, each asked again
+    assert other.cancelled
+
+
 def test_with_latest_from_meets_a_synchronous_others_values() -> None:
     out = run_virtual(rx.range(0, 3).pipe(ops.with_latest_from(rx.just("x", "y"), rx.just(1))).to_list())
     assert out == [(0, "y", 1), (1, "y", 1), (2, "y", 1)]

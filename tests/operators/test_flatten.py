@@ -286,7 +286,7 @@ def test_a_synchronous_source_with_empty_inner_streams_never_stalls_under_reques
     assert len(ts.values) == 429
 
 
-def test_a_million_items_through_synchronous_inner_streams_without_recursion() -> None:
+def test_400_000_items_through_synchronous_inner_streams_without_recursion() -> None:
     out = run_virtual(rx.range(0, 200_000).pipe(ops.flat_map(lambda x: (x, -x), 4, 2), ops.take(400_000)).to_list())
     assert out[:4] == [0, 0, 1, -1] and len(out) == 400_000
 
