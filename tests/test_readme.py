@@ -114,3 +114,16 @@ def test_many_tenants_examples_are_the_same_valid_tenants_file(tmp_path: Path) -
     assert dict(from_json) == dict(from_toml)
     assert from_json["acme"].weight == 2 and from_json["on-call"].priority == 1
     assert from_json.for_key("sk-hobby") == from_json["hobby"]
+
+
+def test_beyond_the_gateway_is_the_pipeline_file_and_its_output(tmp_path: Path) -> None:
+    section = "## Beyond the gateway: documents to embeddings"
+    start = README.index(section)
+    text = README[start:README.index("\n## ", start + 1)]
+    (code_block,) = python_blocks(section)
+    source = (ROOT / "pipelines" / "embed_documents.py").read_text()
+    assert source.endswith(code_block) and source[:-len(code_block)].rstrip().endswith('"""')  # after its docstring
+    (shown,) = re.findall(r"```text\n(.*?)```", text, re.S)
+    code, output = run([sys.executable, "-m", "rxpipe", "run", "pipelines/embed_documents.py"], ROOT, tmp_path)
+    assert code == 0, output
+    assert output == shown
