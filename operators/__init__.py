@@ -1080,3 +1080,242 @@ def retry(retry_count: int | None = None, *, name: str | None = None) -> Operato
     if retry_count is not None:
         _check_int("retry", "retry_count", retry_count, 1)
     return retry_stage(retry_count, name=name)
+
+# -- second round: flat_map, concat_map, switch_map, zip, combine_latest, with_latest_from, concat --
+__all__ += ["flat_map", "concat_map", "switch_map", "zip", "combine_latest", "with_latest_from", "concat"]
+
+#: Items each source of ``zip`` / ``combine_latest`` and each inner stream of ``flat_map`` may have
+#: requested and not yet delivered downstream (Reactor's ``Queues.XS_BUFFER_SIZE``).
+DEFAULT_INNER_PREFETCH = 32
+
+
+def _check_sources(op: str, others: tuple[Any, ...]) -> None:
+    for other in others:
+        if not isinstance(other, Flowable):
+            raise TypeError(f"{op}() needs Flowables, got {other!r}")
+
+
+def flat_map(fn: Callable[[T], Any], max_concurrency: int = 16, prefetch: int = DEFAULT_INNER_PREFETCH, *,
+             name: str | None = None) -> Operator:
+    """Map each item to a stream with ``fn`` and merge the streams, at most ``max_concurrency`` at a time.
+
+        source:   -abc-----|             max_concurrency=2; a, b, c: the streams fn returns,
+        a:         x-----y|              drawn from the frame they are subscribed in
+        b:          z-|
+        c:            w-|                c waits for a free slot: b finished in frame 4
+        upstream: ^2  ^1^1^1             2 at subscribe, then 1 per finished inner stream
+        demand:   ^3      ^*
+        output:   -xz-w---y|             y waits for demand
+
+    ``fn(item)`` returns the inner stream: a Flowable, any Publisher, an awaitable (one item), an
+    async iterable or an iterable (a ``str`` is its characters, as in reactivex). ``fn`` may also
+    be a Flowable, Publisher or iterable itself: every item then maps to it (reactivex's
+    ``flat_map(observable)``). Items are emitted in the order they arrive; under unbounded demand
+    over synchronous inner streams that is each item's stream in turn, as in reactivex.
+    Demand (never unbounded): at most ``max_concurrency`` inner streams at once — ``max_concurrency``
+    items are requested at subscribe, then one per finished inner stream (completed, and its
+    items delivered). Each inner stream is a prefetch window: ``prefetch`` requested at subscribe,
+    then what is free again once ``prefetch - prefetch // 4`` is (DESIGN §2; or at once when
+    nothing is outstanding: the Stage kit's window rule), so its items requested and not yet
+    delivered never exceed ``prefetch`` (``max_concurrency * prefetch`` in all); what goes
+    downstream never exceeds its demand.
+    Args: fn (item -> stream); max_concurrency (inner streams, int >= 1); prefetch (items per
+        inner stream, int >= 1).
+    Signals: TypeError / ValueError (raised here) for a bad ``fn`` or bound. ``fn`` raising, or
+        returning something else (None included: TypeError), an error of the source or of any
+        inner stream: everything else is cancelled and the error is signalled at once (queued
+        items are dropped). Completes once the source and every inner stream completed and
+        their items went out. Cancel reaches the source and every inner stream.
+    Differs from reactivex: reactivex's ``flat_map`` has no concurrency limit and reads its
+        source without bound. Here the source is read on demand, so an error right after the
+        items of a synchronous source is met while asking for more, before the inner streams of
+        those items ran (they are cancelled); reactivex runs them first. Timed streams behave
+        the same in both (tests/operators/test_flatten.py).
+    Anchor: Reactor ``flatMap(mapper, concurrency, prefetch)`` (defaults 256/32), RxJava
+        ``flatMap(maxConcurrency)``, Akka ``flatMapMerge(breadth)``; reactivex ``flat_map``.
+    """
+    from ._flatten import flat_map_stage, mapper
+
+    fn = mapper("flat_map", fn)
+    _check_int_min("flat_map", "max_concurrency", max_concurrency, 1)
+    _check_int_min("flat_map", "prefetch", prefetch, 1)
+    return flat_map_stage(fn, max_concurrency, prefetch, name=name)
+
+
+def concat_map(fn: Callable[[T], Any], prefetch: int = 1, *, name: str | None = None) -> Operator:
+    """Map each item to a stream with ``fn`` and emit the streams one after another, in order.
+
+        source:   -ab------|             prefetch=1; a, b: the streams fn returns, drawn from the
+        a:         x-y|                  frame they are subscribed in
+        b:             z-w|              b's stream starts when a's completed (frame 4)
+        upstream: ^2  ^1 ^1              the running item and 1 ahead; 1 more per finished stream
+        demand:   ^3     ^9
+        output:   -x-yz--w-|             b's stream is asked only for what is still wanted
+
+    ``fn(item)`` returns a Flowable, a Publisher, an awaitable, an async iterable or an iterable
+    (as ``flat_map``); it is called when the item's turn comes.
+    Demand: one inner stream at a time, demand-driven: it is asked exactly what downstream wants,
+    and what it did not deliver carries over to the next one. The source is read ``prefetch``
+    items ahead of the running stream: ``prefetch + 1`` requested at subscribe, then one per
+    finished stream (``prefetch=0``: the next item only once the stream before it completed).
+    Args: fn (item -> stream); prefetch (items, int >= 0).
+    Signals: TypeError / ValueError (raised here) for a bad ``fn`` or ``prefetch``. ``fn`` raising
+        or returning something else, an error of the source or of the running stream: the other
+        is cancelled and the error is signalled at once. Completes after the last stream.
+        Cancel reaches the source and the running stream.
+    Differs from reactivex: reactivex reads its source without bound (an error there is seen
+        before streams still waiting their turn) and calls ``fn`` on arrival.
+    Anchor: Reactor ``concatMap(mapper, prefetch)``, Akka ``flatMapConcat``; reactivex
+        ``concat_map``.
+    """
+    from ._flatten import concat_map_stage
+
+    _check_callable("concat_map", fn)
+    _check_int_min("concat_map", "prefetch", prefetch, 0)
+    return concat_map_stage(fn, prefetch, name=name)
+
+
+def switch_map(fn: Callable[[T], Any] | None = None, *, name: str | None = None) -> Operator:
+    """Map each item to a stream with ``fn`` and emit only the latest one: a new item cancels the
+    stream before it (e.g. a generation, when the prompt changes).
+
+        source:   -a--b----|             a, b: the streams fn returns, drawn from the frame they
+        a:         x-y-z|                are subscribed in; a's is cancelled when b arrives
+        b:            u-v|
+        upstream: ^*                     nothing queues: an item replaces the stream at once
+        demand:   ^3    ^*
+        output:   -x-yu-v--|             b's stream inherits what a's did not deliver
+
+    ``fn(item)`` returns a Flowable, a Publisher, an awaitable, an async iterable or an iterable
+    (as ``flat_map``); ``fn=None`` takes the items themselves as the streams (reactivex's
+    default: ``switch_latest``).
+    Demand: the source is requested without bound — it holds nothing, since each item cancels the
+    running stream and takes its place, so memory stays one stream. The running stream is
+    demand-driven: asked exactly what downstream wants; a new one inherits the outstanding demand.
+    An item whose stream was still running when the next came is counted as dropped (reason
+    ``"switched"``, metric ``rxpipe_stage_dropped_total``) and told ``on_discard("switched")``
+    (a ``CompletionRequest``'s client gets ``DroppedError``).
+    Signals: TypeError (raised here) for a ``fn`` that is not callable. ``fn`` raising or
+    returning something else, an error of the source or of the running stream: the other is
+    cancelled and the error is signalled at once (a cancelled stream's error is never heard).
+    Completes when the source and the running stream did. Cancel reaches both.
+    Anchor: Reactor ``switchMap`` (prefetch 0: unbounded source, inner asked what downstream
+    demands), RxJava ``switchMap``; reactivex ``switch_map`` / ``switch_latest``.
+    """
+    from ._flatten import switch_map_stage
+
+    if fn is not None:
+        _check_callable("switch_map", fn)
+    return switch_map_stage(fn, name=name)
+
+
+def zip(*others: Flowable[Any], prefetch: int = DEFAULT_INNER_PREFETCH,  # noqa: A001
+        name: str | None = None) -> Operator:
+    """Pair the n-th items of the source and ``others`` into tuples.
+
+        source:   -a-b---c-|
+        other:    --1-2-3----|
+        upstream: ^32                    the same from other: 32 each at subscribe
+        demand:   ^2      ^9
+        output:   --x-y---z|             x = (a, 1), y = (b, 2), z = (c, 3); other cancelled at 9
+
+    ``source.pipe(ops.zip(a, b))`` emits ``(s, a, b)`` tuples. ``rx.zip(*sources)`` is the static form.
+    Demand: each source is a prefetch window: ``prefetch`` requested at subscribe, then what is
+    free again once ``prefetch - prefetch // 4`` of its items went out in tuples (DESIGN §2; or at
+    once when nothing is outstanding), so a fast source never has more than ``prefetch`` items
+    requested and waiting for its partners. A tuple is emitted only on downstream demand.
+    Signals: TypeError (raised here) for an argument that is not a Flowable; ValueError for
+    ``prefetch < 1``. Completes as soon as a source has completed and its queue is empty (no
+    tuple can follow); the other sources are cancelled. An error from any source cancels the
+    others and is signalled at once. Cancel reaches every source.
+    Anchor: Reactor ``Flux.zip`` (prefetch per source), Akka ``Zip``; reactivex ``zip``.
+    """
+    _check_sources("zip", others)
+    _check_int_min("zip", "prefetch", prefetch, 1)
+    from ._combine import zip_stage
+
+    return zip_stage(others, prefetch, name=name)
+
+
+def combine_latest(*others: Flowable[Any], prefetch: int = DEFAULT_INNER_PREFETCH,
+                   name: str | None = None) -> Operator:
+    """Emit a tuple of every source's latest item whenever one of them emits (once each has one).
+
+        source:   -a---b-c---|
+        other:    --1-2-----|
+        upstream: ^32                    the same from other
+        demand:   ^2    ^*
+        output:   --w-x-yz---|           w = (a, 1), x = (a, 2), y = (b, 2), z = (c, 2)
+
+    ``source.pipe(ops.combine_latest(a, b))`` emits ``(s, a, b)`` tuples; ``rx.combine_latest``
+    is the static form.
+    Demand: each source is a prefetch window of ``prefetch`` items (as ``zip``); arrivals wait in
+    arrival order until downstream asks for the tuple each one makes, so a source never has more
+    than ``prefetch`` items requested and waiting. An item arriving before every source has one
+    only updates the latest values: it uses no downstream demand.
+    Signals: TypeError (raised here) for an argument that is not a Flowable; ValueError for
+    ``prefetch < 1``. Completes when every source completed and its items went out, or at once
+    when a source completes without ever emitting (no tuple can ever be made: the others are
+    cancelled; reactivex waits for the others there, emitting nothing either). An error from any
+    source cancels the others and is signalled at once. Cancel reaches every source.
+    Anchor: Reactor ``Flux.combineLatest`` (prefetch 32), RxJS ``combineLatest``; reactivex
+    ``combine_latest``.
+    """
+    _check_sources("combine_latest", others)
+    _check_int_min("combine_latest", "prefetch", prefetch, 1)
+    from ._combine import combine_latest_stage
+
+    return combine_latest_stage(others, prefetch, name=name)
+
+
+def with_latest_from(*others: Flowable[Any], name: str | None = None) -> Operator:
+    """Pair each source item with the latest item of each of ``others``.
+
+        source:   --a-b--c|
+        other:    ---1-2----|
+        upstream: ^2^1                   a has no partner yet: dropped, one more asked
+        demand:   ^2
+        output:   ----x--y|              x = (b, 1), y = (c, 2); other cancelled at 8
+
+    ``source.pipe(ops.with_latest_from(a, b))`` emits ``(s, a, b)`` tuples. A source item that
+    comes before every other source has emitted is dropped (as in reactivex).
+    Demand: the source's demand is downstream's, passed through (an item dropped for want of
+    partners asks for one more); the others are requested without bound (``UNBOUNDED``) and only
+    their latest item is kept, so memory is one item per other source. The others are
+    subscribed and requested before the source (Reactor), so a synchronous source meets their
+    values.
+    Signals: TypeError (raised here) for an argument that is not a Flowable. Completes when the
+    source completes (the others are cancelled); another source's completion keeps its latest
+    item. An error from any source cancels the others and is signalled at once. Cancel reaches
+    every source.
+    Anchor: Reactor ``withLatestFrom``, RxJS ``withLatestFrom``; reactivex ``with_latest_from``.
+    """
+    _check_sources("with_latest_from", others)
+    from ._combine import with_latest_from_stage
+
+    return with_latest_from_stage(others, name=name)
+
+
+def concat(*others: Flowable[Any], name: str | None = None) -> Operator:
+    """Emit the source's items, then each of ``others``' in turn.
+
+        source:   -a-b|
+        other:        -c-d|              subscribed when the source completed (frame 4)
+        upstream: ^3                     the source is asked what downstream wants
+        demand:   ^3      ^9
+        output:   -a-b-c--(d|)           other is asked 1 at frame 4 (3 wanted, 2 given), 9 at 8
+
+    ``source.pipe(ops.concat(a, b))`` emits source's, then a's, then b's items; ``rx.concat`` is
+    the static form.
+    Demand: demand-driven, no read-ahead: each source is asked for what downstream wants and
+    has not received yet, and the outstanding demand carries over to the next source. Only one
+    source is subscribed at a time: the next one when the one before completed.
+    Signals: TypeError (raised here) for an argument that is not a Flowable. An error from the
+    running source is signalled at once (the sources after it are never subscribed). Cancel
+    reaches the running source.
+    Anchor: Reactor ``Flux.concat`` / ``concatWith``, Akka ``concat``; reactivex ``concat``.
+    """
+    _check_sources("concat", others)
+    from ._combine import concat_stage
+
+    return concat_stage(others, name=name)

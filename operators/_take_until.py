@@ -23,6 +23,7 @@ class TakeUntil(Stage):
     prefetch = None
     passes_capabilities = True
     kind = "take_until"
+    inputs_first = True  # ``other`` is asked before the upstream: an item it has ready wins
 
     def __init__(self, other: Publisher[Any]) -> None:
         self.other = other

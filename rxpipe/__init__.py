@@ -66,3 +66,8 @@ __all__ = [
 ]
 
 __version__ = "0.1.0"
+
+# -- second round: the static forms of the combining operators (rx.zip(a, b) == a.pipe(ops.zip(b))) --
+from ._combine_sources import combine_latest, concat, merge, zip  # noqa: E402
+
+__all__ += ["zip", "merge", "concat", "combine_latest"]

@@ -93,7 +93,9 @@ class Stage:
     Class attributes: ``prefetch`` (above), ``replenish`` (items, None: ``p - p // 4``),
     ``lazy`` (above), ``kind`` (the operator's name in graphs and default stage names; None: the class name in
     snake_case), ``passes_capabilities`` (True for a stage whose items are its upstream's items,
-    e.g. a filter: it shows the upstream's declared capabilities).
+    e.g. a filter: it shows the upstream's declared capabilities), ``inputs_first`` (True: the
+    inputs get their credit before the main upstream, see :meth:`open_input`). Class method
+    :meth:`graph_inputs`: the Flowables the stage will open, when its arguments name them.
 
     Anchor: Akka Streams ``GraphStageLogic`` (handlers, ``push``/``pull``,
     ``TimerGraphStageLogic``); Reactive Streams 1.0.4 (what the kit enforces).
@@ -113,9 +115,20 @@ class Stage:
     kind: ClassVar[str | None] = None
     #: The stage's items are its upstream's items (it shows the upstream's capabilities).
     passes_capabilities: ClassVar[bool] = False
+    #: Credit goes to the inputs before the main upstream (see :meth:`open_input`).
+    inputs_first: ClassVar[bool] = False
 
     _kit: StageRun
     held: int
+
+    @classmethod
+    def graph_inputs(cls, *args: Any, **kwargs: Any) -> tuple[Flowable[Any], ...]:
+        """The Flowables this stage will open with :meth:`open_input` that its arguments name
+        (``zip``'s others), given the arguments of ``__init__``. They are listed after the
+        source as the node's ``upstreams``, so graphs (``rxpipe graph``) and the runtime (which
+        starts the services it finds upstream, e.g. a gateway) see them. Default: none (inputs
+        made at run time, like ``flat_map``'s inner streams, cannot be listed)."""
+        return ()
 
     # -- hooks ---------------------------------------------------------------------------------
     def on_start(self) -> None:
@@ -212,7 +225,13 @@ class Stage:
         :meth:`on_input_next` / :meth:`on_input_complete` / :meth:`on_input_error`.
 
         ``prefetch`` is its credit, with the meanings of the class attribute (int window, None:
-        demand-driven, ``UNBOUNDED``); ``key`` is yours (e.g. an index). The returned
+        demand-driven, ``UNBOUNDED``); ``key`` is yours (e.g. an index). Inputs opened inside a
+        hook are requested once it returned; by default the main upstream gets its credit first,
+        then the inputs in the order they were opened; with the class attribute
+        ``inputs_first = True`` the inputs get theirs first, so inputs opened in
+        :meth:`on_start` are requested before the main upstream is (for a stage whose main items
+        need the inputs' state, as ``with_latest_from``: Reactor subscribes the other source
+        first, and a synchronous main source would otherwise run before any input). The returned
         :class:`~rxpipe.stage.Input` has ``held`` (count its items you keep), ``done`` and
         ``cancel()``. Raises TypeError for a source that is not a Flowable, RuntimeError after
         the stage terminated.

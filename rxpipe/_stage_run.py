@@ -5,8 +5,8 @@ A run is the Subscription its downstream receives and the Subscriber of its upst
 hand-written operator gets wrong most often:
 
 - *credit*: after every hook, every drain pass and every downstream request, :meth:`StageRun.top_up`
-  requests what each upstream's window has free, the inputs first (``prefetch`` rule in
-  :class:`~rxpipe.stage.Stage`);
+  requests what each upstream's window has free (the main upstream first, or the inputs first
+  for an ``inputs_first`` stage; ``prefetch`` rule in :class:`~rxpipe.stage.Stage`);
   emitted items waiting for downstream demand and the stage's ``held`` items count against it;
   a ``lazy`` stage asks nothing while downstream wants nothing it has not emitted.
 - *serial hooks*: a hook is never entered while another runs (a signal arriving meanwhile, e.g.
@@ -364,25 +364,27 @@ class StageRun(QueueDrainSubscription, UpstreamLink):
                 requested = self.requested
                 if self.lazy and (requested == 0 or requested != UNBOUNDED and requested <= len(self.queue)):
                     return  # lazy: downstream wants nothing not yet emitted
-                if self.inputs:
-                    # the stage's other sources first (take_until's other is asked before the
-                    # upstream, so an item it has ready wins over a synchronous upstream)
-                    for inp in tuple(self.inputs):
-                        if not inp.upstream_done:
-                            inp.top_up(len(self.queue), self.requested)
+                inputs_first = bool(self.inputs) and self.logic.inputs_first
+                if inputs_first:
+                    self._top_up_inputs()
                     if self.cancelled or self.closing:
                         return
-                    requested = self.requested
-                queued = len(self.queue)
                 outstanding = self.upstream_outstanding
                 if not self.upstream_done and outstanding != UNBOUNDED:
-                    free = _free(self.window, requested, outstanding, self.logic.held + queued)
+                    free = _free(self.window, self.requested, outstanding, self.logic.held + len(self.queue))
                     if free > 0 and (free >= self.replenish_at or outstanding == 0):
                         self.request_upstream(free)
+                if self.inputs and not inputs_first:
+                    self._top_up_inputs()
                 if not self.top_missed or self.cancelled or self.closing:
                     return
         finally:
             self.topping = False
+
+    def _top_up_inputs(self) -> None:
+        for inp in tuple(self.inputs):
+            if not inp.upstream_done:
+                inp.top_up(len(self.queue), self.requested)
 
     def demanded(self) -> int:
         requested = self.requested
@@ -520,7 +522,11 @@ class StageFlowable(Flowable[Any]):
     def __init__(self, source: Flowable[Any], stage_class: type[Stage], args: tuple[Any, ...],
                  kwargs: dict[str, Any], kind: str, name: str | None) -> None:
         self.kind = kind
-        super().__init__(name=name, upstreams=(source,))
+        inputs = tuple(stage_class.graph_inputs(*args, **kwargs))
+        for inp in inputs:
+            if not isinstance(inp, Flowable):
+                raise TypeError(f"{stage_class.__name__}.graph_inputs() returned {inp!r}, not a Flowable")
+        super().__init__(name=name, upstreams=(source, *inputs))
         self.source = source
         self.stage_class = stage_class
         self.args = args

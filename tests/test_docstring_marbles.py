@@ -279,6 +279,37 @@ def catch(block: Block) -> None:
         assert failed_at == len(block["source"]) - 1 and owed == 2
     run_virtual(main())
 
+# -- second round: flat_map, concat_map, switch_map, zip, combine_latest, with_latest_from, concat,
+#    and the static rx.zip, rx.merge, rx.concat, rx.combine_latest --
+def streams(build: Callable[..., Any], *, values: dict[str, Any] | None = None,
+            other_requests: str | None = None, subscribed_later: bool = False) -> Callable[[Block], None]:
+    """Play a block over several cold marble sources: ``source`` (the first), the other sources
+    (``other``, ``third``: drawn from frame 0, or from the frame they are subscribed in with
+    ``subscribed_later``, as ``concat``'s), and the inner streams of ``flat_map`` & co (the lines
+    labelled by one letter: the stream ``fn`` returns for that item, drawn from the frame it is
+    subscribed in). ``build(source, fn, *others)`` makes the flowable under test. ``upstream:``
+    is the source's exact requests; ``other_requests`` (a demand diagram) the other's."""
+    def run(block: Block) -> None:
+        async def main() -> None:
+            m = Marbles(values=values)
+            source = m.cold(block["source"])
+            others = [m.cold(block[label].strip() if subscribed_later else block[label])
+                      for label in ("other", "third") if label in block]
+            inner = {label: m.cold(block[label].strip()) for label in block if len(label) == 1}
+
+            def fn(item: Any) -> Any:
+                return inner[item]
+
+            result = await m.run(build(source, fn, *others), demand=block.get("demand", "^*"))
+            result.expect(block["output"], upstream_requests=_requests(block["upstream"]) if "upstream" in block
+                          else None)
+            if other_requests is not None:
+                assert list(others[0].request_log) == _requests(other_requests)
+        run_virtual(main())
+    return run
+
+
+_PAIRS = {"w": ("a", 1), "x": ("a", 2), "y": ("b", 2), "z": ("c", 2)}
 
 RUNNERS: dict[tuple[str, int], Callable[[Block], None]] = {
     ("ops.map", 0): kit(lambda: ops.map(lambda x: x * 2)),
@@ -328,6 +359,23 @@ RUNNERS: dict[tuple[str, int], Callable[[Block], None]] = {
     ("ops.start_with", 0): kit(lambda: ops.start_with("a", "b")),
     ("ops.catch", 0): catch,
     ("ops.retry", 0): kit(lambda: ops.retry(3), expected_error=Exception),
+    # -- second round: flat_map & co, zip & co, and the static forms --
+    ("ops.flat_map", 0): streams(lambda s, fn: s.pipe(ops.flat_map(fn, max_concurrency=2))),
+    ("ops.concat_map", 0): streams(lambda s, fn: s.pipe(ops.concat_map(fn))),
+    ("ops.switch_map", 0): streams(lambda s, fn: s.pipe(ops.switch_map(fn))),
+    ("ops.zip", 0): streams(lambda s, fn, other: s.pipe(ops.zip(other)), other_requests="^32",
+                            values={"x": ("a", 1), "y": ("b", 2), "z": ("c", 3)}),
+    ("ops.combine_latest", 0): streams(lambda s, fn, other: s.pipe(ops.combine_latest(other)),
+                                       other_requests="^32", values={**_PAIRS, "x": ("a", 2), "w": ("a", 1)}),
+    ("ops.with_latest_from", 0): streams(lambda s, fn, other: s.pipe(ops.with_latest_from(other)),
+                                         other_requests="^*", values={"x": ("b", 1), "y": ("c", 2)}),
+    ("ops.concat", 0): streams(lambda s, fn, other: s.pipe(ops.concat(other)), other_requests="    ^1  ^9",
+                               subscribed_later=True),
+    ("rx.zip", 0): streams(lambda s, fn, other: rx.zip(s, other), values={"x": ("a", 1), "y": ("b", 2)}),
+    ("rx.merge", 0): streams(lambda s, fn, other: rx.merge(s, other)),
+    ("rx.concat", 0): streams(lambda s, fn, other: rx.concat(s, other), subscribed_later=True),
+    ("rx.combine_latest", 0): streams(lambda s, fn, other: rx.combine_latest(s, other),
+                                      values={"w": ("a", 1), "x": ("b", 1), "y": ("b", 2)}),
 }
 
 FOUND = {(name, k): block for name, doc in _public_docs().items() for k, block in enumerate(diagrams(doc))}

@@ -187,3 +187,16 @@ def test_beyond_one_machine_commands_run_as_written(broker: str, tmp_path: Path)
             if process.poll() is None:
                 os.killpg(process.pid, signal.SIGKILL)
                 process.wait(timeout=10)
+
+
+def test_beyond_the_gateway_is_the_pipeline_file_and_its_output(tmp_path: Path) -> None:
+    section = "## Beyond the gateway: documents to embeddings"
+    start = README.index(section)
+    text = README[start:README.index("\n## ", start + 1)]
+    (code_block,) = python_blocks(section)
+    source = (ROOT / "pipelines" / "embed_documents.py").read_text()
+    assert source.endswith(code_block) and source[:-len(code_block)].rstrip().endswith('"""')  # after its docstring
+    (shown,) = re.findall(r"```text\n(.*?)```", text, re.S)
+    code, output = run([sys.executable, "-m", "rxpipe", "run", "pipelines/embed_documents.py"], ROOT, tmp_path)
+    assert code == 0, output
+    assert output == shown

@@ -447,6 +447,68 @@ def test_an_input_subscribed_inside_a_hook_is_not_re_entered() -> None:
     assert ts.values == [10, 11, 20, 21] and ts.completed
 
 
+class Latest(Stage):
+    """Each item with the side source's latest value (a small with_latest_from)."""
+
+    prefetch = None
+
+    def __init__(self, side: rx.Flowable[Any], first: bool) -> None:
+        self.side, self.latest = side, Stage.NOTHING
+        self.inputs_first = first  # type: ignore[misc]  # per run, for the test: a class attribute
+
+    @classmethod
+    def graph_inputs(cls, side: rx.Flowable[Any], first: bool) -> tuple[rx.Flowable[Any], ...]:
+        return (side,)
+
+    def on_start(self) -> None:
+        self.open_input(self.side, prefetch=UNBOUNDED)
+
+    def on_input_next(self, input: Input, item: Any) -> None:
+        self.latest = item
+
+    def on_next(self, item: Any) -> None:
+        if self.latest is not Stage.NOTHING:
+            self.emit((item, self.latest))
+
+
+def test_inputs_first_gives_the_inputs_their_credit_before_the_main_upstream() -> None:
+    # both synchronous: whichever is requested first runs to its end before the other starts
+    assert subscribe(rx.just(1, 2).pipe(operator(Latest)(rx.just("a", "b"), False)), UNBOUNDED).values == []
+    ts = subscribe(rx.just(1, 2).pipe(operator(Latest)(rx.just("a", "b"), True)), UNBOUNDED)
+    assert ts.values == [(1, "b"), (2, "b")] and ts.completed
+    order: list[str] = []
+    main, side = Ordered("main", order), Ordered("side", order)
+    subscribe(main.pipe(operator(Latest)(side, True)), 3)
+    assert order == ["side", "main"] and side.requests == [UNBOUNDED] and main.requests == [3]
+
+
+class Ordered(TestPublisher[Any]):
+    """Notes its label in a shared list at each request (which source was asked first)."""
+
+    def __init__(self, label: str, order: list[str]) -> None:
+        super().__init__()
+        self.label, self.order = label, order
+
+    def _record_request(self, n: int) -> None:
+        self.order.append(self.label)
+        super()._record_request(n)
+
+
+def test_graph_inputs_are_listed_as_upstreams_after_the_source() -> None:
+    source, side = rx.range(0, 3), rx.just("a")
+    node = source.pipe(operator(Latest)(side, True))
+    assert node.upstreams == (source, side)
+    assert [stage.kind for stage in rx.Pipeline(node).stages] == ["range", "just", "latest"]
+
+    class Wrong(Latest):
+        @classmethod
+        def graph_inputs(cls, side: rx.Flowable[Any], first: bool) -> tuple[rx.Flowable[Any], ...]:
+            return ("not a flowable",)  # type: ignore[return-value]
+
+    with pytest.raises(TypeError, match="graph_inputs"):
+        source.pipe(operator(Wrong)(side, True))
+
+
 # -- the operator factory ------------------------------------------------------------------------------
 def test_the_factory_checks_arguments_at_once_and_names_stages() -> None:
     with pytest.raises(ValueError, match="duration_s"):
@@ -633,7 +695,7 @@ def test_fail_after_queued_is_ignored_after_complete_and_fail_still_cuts_ahead()
     assert ts2.values == [] and str(ts2.error) == "now" and pub2.cancelled
 
 
-def test_inputs_are_asked_before_the_main_upstream() -> None:
+def test_by_default_the_main_upstream_is_asked_before_the_inputs() -> None:
     order: list[str] = []
 
     class Recording(TestPublisher[int]):
@@ -659,4 +721,4 @@ def test_inputs_are_asked_before_the_main_upstream() -> None:
 
     main, side = Recording("main"), Recording("side")
     subscribe(main.pipe(operator(WithSide)(side)), initial=2)
-    assert order == ["side", "main"]
+    assert order == ["main", "side"]  # inputs_first = True reverses it (take_until, with_latest_from)

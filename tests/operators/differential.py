@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterator
 
 import reactivex
+import reactivex.operators as rxo
 from reactivex.testing import ReactiveTest, TestScheduler
 
 import rxpipe as rx
@@ -226,3 +227,62 @@ def timed_through_reactivex(build: Callable[[reactivex.Observable[Any]], reactiv
         notes.append((round(record.time - subscribed, 6), note))
     return notes
 
+
+
+# -- timed streams made inside an operator (inner streams, other sources), second round ----------------
+# Timeline, timeline, rxpipe_timeline, reactivex_timeline: the streams flat_map & co subscribe to
+# themselves and zip & co's other sources, on the same clocks as timed_through_* (not in __all__).
+@dataclass(frozen=True)
+class Timeline:
+    """A cold stream on a clock, relative to its own subscription: ``events`` are ``(seconds after
+    subscribe, item)`` in time order, then completion at ``end_s`` (or ``error`` there). For the
+    streams an operator subscribes to itself (``flat_map``'s inner streams, ``zip``'s other
+    sources), where :func:`timed_through_rxpipe` drives only the source."""
+
+    events: tuple[tuple[float, Any], ...]
+    end_s: float
+    error: BaseException | None = None
+
+
+def timeline(rng: random.Random, items: list[Any], step_s: float = 0.0371, end_step_s: float = 0.0193,
+             error_rate: float = 0.0, shift_s: float = 0.0) -> Timeline:
+    """``items`` one every ``step_s`` (times random multiples of it, plus ``shift_s``), ending
+    ``end_step_s`` after the last; the defaults are never a sum of :func:`timed_cases`' gaps, so the
+    stream's events never fall on the same instant as the source's (which of two simultaneous events
+    comes first is a scheduling detail, not a semantic: give streams subscribed at the same instant
+    distinct ``shift_s``)."""
+    t, events = shift_s, []
+    for item in items:
+        t = round(t + step_s * rng.choice((1, 1, 2, 3)), 6)
+        events.append((t, item))
+    error = SourceFailed(f"timeline error at {t + end_step_s:.4f}") if rng.random() < error_rate else None
+    return Timeline(tuple(events), round(t + end_step_s, 6), error)
+
+
+def rxpipe_timeline(line: Timeline) -> rx.Flowable[Any]:
+    """The timeline as an rxpipe source (an async generator sleeping on the loop's clock)."""
+    async def play() -> Any:
+        t = 0.0
+        for at, item in line.events:
+            await asyncio.sleep(at - t)
+            t = at
+            yield item
+        await asyncio.sleep(line.end_s - t)
+        if line.error is not None:
+            raise line.error
+
+    return rx.defer(lambda: rx.from_async_iterable(play()))
+
+
+def reactivex_timeline(line: Timeline) -> reactivex.Observable[Any]:
+    """The timeline as a reactivex source (timers in sequence, on the scheduler it is subscribed
+    with: :func:`timed_through_reactivex`'s ``TestScheduler``)."""
+    parts: list[reactivex.Observable[Any]] = []
+    t = 0.0
+    for at, item in line.events:
+        parts.append(reactivex.timer(at - t).pipe(rxo.map(lambda _, item=item: item)))
+        t = at
+    parts.append(reactivex.timer(line.end_s - t).pipe(rxo.ignore_elements()))
+    if line.error is not None:
+        parts.append(reactivex.throw(line.error))
+    return reactivex.concat(*parts)
