@@ -32,6 +32,10 @@ DESIGN_3 = {
                      "discard", "Capabilities"},
 }
 
+# -- second round (issue 22): time operators and sources --
+DESIGN_3["rxpipe"] |= {"timer", "never", "from_future"}
+DESIGN_3["rxpipe.operators"] |= {"debounce", "sample", "throttle_first", "delay"}
+
 
 def documented() -> dict[str, set[str]]:
     text = (ROOT / "docs" / "architecture.md").read_text()

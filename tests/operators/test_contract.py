@@ -73,6 +73,13 @@ BUILT_INS: dict[str, tuple[Callable[[], Operator], dict[str, Any]]] = {
     "group_by": (_groups, {"emits_every_item": False, "max_held": 4,
                            "checks": ("demand", "bounds", "error", "completion")}),
     "execute": (_execute, {"emits_every_item": False, "items": _request, "max_held": 2}),
+    # -- second round (issue 22): time operators. The lossy ones request UNBOUNDED and keep at
+    # most one item (the rest dropped and counted); delay takes nothing without demand.
+    "debounce": (lambda: ops.debounce(0.05), {"emits_every_item": False, "time_based": True, "max_held": 1}),
+    "sample": (lambda: ops.sample(0.05), {"emits_every_item": False, "time_based": True, "max_held": 1}),
+    "throttle_first": (lambda: ops.throttle_first(0.05),
+                       {"emits_every_item": False, "time_based": True, "max_held": 1}),
+    "delay": (lambda: ops.delay(0.05), {"time_based": True, "max_held": 0}),
 }
 
 

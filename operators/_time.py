@@ -1,0 +1,335 @@
+"""Time operators: ``debounce``, ``sample``, ``throttle_first`` and ``delay`` (DESIGN §3, second round).
+
+Written on :class:`rxpipe.stage.Stage`, on the loop's clock only (``Stage.now``, the kit's
+timers), so virtual time drives them exactly.
+
+The first three are lossy by definition: they request upstream without bound
+(``prefetch = UNBOUNDED``), keep at most one item (``held`` is 0 or 1) and count every item they
+let go with :meth:`~rxpipe.stage.Stage.drop` (metric ``rxpipe_stage_dropped_total{reason}``):
+
+- ``"superseded"``: a newer item replaced it before it was due (debounce's quiet period, a
+  sample's interval);
+- ``"throttled"``: it arrived inside a throttle_first window;
+- ``"no_demand"``: it was due while downstream had not asked, and a newer due item replaced it;
+- ``"error"``: it was held when the stream failed.
+
+An item that becomes due while downstream has no demand is kept (the one held item) and goes out
+at the next ``request``; it is never queued behind others. ``delay`` loses nothing: it is
+demand-driven (``prefetch = None``), its delayed items count against downstream demand, so each
+one finds demand when its time comes.
+
+Ties. Time boundaries come before items arriving at the same instant: a quiet period, a sample
+interval or a throttle window that ends exactly when an item arrives has ended for that item.
+Each stage checks the clock when an item arrives, so the rule holds whatever order the loop runs
+a timer and an item due at the same time. (reactivex's order at a tie is its scheduler's.)
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from typing import Any
+
+from rxpipe._protocol import UNBOUNDED
+from rxpipe.flowable import Flowable
+from rxpipe.stage import Input, Stage, operator
+
+__all__ = ["Debounce", "Sample", "ThrottleFirst", "Delay", "debounce_stage", "sample_stage",
+           "throttle_first_stage", "delay_stage"]
+
+NOTHING = Stage.NOTHING
+
+# A loop may run a timer up to its clock resolution early, and sums of float seconds round: a
+# boundary this close counts as reached (as in operators/_timeout.py).
+_EARLY_S = 1e-6
+
+
+class Debounce(Stage):
+    """One run of ``debounce(duration_s)``.
+
+    State: ``pending`` (the latest item, in its quiet period), ``due`` (when that period ends),
+    ``ready`` (an item whose quiet period ended while downstream had no demand), ``armed`` (the
+    timer runs, due no later than ``due``). At most one of ``pending``/``ready`` is set.
+    The timer is not re-armed per item: an item only moves ``due``, and a timer firing early
+    re-arms itself for the remainder.
+    """
+
+    prefetch = UNBOUNDED
+    passes_capabilities = True
+    kind = "debounce"
+
+    def __init__(self, duration_s: float) -> None:
+        self.duration_s = duration_s
+        self.pending: Any = NOTHING
+        self.ready: Any = NOTHING
+        self.due = 0.0
+        self.armed = False
+        self.held = 0
+
+    def on_next(self, item: Any) -> None:
+        now = self.now
+        if self.pending is not NOTHING:
+            if now + _EARLY_S >= self.due:  # its quiet period ended at this very instant
+                self.settle()
+            else:
+                self.drop(self.pending, "superseded")
+        if self.ready is not NOTHING:
+            self.drop(self.ready, "no_demand")
+            self.ready = NOTHING
+        self.pending = item
+        self.held = 1
+        self.due = now + self.duration_s
+        if not self.armed:
+            self.armed = True
+            self.start_timer("quiet", self.duration_s)
+
+    def on_timer(self, key: Any) -> None:
+        self.armed = False
+        if self.pending is NOTHING:
+            return
+        now = self.now
+        if now + _EARLY_S >= self.due:
+            self.settle()
+        else:
+            self.armed = True
+            self.start_timer("quiet", self.due - now)
+
+    def settle(self) -> None:
+        item, self.pending = self.pending, NOTHING
+        if self.demanded:
+            self.held = 0
+            self.emit(item)
+        else:
+            self.ready = item
+
+    def on_request(self, n: int) -> None:
+        if self.ready is not NOTHING and self.demanded:
+            item, self.ready = self.ready, NOTHING
+            self.held = 0
+            self.emit(item)
+
+    def on_complete(self) -> None:
+        item = self.ready if self.ready is not NOTHING else self.pending
+        self.pending = self.ready = NOTHING
+        self.held = 0
+        if item is not NOTHING:
+            self.emit(item)  # at once (reactivex); waits for demand if there is none
+        self.complete()
+
+    def on_error(self, error: BaseException) -> None:
+        drop_held(self, error, ("pending", "ready"))
+
+
+class Sample(Stage):
+    """One run of ``sample(interval_s)`` or ``sample(sampler)``.
+
+    State: ``latest`` (the newest item not yet sampled), ``missed`` (a tick found no demand while
+    ``latest`` waited), ``upstream_ended``, ``next_tick`` (interval mode: when the next tick is
+    due; one one-shot timer re-armed per tick, on a fixed schedule ``start + k * interval_s``).
+    """
+
+    prefetch = UNBOUNDED
+    passes_capabilities = True
+    kind = "sample"
+
+    def __init__(self, interval_s: float | None, sampler: Flowable[Any] | None) -> None:
+        self.interval_s = interval_s
+        self.sampler = sampler
+        self.latest: Any = NOTHING
+        self.missed = False
+        self.upstream_ended = False
+        self.next_tick = math.inf
+        self.held = 0
+
+    def on_start(self) -> None:
+        if self.sampler is not None:
+            self.open_input(self.sampler, prefetch=UNBOUNDED)
+        else:
+            assert self.interval_s is not None
+            self.next_tick = self.now + self.interval_s
+            self.start_timer("tick", self.interval_s)
+
+    def on_next(self, item: Any) -> None:
+        if self.now + _EARLY_S >= self.next_tick:  # a tick due at this instant comes first
+            self.on_timer("tick")
+        if self.latest is not NOTHING:
+            self.drop(self.latest, "no_demand" if self.missed else "superseded")
+        self.latest = item
+        self.missed = False
+        self.held = 1
+
+    def on_timer(self, key: Any) -> None:
+        interval_s = self.interval_s
+        assert interval_s is not None
+        now = self.now
+        due = self.next_tick + interval_s
+        if due <= now:  # the loop was late by a whole interval or more: skip the missed ticks
+            due += math.floor((now - due) / interval_s + 1) * interval_s
+        self.next_tick = due
+        self.start_timer("tick", due - now)
+        self.tick()
+
+    def tick(self) -> None:
+        item = self.latest
+        if item is not NOTHING:
+            if not self.demanded and not self.upstream_ended:
+                self.missed = True  # the tick is skipped; the item waits for the next one
+                return
+            self.latest = NOTHING
+            self.missed = False
+            self.held = 0
+            self.emit(item)  # after the end: queued (at most this one) ahead of the completion
+        if self.upstream_ended:
+            self.complete()
+
+    def on_complete(self) -> None:
+        self.upstream_ended = True  # the completion goes out at the next tick (reactivex)
+
+    def on_error(self, error: BaseException) -> None:
+        drop_held(self, error, ("latest",))
+
+    def on_input_next(self, input: Input, item: Any) -> None:
+        self.tick()
+
+    def on_input_complete(self, input: Input) -> None:
+        # No tick will ever come again: the last sample is taken now and the stream completes
+        # (reactivex would stay silent until the source ends, and then never complete).
+        self.upstream_ended = True
+        self.tick()
+
+    def on_input_error(self, input: Input, error: BaseException) -> None:
+        drop_held(self, error, ("latest",))
+
+
+class ThrottleFirst(Stage):
+    """One run of ``throttle_first(window_s)``.
+
+    State: ``window_end`` (the current window is ``[window_end - window_s, window_end)``),
+    ``first`` (a window's first item that found no demand, kept until downstream asks).
+    No timer: a window is a comparison with the clock when an item arrives.
+    """
+
+    prefetch = UNBOUNDED
+    passes_capabilities = True
+    kind = "throttle_first"
+
+    def __init__(self, window_s: float) -> None:
+        self.window_s = window_s
+        self.window_end = -math.inf
+        self.first: Any = NOTHING
+        self.held = 0
+
+    def on_next(self, item: Any) -> None:
+        now = self.now
+        if now + _EARLY_S < self.window_end:
+            self.drop(item, "throttled")
+            return
+        self.window_end = now + self.window_s
+        if self.first is not NOTHING:
+            self.drop(self.first, "no_demand")
+            self.first = NOTHING
+            self.held = 0
+        if self.demanded:
+            self.emit(item)
+        else:
+            self.first = item
+            self.held = 1
+
+    def on_request(self, n: int) -> None:
+        if self.first is not NOTHING and self.demanded:
+            item, self.first = self.first, NOTHING
+            self.held = 0
+            self.emit(item)
+
+    def on_complete(self) -> None:
+        if self.first is not NOTHING:
+            item, self.first = self.first, NOTHING
+            self.held = 0
+            self.emit(item)
+        self.complete()
+
+    def on_error(self, error: BaseException) -> None:
+        drop_held(self, error, ("first",))
+
+
+class Delay(Stage):
+    """One run of ``delay(duration_s)``.
+
+    State: ``waiting`` (``(due, item)`` in arrival order, so in due order: the clock never goes
+    back), ``end_due`` (when the completion goes out, once upstream completed), ``armed`` (one
+    timer, for the head of ``waiting`` or for the completion). ``held`` = ``len(waiting)``: the
+    delayed items count against downstream demand, so each finds demand when it is due.
+    """
+
+    prefetch = None  # demand-driven: upstream is asked only for what downstream asked
+    passes_capabilities = True
+    kind = "delay"
+
+    def __init__(self, duration_s: float) -> None:
+        self.duration_s = duration_s
+        self.waiting: deque[tuple[float, Any]] = deque()
+        self.end_due: float | None = None
+        self.armed = False
+        self.held = 0
+
+    def on_next(self, item: Any) -> None:
+        self.waiting.append((self.now + self.duration_s, item))
+        self.held += 1
+        if not self.armed:
+            self.armed = True
+            self.start_timer("due", self.duration_s)
+
+    def on_complete(self) -> None:
+        self.end_due = self.now + self.duration_s
+        if not self.armed:
+            self.armed = True
+            self.start_timer("due", self.duration_s)
+
+    def on_timer(self, key: Any) -> None:
+        self.armed = False
+        now = self.now + _EARLY_S
+        waiting = self.waiting
+        while waiting and waiting[0][0] <= now:
+            self.held -= 1
+            self.emit(waiting.popleft()[1])
+        due = waiting[0][0] if waiting else self.end_due
+        if due is None:
+            return
+        if due <= now:
+            self.complete()
+        else:
+            self.armed = True
+            self.start_timer("due", due - self.now)
+
+    def on_error(self, error: BaseException) -> None:
+        # at once, ahead of the delayed items (reactivex): they are dropped and told
+        waiting, self.waiting = self.waiting, deque()
+        self.held = 0
+        for _, item in waiting:
+            self.drop(item, "error")
+        self.fail(error)
+
+    def on_stop(self) -> None:
+        self.waiting.clear()
+        self.held = 0
+
+
+def drop_held(stage: Stage, error: BaseException, slots: tuple[str, ...]) -> None:
+    """Fail ``stage`` with ``error``, dropping (reason ``"error"``) the item kept in ``slots``."""
+    for slot in slots:
+        item = getattr(stage, slot)
+        if item is not NOTHING:
+            setattr(stage, slot, NOTHING)
+            stage.drop(item, "error")
+    stage.held = 0
+    stage.fail(error)
+
+
+#: ``debounce_stage(duration_s, name=None)`` (``ops.debounce`` checks the arguments)
+debounce_stage = operator(Debounce)
+#: ``sample_stage(interval_s, sampler, name=None)``
+sample_stage = operator(Sample)
+#: ``throttle_first_stage(window_s, name=None)``
+throttle_first_stage = operator(ThrottleFirst)
+#: ``delay_stage(duration_s, name=None)``
+delay_stage = operator(Delay)
