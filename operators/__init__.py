@@ -745,7 +745,8 @@ def debounce(duration_s: float, *, name: str | None = None) -> Operator:
     within the quiet period), ``"no_demand"`` (due, but replaced before downstream asked),
     ``"error"``; each is told ``on_discard(reason)`` if it has one.
     Time: ``loop.time()`` and one timer, re-armed only when it fires early (never per item). A
-    quiet period ending at the very instant the next item arrives counts as elapsed.
+    quiet period ending at the very instant the next item (or an error) arrives counts as
+    elapsed: the item goes out first.
     Args: duration_s (seconds, > 0).
     Signals: TypeError/ValueError (raised here) for a bad duration; an upstream error is
         signalled at once and the held item is dropped (reason ``"error"``); the completion
@@ -784,8 +785,9 @@ def sample(interval_s: float | Flowable[Any] | None = None, *, sampler: Flowable
     counted, ``rxpipe_stage_dropped_total{reason}``: ``"superseded"`` (a newer item came before
     a tick), ``"no_demand"`` (a tick was skipped while it waited), ``"error"``.
     Time: ticks at ``start + k * interval_s`` (fixed rate; ticks missed by a busy loop are
-    skipped) on ``loop.time()``, one timer. A tick due at the very instant an item arrives comes
-    before it.
+    skipped) on ``loop.time()``, one timer. A tick due at the very instant an upstream signal
+    arrives comes before it (an item then waits for the next tick; so does a completion).
+    A sampler's items and upstream's come in the order the loop delivers them.
     Args: interval_s (seconds, > 0) or sampler (a Flowable or Publisher): exactly one.
     Signals: TypeError/ValueError (raised here) for a bad interval, a sampler that is not a
         Publisher, or both/neither given; an upstream error is signalled at once (the held item

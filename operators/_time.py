@@ -18,10 +18,13 @@ at the next ``request``; it is never queued behind others. ``delay`` loses nothi
 demand-driven (``prefetch = None``), its delayed items count against downstream demand, so each
 one finds demand when its time comes.
 
-Ties. Time boundaries come before items arriving at the same instant: a quiet period, a sample
-interval or a throttle window that ends exactly when an item arrives has ended for that item.
-Each stage checks the clock when an item arrives, so the rule holds whatever order the loop runs
-a timer and an item due at the same time. (reactivex's order at a tie is its scheduler's.)
+Ties. Time boundaries come before upstream signals arriving at the same instant: a quiet period,
+a sample tick or a throttle window that ends exactly when an item (or the completion, or an
+error) arrives has ended for it. Each stage checks the clock when a signal arrives, so the rule
+holds whatever order the loop runs a timer and a signal due at the same time; an item emitted at
+such a boundary goes downstream before an error arriving at it (the error waits for a zero-delay
+timer, since ``fail`` cuts ahead of emitted items). reactivex's order at a tie is its scheduler's
+insertion order (on its TestScheduler: the source's signal first).
 """
 
 from __future__ import annotations
@@ -64,6 +67,7 @@ class Debounce(Stage):
         self.ready: Any = NOTHING
         self.due = 0.0
         self.armed = False
+        self.failing: BaseException | None = None
         self.held = 0
 
     def on_next(self, item: Any) -> None:
@@ -84,6 +88,10 @@ class Debounce(Stage):
             self.start_timer("quiet", self.duration_s)
 
     def on_timer(self, key: Any) -> None:
+        if key == "error":
+            assert self.failing is not None
+            self.fail(self.failing)
+            return
         self.armed = False
         if self.pending is NOTHING:
             return
@@ -94,13 +102,15 @@ class Debounce(Stage):
             self.armed = True
             self.start_timer("quiet", self.due - now)
 
-    def settle(self) -> None:
+    def settle(self) -> bool:
+        """The pending item's quiet period ended: emit it, or keep it until asked. True if emitted."""
         item, self.pending = self.pending, NOTHING
         if self.demanded:
             self.held = 0
             self.emit(item)
-        else:
-            self.ready = item
+            return True
+        self.ready = item
+        return False
 
     def on_request(self, n: int) -> None:
         if self.ready is not NOTHING and self.demanded:
@@ -117,6 +127,9 @@ class Debounce(Stage):
         self.complete()
 
     def on_error(self, error: BaseException) -> None:
+        if self.pending is not NOTHING and self.now + _EARLY_S >= self.due and self.settle():
+            error_after_delivery(self, error)  # the quiet period ended at this very instant
+            return
         drop_held(self, error, ("pending", "ready"))
 
 
@@ -139,6 +152,7 @@ class Sample(Stage):
         self.missed = False
         self.upstream_ended = False
         self.next_tick = math.inf
+        self.failing: BaseException | None = None
         self.held = 0
 
     def on_start(self) -> None:
@@ -150,15 +164,27 @@ class Sample(Stage):
             self.start_timer("tick", self.interval_s)
 
     def on_next(self, item: Any) -> None:
-        if self.now + _EARLY_S >= self.next_tick:  # a tick due at this instant comes first
-            self.on_timer("tick")
+        self.tick_due_now()
         if self.latest is not NOTHING:
             self.drop(self.latest, "no_demand" if self.missed else "superseded")
         self.latest = item
         self.missed = False
         self.held = 1
 
+    def tick_due_now(self) -> bool:
+        """Run the tick due at this very instant (if its timer has not run yet): a tick comes
+        before an upstream signal arriving at the same time. True if it emitted an item."""
+        if self.now + _EARLY_S < self.next_tick:
+            return False
+        emitting = self.latest is not NOTHING and self.demanded > 0
+        self.on_timer("tick")
+        return emitting
+
     def on_timer(self, key: Any) -> None:
+        if key == "error":
+            assert self.failing is not None
+            self.fail(self.failing)
+            return
         interval_s = self.interval_s
         assert interval_s is not None
         now = self.now
@@ -170,6 +196,8 @@ class Sample(Stage):
         self.tick()
 
     def tick(self) -> None:
+        """Sample: emit the newest item if one came since the last sample and there is demand
+        (else the tick is skipped); after upstream's end, emit it regardless and complete."""
         item = self.latest
         if item is not NOTHING:
             if not self.demanded and not self.upstream_ended:
@@ -183,9 +211,13 @@ class Sample(Stage):
             self.complete()
 
     def on_complete(self) -> None:
+        self.tick_due_now()
         self.upstream_ended = True  # the completion goes out at the next tick (reactivex)
 
     def on_error(self, error: BaseException) -> None:
+        if self.tick_due_now():
+            error_after_delivery(self, error)
+            return
         drop_held(self, error, ("latest",))
 
     def on_input_next(self, input: Input, item: Any) -> None:
@@ -312,6 +344,13 @@ class Delay(Stage):
     def on_stop(self) -> None:
         self.waiting.clear()
         self.held = 0
+
+
+def error_after_delivery(stage: Debounce | Sample, error: BaseException) -> None:
+    """Fail with ``error`` once the item just emitted went downstream: ``fail`` cuts ahead of
+    emitted items, so the error waits for a zero-delay timer (the same instant of the clock)."""
+    stage.failing = error
+    stage.start_timer("error", 0.0)
 
 
 def drop_held(stage: Stage, error: BaseException, slots: tuple[str, ...]) -> None:

@@ -17,7 +17,7 @@ import reactivex.operators as rxo
 import rxpipe as rx
 from rxpipe import UNBOUNDED
 from rxpipe import operators as ops
-from rxpipe.testing import TestPublisher, TestSubscriber, check_operator
+from rxpipe.testing import TestPublisher, TestSubscriber, check_operator, run_virtual
 
 from .differential import TimedCase, timed_cases, timed_through_reactivex, timed_through_rxpipe
 
@@ -143,6 +143,63 @@ async def test_throttle_first_an_item_at_the_end_of_a_window_opens_the_next(loop
     assert ts.values == ["a", "c", "e"]  # windows [0.2, 0.7), [0.7, 1.2), [1.2, 1.7)
     assert inner(ts).statistics().dropped == {"throttled": 2}
     ts.cancel()
+
+
+@pytest.mark.parametrize("order", ["timer first", "signal first"])
+@pytest.mark.parametrize("signal", ["error", "complete"])
+def test_sample_a_tick_comes_before_a_terminal_signal_at_its_instant(order: str, signal: str) -> None:
+    """Whichever the loop runs first, the tick at 1.0 samples b; a completion then waits for the
+    next tick, an error follows the sampled item."""
+    async def main() -> list[tuple[float, Any]]:
+        loop = asyncio.get_running_loop()
+        pub, ts = stage(ops.sample(1.0), UNBOUNDED)
+        seen: list[tuple[float, Any]] = []
+        ts_on_next, ts_on_complete, ts_on_error = ts.on_next, ts.on_complete, ts.on_error
+        ts.on_next = lambda x: (seen.append((loop.time(), x)), ts_on_next(x))  # type: ignore[method-assign]
+        ts.on_complete = lambda: (seen.append((loop.time(), "|")), ts_on_complete())  # type: ignore[method-assign]
+        ts.on_error = lambda e: (seen.append((loop.time(), "#")), ts_on_error(e))  # type: ignore[method-assign]
+        loop.call_at(0.5, pub.emit, "b")
+        terminal = pub.complete if signal == "complete" else lambda: pub.error(RuntimeError("x"))
+        if order == "signal first":  # run the signal inside the loop iteration before the timer's
+            loop.call_at(1.0 - 1e-9, terminal)
+        else:
+            loop.call_at(1.0 + 1e-9, terminal)
+        await ts.await_done(10.0)
+        return seen
+
+    seen = run_virtual(main())
+    assert [x for _, x in seen] == (["b", "|"] if signal == "complete" else ["b", "#"])
+    ends = seen[-1][0]
+    assert ends == pytest.approx(2.0 if signal == "complete" else 1.0, abs=1e-6)
+
+
+@pytest.mark.virtual
+async def test_debounce_an_error_at_the_end_of_the_quiet_period_follows_the_item(
+        loop: asyncio.AbstractEventLoop) -> None:
+    pub, ts = stage(ops.debounce(0.5), UNBOUNDED)
+    boom = RuntimeError("boom")
+    loop.call_at(0.25, pub.emit, "a")
+    loop.call_at(0.75, pub.error, boom)
+    await ts.await_done(10.0)
+    assert ts.values == ["a"] and ts.error is boom and loop.time() == 0.75
+    assert inner(ts).statistics().dropped == {}
+
+
+def test_ties_differ_from_reactivex_as_documented() -> None:
+    """On reactivex's TestScheduler the source's signal comes first at a tie (it was scheduled
+    first); rxpipe puts the time boundary first, whatever the loop's order."""
+    case = TimedCase((((0.25, "a"), (0.75, "b"))), 2.0)  # binary-exact times: true ties
+    assert timed_through_reactivex(lambda s: s.pipe(rxo.debounce(0.5)), case) == [(1.25, ("N", "b")), (2.0, ("C",))]
+    assert timed_through_rxpipe(lambda s: s.pipe(ops.debounce(0.5)), case) == [
+        (0.75, ("N", "a")), (1.25, ("N", "b")), (2.0, ("C",))]
+    case = TimedCase(((0.25, "a"), (0.5, "b")), 2.0)
+    assert timed_through_reactivex(lambda s: s.pipe(rxo.sample(0.5)), case) == [(0.5, ("N", "b")), (2.0, ("C",))]
+    assert timed_through_rxpipe(lambda s: s.pipe(ops.sample(0.5)), case) == [
+        (0.5, ("N", "a")), (1.0, ("N", "b")), (2.5, ("C",))]
+    case = TimedCase(((0.25, "a"), (0.75, "b")), 2.0)  # throttle_first: no timer, the same rule
+    assert timed_through_reactivex(lambda s: s.pipe(rxo.throttle_first(0.5)), case) == \
+        timed_through_rxpipe(lambda s: s.pipe(ops.throttle_first(0.5)), case) == [
+            (0.25, ("N", "a")), (0.75, ("N", "b")), (2.0, ("C",))]
 
 
 # -- lossy operators: demand, bounds, drops ------------------------------------------------------------
