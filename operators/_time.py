@@ -37,7 +37,7 @@ from rxpipe._protocol import UNBOUNDED
 from rxpipe.flowable import Flowable
 from rxpipe.stage import Input, Stage, operator
 
-__all__ = ["Debounce", "Sample", "ThrottleFirst", "Delay", "debounce_stage", "sample_stage",
+__all__ = ["KeepsOne", "Debounce", "Sample", "ThrottleFirst", "Delay", "debounce_stage", "sample_stage",
            "throttle_first_stage", "delay_stage"]
 
 NOTHING = Stage.NOTHING
@@ -47,28 +47,62 @@ NOTHING = Stage.NOTHING
 _EARLY_S = 1e-6
 
 
-class Debounce(Stage):
-    """One run of ``debounce(duration_s)``.
+class KeepsOne(Stage):
+    """Base of the lossy stages that keep one due item while downstream has no demand.
 
-    State: ``pending`` (the latest item, in its quiet period), ``due`` (when that period ends),
-    ``ready`` (an item whose quiet period ended while downstream had no demand), ``armed`` (the
-    timer runs, due no later than ``due``). At most one of ``pending``/``ready`` is set.
-    The timer is not re-armed per item: an item only moves ``due``, and a timer firing early
-    re-arms itself for the remainder.
+    State: ``kept`` (that item, or NOTHING). :meth:`offer` emits a due item or keeps it,
+    :meth:`on_request` delivers the kept item as soon as downstream asks, :meth:`replace_kept`
+    drops it for a newer one (reason ``"no_demand"``).
     """
 
     prefetch = UNBOUNDED
     passes_capabilities = True
+
+    def __init__(self) -> None:
+        self.kept: Any = NOTHING
+        self.held = 0
+
+    def offer(self, item: Any) -> bool:
+        """``item`` is due: emit it if downstream asked, else keep it. True if emitted."""
+        if self.demanded:
+            self.emit(item)
+            return True
+        self.kept = item
+        self.held = 1
+        return False
+
+    def replace_kept(self) -> None:
+        if self.kept is not NOTHING:
+            self.drop(self.kept, "no_demand")
+            self.kept = NOTHING
+            self.held = 0
+
+    def on_request(self, n: int) -> None:
+        if self.kept is not NOTHING and self.demanded:
+            item, self.kept = self.kept, NOTHING
+            self.held = 0
+            self.emit(item)
+
+
+class Debounce(KeepsOne):
+    """One run of ``debounce(duration_s)``.
+
+    State: ``pending`` (the latest item, in its quiet period), ``due`` (when that period ends),
+    ``kept`` (an item whose quiet period ended while downstream had no demand), ``armed`` (the
+    timer runs, due no later than ``due``). At most one of ``pending``/``kept`` is set.
+    The timer is not re-armed per item: an item only moves ``due``, and a timer firing early
+    re-arms itself for the remainder.
+    """
+
     kind = "debounce"
 
     def __init__(self, duration_s: float) -> None:
+        super().__init__()
         self.duration_s = duration_s
         self.pending: Any = NOTHING
-        self.ready: Any = NOTHING
         self.due = 0.0
         self.armed = False
         self.failing: BaseException | None = None
-        self.held = 0
 
     def on_next(self, item: Any) -> None:
         now = self.now
@@ -77,9 +111,7 @@ class Debounce(Stage):
                 self.settle()
             else:
                 self.drop(self.pending, "superseded")
-        if self.ready is not NOTHING:
-            self.drop(self.ready, "no_demand")
-            self.ready = NOTHING
+        self.replace_kept()
         self.pending = item
         self.held = 1
         self.due = now + self.duration_s
@@ -105,22 +137,12 @@ class Debounce(Stage):
     def settle(self) -> bool:
         """The pending item's quiet period ended: emit it, or keep it until asked. True if emitted."""
         item, self.pending = self.pending, NOTHING
-        if self.demanded:
-            self.held = 0
-            self.emit(item)
-            return True
-        self.ready = item
-        return False
-
-    def on_request(self, n: int) -> None:
-        if self.ready is not NOTHING and self.demanded:
-            item, self.ready = self.ready, NOTHING
-            self.held = 0
-            self.emit(item)
+        self.held = 0
+        return self.offer(item)
 
     def on_complete(self) -> None:
-        item = self.ready if self.ready is not NOTHING else self.pending
-        self.pending = self.ready = NOTHING
+        item = self.kept if self.kept is not NOTHING else self.pending
+        self.pending = self.kept = NOTHING
         self.held = 0
         if item is not NOTHING:
             self.emit(item)  # at once (reactivex); waits for demand if there is none
@@ -130,7 +152,7 @@ class Debounce(Stage):
         if self.pending is not NOTHING and self.now + _EARLY_S >= self.due and self.settle():
             error_after_delivery(self, error)  # the quiet period ended at this very instant
             return
-        drop_held(self, error, ("pending", "ready"))
+        drop_held(self, error, ("pending", "kept"))
 
 
 class Sample(Stage):
@@ -233,23 +255,20 @@ class Sample(Stage):
         drop_held(self, error, ("latest",))
 
 
-class ThrottleFirst(Stage):
+class ThrottleFirst(KeepsOne):
     """One run of ``throttle_first(window_s)``.
 
     State: ``window_end`` (the current window is ``[window_end - window_s, window_end)``),
-    ``first`` (a window's first item that found no demand, kept until downstream asks).
+    ``kept`` (a window's first item that found no demand, kept until downstream asks).
     No timer: a window is a comparison with the clock when an item arrives.
     """
 
-    prefetch = UNBOUNDED
-    passes_capabilities = True
     kind = "throttle_first"
 
     def __init__(self, window_s: float) -> None:
+        super().__init__()
         self.window_s = window_s
         self.window_end = -math.inf
-        self.first: Any = NOTHING
-        self.held = 0
 
     def on_next(self, item: Any) -> None:
         now = self.now
@@ -257,31 +276,18 @@ class ThrottleFirst(Stage):
             self.drop(item, "throttled")
             return
         self.window_end = now + self.window_s
-        if self.first is not NOTHING:
-            self.drop(self.first, "no_demand")
-            self.first = NOTHING
-            self.held = 0
-        if self.demanded:
-            self.emit(item)
-        else:
-            self.first = item
-            self.held = 1
-
-    def on_request(self, n: int) -> None:
-        if self.first is not NOTHING and self.demanded:
-            item, self.first = self.first, NOTHING
-            self.held = 0
-            self.emit(item)
+        self.replace_kept()
+        self.offer(item)
 
     def on_complete(self) -> None:
-        if self.first is not NOTHING:
-            item, self.first = self.first, NOTHING
+        if self.kept is not NOTHING:
+            item, self.kept = self.kept, NOTHING
             self.held = 0
-            self.emit(item)
+            self.emit(item)  # waits for demand, ahead of the completion
         self.complete()
 
     def on_error(self, error: BaseException) -> None:
-        drop_held(self, error, ("first",))
+        drop_held(self, error, ("kept",))
 
 
 class Delay(Stage):
