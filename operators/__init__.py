@@ -746,7 +746,7 @@ def debounce(duration_s: float, *, name: str | None = None) -> Operator:
     ``"error"``; each is told ``on_discard(reason)`` if it has one.
     Time: ``loop.time()`` and one timer, re-armed only when it fires early (never per item). A
     quiet period ending at the very instant the next item (or an error) arrives counts as
-    elapsed: the item goes out first.
+    elapsed: its item is due first (delivered ahead of that error when downstream asked).
     Args: duration_s (seconds, > 0).
     Signals: TypeError/ValueError (raised here) for a bad duration; an upstream error is
         signalled at once and the held item is dropped (reason ``"error"``); the completion
