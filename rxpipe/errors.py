@@ -12,6 +12,7 @@ __all__ = [
     "TooManyGroupsError",
     "EngineError",
     "EngineUnavailableError",
+    "StartError",
 ]
 
 
@@ -86,3 +87,8 @@ class DroppedError(RxPipeError):
     def __init__(self, message: str, reason: str) -> None:
         super().__init__(message)
         self.reason = reason
+
+
+class StartError(RxPipeError):
+    """A service of a pipeline could not start (its port is in use, say); the message says which
+    and what to do, in one line (``rxpipe run`` prints it as is)."""

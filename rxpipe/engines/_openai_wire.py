@@ -85,7 +85,7 @@ class _HTTPCall(_OpenAIState):
                 # cancelled by the engine's deadline timer, not by its owner: a failed call; with
                 # no answer yet the server counts as unreachable (as for a connection timeout)
                 asyncio.current_task().uncancel()  # type: ignore[union-attr]
-                self._settle(call, False)
+                self._settle(call, False, f"no answer within total_timeout_s={self._total_timeout_s:g} s")
                 kind = EngineUnavailableError if call.response is None else EngineError
                 call.completion.fail(kind(
                     f"{self.base_url}: request {call.request.id} timed out after total_timeout_s="
@@ -95,7 +95,7 @@ class _HTTPCall(_OpenAIState):
             self._end(call, "cancelled")
             raise
         except Exception as error:  # not an HTTP failure: a malformed answer or a bug; this call only
-            self._settle(call, False)
+            self._settle(call, False, f"a malformed answer: {error}")
             call.completion.fail(EngineError(f"{self.base_url}: request {call.request.id} failed: {error!r}"))
         finally:
             self._close_response(call)
@@ -115,7 +115,7 @@ class _HTTPCall(_OpenAIState):
                 headers = {**headers, "X-Request-Id": wire_request_id(request.id)}
             response = await session.post(url, data=self._body(call), headers=headers, **options)
         except (aiohttp.ClientError, OSError) as error:
-            self._settle(call, False)
+            self._settle(call, False, f"unreachable: {error!r}")
             completion.fail(EngineUnavailableError(f"{url} unreachable: {error!r}"))
             return False
         call.response = response
@@ -125,7 +125,7 @@ class _HTTPCall(_OpenAIState):
             return self._throttled(call, status, response.headers)
         if status >= 300:
             message = await self._error_message(response)
-            self._settle(call, status < 500)
+            self._settle(call, status < 500, f"answered {status}")
             completion.fail(EngineError(f"{url} answered {status} to {request.id}: {message}"))
             return False
         self._streak = 0
@@ -144,7 +144,7 @@ class _HTTPCall(_OpenAIState):
                 self._settle(call, None)
                 self._end(call, "cancelled")
                 return False
-            self._settle(call, False)
+            self._settle(call, False, f"an answer broke: {error!r}")
             completion.fail(EngineError(f"{url}: the answer to {request.id} broke after {call.tokens} "
                                         f"tokens: {error!r}"))
             return False

@@ -225,6 +225,8 @@ class OpenAIEngine(_HTTPCall, _Backoff):
         self._pause_status = 429
         self._streak = 0  # consecutive 429/503 answers (backoff without Retry-After)
         self._breaker_timer: asyncio.TimerHandle | None = None
+        self._down_since: float | None = None
+        self._paused_since: float | None = None
         #: 429/503 answers received; pauses started; calls that completed with a 2xx stream
         self.throttled = 0
         self.pauses = 0
@@ -533,6 +535,7 @@ class OpenAIEngine(_HTTPCall, _Backoff):
                     if self.paused:  # every call is held: restart in slow start
                         self.pauses += 1
                         self._limit.on_pause()
+                        self._log_paused(429, self.retry_after_s, call.asked_s)
                     self._freed = was_trial
                     self._start_waiting()
                     return
@@ -557,6 +560,8 @@ class OpenAIEngine(_HTTPCall, _Backoff):
         call.not_before = None
         self._waiting.appendleft(call)
         self._n_waiting += 1
+        if not self.paused:
+            self._log_resumed()
         self._freed = True
         self._start_waiting()
 

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import errno
 import hmac
 import logging
 import random
 import signal
+import socket
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -14,8 +16,9 @@ from aiohttp import web
 
 from .._protocol import UNBOUNDED, Subscriber
 from ..engines import Completion, CompletionRequest, CompletionResult
-from ..errors import EngineUnavailableError, RxPipeError
+from ..errors import EngineUnavailableError, RxPipeError, StartError
 from ..flowable import Flowable
+from ..logs import event
 from ..metrics import StageCounters, StageStatistics, track
 from ..runtime import Service
 from ..stage import EMPTY_SUBSCRIPTION, DrainSubscription
@@ -132,6 +135,11 @@ class Gateway(Flowable[CompletionRequest], Service):
     counts; a request that never started gives its reservation back. SIGHUP reloads the file
     (:meth:`reload_tenants`); a bad file is logged and the previous one stays in force.
     Raises :class:`~rxpipe.gateway.TenantsFileError` for a bad file at construction.
+
+    Access log: with ``access_log = True`` (``rxpipe run --access-log``) every answer of a
+    completion route is one INFO record on the logger ``rxpipe.access`` (:mod:`rxpipe.logs`):
+    method, route, status, error code, tenant, stream, token counts, finish reason, queue and
+    total time (seconds), request id — never a key or a prompt.
     """
 
     kind = "gateway"
@@ -170,6 +178,9 @@ class Gateway(Flowable[CompletionRequest], Service):
         #: the loop serving (set by :meth:`start`): read instead of ``asyncio.get_running_loop()``,
         #: which costs a getpid() syscall per call on Python < 3.12
         self._loop: asyncio.AbstractEventLoop | None = None
+        #: write one access-log line per completion request (logger ``rxpipe.access``, INFO; ``rxpipe
+        #: run --access-log`` sets it): status, code, tenant, tokens, queue and total time, request id
+        self.access_log = False
         self._set_keys()
 
     # -- Flowable ------------------------------------------------------------------------------
@@ -489,8 +500,14 @@ class Gateway(Flowable[CompletionRequest], Service):
                                   keepalive_timeout=cfg.keepalive_timeout_s, handler_cancellation=True,
                                   access_log=None, shutdown_timeout=2.0, logger=HTTP_LOG)
         await self._runner.setup()
-        site = web.TCPSite(self._runner, host, port if port is not None else 8000)
-        await site.start()
+        port = port if port is not None else 8000
+        site = web.TCPSite(self._runner, host, port)
+        try:
+            await site.start()
+        except OSError as error:
+            runner, self._runner = self._runner, None
+            await runner.cleanup()
+            raise StartError(f"cannot listen on {host}:{port}: {_why_not_listening(error)}") from error
         sockets = site._server.sockets if site._server is not None else []  # type: ignore[attr-defined]
         bound_host, bound_port = sockets[0].getsockname()[:2]
         shown = f"[{bound_host}]" if ":" in bound_host else bound_host
@@ -505,6 +522,8 @@ class Gateway(Flowable[CompletionRequest], Service):
         get 503 ``draining``) and complete the stream so the graph finishes."""
         self.draining = True
         started = asyncio.get_running_loop().time()
+        event(log, logging.INFO, f"{self.name}: draining, {len(self.pending)} requests in flight "
+              f"(new ones get 503 draining)", in_flight=len(self.pending))
         if self.pending:
             self._idle = asyncio.Event()
             if self._force is None:
@@ -527,6 +546,10 @@ class Gateway(Flowable[CompletionRequest], Service):
                     await asyncio.wait_for(self._idle.wait(), 2.0)
                 except TimeoutError:
                     pass
+            else:
+                event(log, logging.INFO, f"{self.name}: drained in "
+                      f"{asyncio.get_running_loop().time() - started:.2f} s", drain_s=round(
+                          asyncio.get_running_loop().time() - started, 3))
         if self._admission is not None:
             self._admission.finish()
 
@@ -543,6 +566,18 @@ class Gateway(Flowable[CompletionRequest], Service):
             runner, self._runner = self._runner, None
             await runner.cleanup()
         self._loop = None
+
+
+def _why_not_listening(error: OSError) -> str:
+    """What a failed bind means to the person who ran the command (not the event loop's source
+    location uvloop puts in its message)."""
+    if error.errno == errno.EADDRINUSE:
+        return "the address is in use (another server?); pick another with --port"
+    if error.errno == errno.EACCES:
+        return "permission denied (ports below 1024 need privileges); pick another with --port"
+    if error.errno in (errno.EADDRNOTAVAIL, errno.EAFNOSUPPORT) or isinstance(error, socket.gaierror):
+        return "no such local address; check --host"
+    return error.strerror or str(error)
 
 
 #: gateways serving with a tenants file: one SIGHUP reloads each of them

@@ -15,6 +15,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
 
 from ..engines import Completion, CompletionRequest, CompletionResult
 from ..errors import DroppedError, EngineError, EngineUnavailableError
+from ..logs import ACCESS_LOG
 from ._metrics import REQUEST_DURATION, TIME_TO_FIRST_TOKEN, count_request
 from ._openai import (
     SSE_DONE,
@@ -42,6 +43,8 @@ log = logging.getLogger("rxpipe.gateway")
 
 _JSON = "application/json"
 _ITEM: web.RequestKey[CompletionRequest | None] = web.RequestKey("rxpipe_item", CompletionRequest)
+#: the answer's result, for the access log (None: refused, or failed before one)
+_RESULT: web.RequestKey[CompletionResult | None] = web.RequestKey("rxpipe_result", CompletionResult)
 _COMPLETIONS, _CHAT = "/v1/completions", "/v1/chat/completions"
 #: the fixed paths the edge serves: an answer on one of them is counted under its path (a 405
 #: too), any other under "other" (the route label stays a bounded set)
@@ -96,10 +99,43 @@ class _Edge:
         except Exception as error:
             response = _unhandled(request, error)
         count_request(route, response.status)
-        REQUEST_DURATION.observe(time.perf_counter() - started)
+        elapsed = time.perf_counter() - started
+        REQUEST_DURATION.observe(elapsed)
         if not response.prepared:  # a stream set its headers before its status line went out
             _answer_headers(request, response)
+        if self.gateway.access_log:
+            self._access(request, route, response, elapsed)
         return response
+
+    def _access(self, request: web.Request, route: str, response: web.StreamResponse, elapsed_s: float) -> None:
+        """One access-log line (logger ``rxpipe.access``): status, the refusal or error code,
+        tenant, token counts, queue and total time, request id, never a key or a prompt."""
+        if not ACCESS_LOG.isEnabledFor(logging.INFO):
+            return
+        item: CompletionRequest | None = request[_ITEM]
+        result: CompletionResult | None = request[_RESULT]
+        tenant = item.tenant if item is not None else None
+        if tenant is None and self.gateway.tenant_gate is not None:
+            key_id = self.gateway.authenticate(request.headers.get("Authorization"))
+            if key_id is not None:
+                tenant = self.gateway.tenant_of(key_id, request.headers.get(TENANT_HEADER))
+        code = None
+        if response.status >= 400 and isinstance(response, web.Response) and response.body:
+            try:
+                code = orjson.loads(response.body)["error"]["code"]  # type: ignore[arg-type]
+            except (orjson.JSONDecodeError, KeyError, TypeError):
+                code = None
+        fields: dict[str, Any] = {
+            "method": request.method, "route": route, "status": response.status, "code": code, "tenant": tenant,
+            "stream": item.stream if item is not None else None,
+            "prompt_tokens": result.prompt_tokens if result is not None else None,
+            "completion_tokens": result.completion_tokens if result is not None else None,
+            "finish_reason": result.finish_reason if result is not None else None,
+            "queue_s": round(result.queue_time_s, 6) if result is not None else None,
+            "total_s": round(elapsed_s, 6),
+            "request_id": response.headers.get("x-request-id"),
+        }
+        ACCESS_LOG.info("%s %s %d", request.method, route, response.status, extra={"fields": fields})
 
     def _model(self) -> dict[str, object]:
         return {"id": self.config.model, "object": "model", "created": 0, "owned_by": "rxpipe"}
@@ -262,6 +298,7 @@ class _Edge:
                 result = await _result_of(completion)  # done already: no wait
             except EngineUnavailableError as error:
                 return self._unavailable(item, error)
+            request[_RESULT] = result
             if result.finish_reason == "cancelled":
                 return self._stopped_response("the request was cancelled while running", item.tenant)
             _observe(result)
@@ -339,6 +376,7 @@ class _Edge:
                                     else "the model backend failed the request", "server_error",
                                     "unavailable" if unavailable else "engine_error")
                 return response
+            request[_RESULT] = result
             if result.finish_reason == "cancelled":
                 reason = "draining" if self.gateway.draining else "unavailable"
                 await stream_error(response, "the request was cancelled by the server", "overloaded_error", reason)
@@ -443,6 +481,7 @@ def _clear_answer_state(request: web.Request) -> None:
     """No admitted item and no ratelimit headers yet (set first, so reading them raises no
     KeyError: aiohttp's request mapping has only the ABC's exception-driven ``get``)."""
     request[_ITEM] = None
+    request[_RESULT] = None
     request[_RATELIMIT] = None
 
 

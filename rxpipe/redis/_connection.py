@@ -21,11 +21,12 @@ import random
 import socket
 from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable, TypeVar
-from urllib.parse import urlsplit, urlunsplit
 
 from redis.asyncio import BlockingConnectionPool, Redis
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
+
+from ..logs import public_url
 
 __all__ = ["RedisSettings", "Backoff", "call", "make_client", "default_consumer", "public_url"]
 
@@ -35,16 +36,6 @@ T = TypeVar("T")
 def default_consumer() -> str:
     """``<hostname>-<pid>``: unique per worker process, stable for its lifetime."""
     return f"{socket.gethostname()}-{os.getpid()}"
-
-
-def public_url(url: str) -> str:
-    """``url`` without its password (for logs and the CLI's "serving on" line)."""
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    host = parts.hostname or ""
-    netloc = f"{parts.username + '@' if parts.username else ''}{host}{':' + str(parts.port) if parts.port else ''}"
-    return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
 
 
 @dataclass(frozen=True)

@@ -189,6 +189,8 @@ class RedisSink(Flowable[Any], Service):
         self.counters = StageCounters(self.name)
         #: Redis answered the last command (False until the first success)
         self.up = False
+        #: Redis was lost (or unreachable from the start) and is not back yet: logged once
+        self._lost = False
         #: backlog read at the last refresh, and the admissions it may not have seen
         self.backlog = 0
         self.unseen_at_refresh = 0
@@ -258,14 +260,17 @@ class RedisSink(Flowable[Any], Service):
 
     # -- reachability ----------------------------------------------------------------------------
     def _down(self, error: BaseException) -> None:
-        if self.up:
-            log.warning("redis sink %s: Redis unreachable (%r); answering 503 until it is back", self.name, error)
+        if self.up or not self._lost:
+            log.warning("redis sink %s: Redis %s (%r); answering 503 until it is back", self.name,
+                        "lost" if self.up else "unreachable", error)
         self.up = False
+        self._lost = True
 
     def _up(self) -> None:
         if not self.up:
-            log.info("redis sink %s: Redis reachable", self.name)
+            log.info("redis sink %s: Redis is %s", self.name, "back" if self._lost else "reachable")
             self.up = True
+            self._lost = False
         if self._link is not None:
             self._link.top_up()
 

@@ -289,7 +289,9 @@ class RedisGroupSource(Flowable[RemoteRequest], Service):
                 entries = await self._fetch(want)
             except TRANSIENT as error:
                 delay = backoff.next_delay()
-                log.warning("worker %s: Redis unreachable (%r); reading again in %.2f s", s.consumer, error, delay)
+                # once per outage at WARNING (the transition), each retry at DEBUG
+                level = logging.WARNING if backoff.failures == 1 else logging.DEBUG
+                log.log(level, "worker %s: Redis lost (%r); reading again in %.2f s", s.consumer, error, delay)
                 await asyncio.sleep(delay)
                 continue
             except ResponseError as error:
@@ -297,6 +299,8 @@ class RedisGroupSource(Flowable[RemoteRequest], Service):
                     await self._recreate_group(backoff)
                     continue
                 raise
+            if backoff.failures:
+                log.info("worker %s: Redis is back after %d failed reads", s.consumer, backoff.failures)
             backoff.reset()
             handles = []
             for entry_id, fields in entries:
