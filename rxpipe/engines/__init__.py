@@ -15,7 +15,7 @@
 - :func:`execute`: the executor stage (also ``rxpipe.operators.execute``).
 """
 
-from ..errors import EngineError, EngineUnavailableError
+from ..errors import BackendError, EngineError, EngineUnavailableError
 from .base import Engine
 from .batch_function import BatchFunctionEngine, BatchRecord, request_text
 from .executor import ExecuteFlowable, execute
@@ -43,4 +43,5 @@ __all__ = [
     "ExecuteFlowable",
     "EngineError",
     "EngineUnavailableError",
+    "BackendError",
 ]

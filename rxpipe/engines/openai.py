@@ -124,10 +124,13 @@ class OpenAIEngine(_HTTPCall, _Backoff):
 
     Errors (``await completion.result`` raises, the token stream signals): connection failures,
     no answer within ``total_timeout_s`` and a 429/503 past ``throttle_retries`` →
-    ``EngineUnavailableError``; other non-2xx answers, a
+    ``EngineUnavailableError`` (the gateway's 503 with Retry-After); other non-2xx answers, a
     broken or malformed stream or body, a 200 that is not an OpenAI answer (an HTML page, a JSON
-    body without ``choices``), timeouts → ``EngineError``. A 4xx other than 429 is the
-    request's fault: it does not count against the breaker.
+    body without ``choices``), an answer not finished within ``total_timeout_s`` →
+    :class:`~rxpipe.engines.BackendError` (an ``EngineError``) carrying what the client gets: a
+    backend's 4xx keeps its status and OpenAI error message (addresses removed), 401/403 and
+    5xx become 502, a timeout 504 (the table: :mod:`rxpipe.engines._openai_errors`). A 4xx other
+    than 429 is the request's fault: it does not count against the breaker.
 
     Cancelling a Completion (or its token stream) closes its HTTP connection at once, so the
     server sees the disconnect and frees its slot (vLLM aborts the sequence); the engine's slot

@@ -14,7 +14,7 @@ from aiohttp.http_exceptions import ContentEncodingError
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
 
 from ..engines import Completion, CompletionRequest, CompletionResult
-from ..errors import DroppedError, EngineError, EngineUnavailableError
+from ..errors import BackendError, DroppedError, EngineError, EngineUnavailableError
 from ..logs import ACCESS_LOG
 from ._metrics import REQUEST_DURATION, TIME_TO_FIRST_TOKEN, count_request
 from ._openai import (
@@ -235,6 +235,19 @@ class _Edge:
                                     "the model backend is unavailable; retry after the indicated delay"),
                             item.tenant)
 
+    def _failed(self, item: CompletionRequest, error: EngineError) -> web.Response:
+        """The answer to a request the engine failed before any token went out: 503 with
+        Retry-After when it is unavailable; a backend's error as the engine mapped it (its 4xx
+        with its message, else 502/504: :class:`~rxpipe.engines.BackendError`); else 500."""
+        if isinstance(error, EngineUnavailableError):
+            return self._unavailable(item, error)
+        if isinstance(error, BackendError):
+            # a client's 4xx is no incident: the log says it at DEBUG (the access log has the status)
+            log.log(logging.DEBUG if error.client_fault else logging.WARNING, "request %s: %s", item.id, error)
+            return _error(error.status, error.client_message, error.type, error.code or "backend_error", error.param)
+        log.warning("request %s failed in the engine: %r", item.id, error)
+        return _error(500, "the model backend failed the request", "server_error", "engine_error")
+
     def _stopped_response(self, reason: str, tenant: str | None) -> web.Response:
         """The request was admitted, then cut off by the edge itself: draining past its timeout,
         or the graph behind it stopped."""
@@ -309,8 +322,7 @@ class _Edge:
             reply.add_done_callback(_retrieve)
             raise
         except EngineError as error:
-            log.warning("request %s failed in the engine: %r", item.id, error)
-            return _error(500, "the model backend failed the request", "server_error", "engine_error")
+            return self._failed(item, error)
         finally:
             if not started:
                 reply.remove_done_callback(on_reply)
@@ -340,6 +352,12 @@ class _Edge:
 
         result_future.add_done_callback(abort_if_stalled)
         try:
+            # The status line waits for the first token (or the end): a backend that refuses the
+            # request (its 4xx, a 503) gets its own status to the client, not a 200 then an error event.
+            while not writer.pending and not writer.done:
+                await writer.wait()
+            if not writer.pending and isinstance(writer.error, EngineError):
+                return self._failed(item, writer.error)
             bound_socket_buffers(request, self.config.stream_buffer_bytes)
             _answer_headers(request, response)
             await response.prepare(request)
@@ -371,10 +389,13 @@ class _Edge:
                 # The status line is sent: the failure goes in the stream, as an error event
                 # (its detail only in the log: it may name the backend).
                 log.warning("request %s failed in the engine mid-stream: %r", item.id, error)
-                unavailable = isinstance(error, EngineUnavailableError)
-                await stream_error(response, "the model backend is unavailable" if unavailable
-                                    else "the model backend failed the request", "server_error",
-                                    "unavailable" if unavailable else "engine_error")
+                if isinstance(error, BackendError):
+                    await stream_error(response, error.client_message, error.type, error.code or "backend_error")
+                else:
+                    unavailable = isinstance(error, EngineUnavailableError)
+                    await stream_error(response, "the model backend is unavailable" if unavailable
+                                       else "the model backend failed the request", "server_error",
+                                       "unavailable" if unavailable else "engine_error")
                 return response
             request[_RESULT] = result
             if result.finish_reason == "cancelled":

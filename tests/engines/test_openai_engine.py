@@ -14,6 +14,7 @@ import rxpipe as rx
 from rxpipe import UNBOUNDED, CircuitBreaker
 from rxpipe import operators as ops
 from rxpipe.engines import (
+    BackendError,
     Completion,
     CompletionRequest,
     EngineError,
@@ -514,8 +515,9 @@ async def test_the_total_timeout_ends_a_streamed_call_with_the_tokens_it_relayed
         with pytest.raises(EngineError, match="timed out after total_timeout_s=0.3 s"):
             await completion.result
         await ts.await_done()
-        # it had answered: a failure of the call, not an unreachable server
-        assert type(ts.error) is EngineError and len(ts.values) < 100
+        # it had answered: a failure of the call (504 for a client), not an unreachable server
+        assert type(ts.error) is BackendError and len(ts.values) < 100
+        assert (ts.error.status, ts.error.code) == (504, "backend_timeout")
         await disconnect_of(server, request.id)
         assert e.breaker.consecutive_failures == 1
         await wait_for(lambda: e.running == 0, what="the slot")

@@ -258,3 +258,24 @@ async def test_seed_cycle_backend_503_pauses_the_worker_the_backlog_fills_429_un
             await client.aclose()
     finally:
         stub.stop()
+
+
+@pytest.mark.timeout(60)
+async def test_a_backend_4xx_behind_a_worker_reaches_the_client_with_its_status_and_message(
+        tmp_path: Path, redis_server: RedisServer, processes: Processes) -> None:
+    stub = StubServer(tmp_path)
+    try:
+        stub.control(fail=1, fail_status=422, fail_message=f"prompt too long for {stub.url}/v1",
+                     fail_code="context_length_exceeded")
+        gw = gateway(processes, redis_server)
+        worker(processes, redis_server, f"backend_url={stub.url}", "max_num_seqs=4", "model=sim", "consumer=w1")
+        async with session() as http:
+            status, _, body, _ = await complete(http, gw.url, "x", 4)
+            assert status == 422
+            assert body == {"error": {"message": "prompt too long for (address removed)",
+                                      "type": "invalid_request_error", "code": "context_length_exceeded",
+                                      "param": None}}
+            assert (await complete(http, gw.url, "y", 2))[0] == 200
+        assert stub.state()["requests"] == 2  # the 422 was answered, not run again
+    finally:
+        stub.stop()
