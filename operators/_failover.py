@@ -110,6 +110,10 @@ class Failover:
             self.run.counters.drop("retried")
             self.run.redispatch(self.request, self)
             return
+        self.fail(error)
+
+    def fail(self, error: BaseException) -> None:
+        """No further attempt: the client's Completion (or its reply) fails with ``error``."""
         relay = self.relay
         if relay is not None:
             relay.completion.fail(error)

@@ -44,6 +44,7 @@ class _Backoff(_OpenAIState):
             if self._breaker_state() == "open":
                 retry_after = breaker.retry_after or 0.0
                 self._arm_breaker_timer(retry_after)
+                self._freed = True  # listeners look again: unavailable now (execute, balance answer 503)
                 self._log_down(why or "a failed call", retry_after)
 
     # -- state transitions, each logged once ------------------------------------------------------
@@ -65,12 +66,16 @@ class _Backoff(_OpenAIState):
         event(log, logging.INFO, f"{self._where()}: backend up again after {down:.1f} s; circuit closed",
               engine=self.name, state="up", down_s=round(down, 3))
 
-    def _log_paused(self, status: int, wait_s: float, asked_s: float | None) -> None:
-        if self._paused_since is not None:
+    def _log_paused(self, status: int, wait_s: float, asked_s: float | None, *, long: bool = False) -> None:
+        if self._paused_since is not None and not long:
             return
-        self._paused_since = self._loop.time() if self._loop is not None else 0.0
+        if self._paused_since is None:
+            self._paused_since = self._loop.time() if self._loop is not None else 0.0
         asked = "no usable Retry-After" if asked_s is None else f"Retry-After {asked_s:g} s"
         scope = "every call" if status == 503 else "every admitted call waits"
+        if long:
+            scope = (f"over retry_after_cap_s={self.retry_after_cap_s:g}: requests fail at once with 503 "
+                     f"meanwhile")
         event(log, logging.WARNING, f"{self._where()}: paused by {status} ({asked}) for {wait_s:.1f} s; "
               f"{scope}", engine=self.name, state="paused", status=status, wait_s=round(wait_s, 3),
               retry_after_s=asked_s)
@@ -100,6 +105,9 @@ class _Backoff(_OpenAIState):
         # the window shrinks (once per window), and only this call waits: the others in flight
         # are being served. A 503 (the server is down or draining) still pauses every call.
         self._limit.on_throttle(call.started_s if call.started_s is not None else now, len(self._calls), now)
+        if asked is not None and asked > cap:
+            self._wait_too_long(call, status, asked)
+            return False
         if status == 503:
             self._pause_for(delay, status)
             self._log_paused(status, delay, asked)
@@ -113,10 +121,33 @@ class _Backoff(_OpenAIState):
             return False
         return True
 
-    def _pause_for(self, delay: float, status: int) -> None:
+    def _wait_too_long(self, call: _Call, status: int, asked: float) -> None:
+        """The backend asked for a wait over ``retry_after_cap_s``: holding the request that long
+        helps nobody (its client's SDK gives up sooner, or retries elsewhere). Fail it at once
+        with ``EngineUnavailableError`` whose ``retry_after`` is the honest wait (the edge's 503
+        says it, capped only by its own ``retry_after_max_s``), stay paused — and unavailable —
+        that long, and fail what waits in the engine the same way; ``free_slots`` stays nominal
+        meanwhile, so ``execute`` answers the requests queued upstream at once (503), as for an
+        open breaker, and ``balance`` sends new ones to another replica."""
+        was_long = self._pause_long
+        self._pause_for(asked, status, long=True)
+        error = EngineUnavailableError(f"{self.base_url} answered {status} to {call.request.id} with Retry-After "
+                                       f"{asked:g} s, over retry_after_cap_s={self.retry_after_cap_s:g}")
+        error.retry_after = asked  # type: ignore[attr-defined]
+        call.completion.fail(error)
+        if not was_long:
+            self._log_paused(status, asked, asked, long=True)
+        waiting = EngineUnavailableError(f"engine {self.name!r}: its backend ({self.base_url}) asked for a "
+                                         f"{asked:g} s pause (over retry_after_cap_s={self.retry_after_cap_s:g})")
+        waiting.retry_after = asked  # type: ignore[attr-defined]
+        self._fail_held(waiting)
+        self._notify_capacity()  # nominal free slots: execute answers what is queued behind, at once
+
+    def _pause_for(self, delay: float, status: int, *, long: bool = False) -> None:
         loop = self._loop
         assert loop is not None
         until = loop.time() + delay
+        self._pause_long = self._pause_long or long
         if self._pause is not None:
             if status == 503:
                 self._pause_status = 503
@@ -132,6 +163,7 @@ class _Backoff(_OpenAIState):
 
     def _end_pause(self) -> None:
         self._pause = None
+        self._pause_long = False
         if not self.paused:
             self._log_resumed()
         self._freed = True

@@ -104,6 +104,8 @@ class _OpenAIState(Engine):
     _pause: asyncio.TimerHandle | None
     _pause_until: float
     _pause_status: int
+    #: the pause is a backend's wait over retry_after_cap_s: unavailable, nominal free slots
+    _pause_long: bool
     _streak: int
     _breaker_timer: asyncio.TimerHandle | None
     #: loop time the backend went down (circuit opened) / the engine paused; None: it is not
@@ -123,3 +125,4 @@ class _OpenAIState(Engine):
         def paused(self) -> bool: ...
         def _throttled(self, call: _Call, status: int, headers: Mapping[str, str]) -> bool: ...
         def _arm_deadline(self, when: float) -> None: ...
+        def _fail_held(self, error: BaseException) -> None: ...

@@ -78,7 +78,12 @@ class OpenAIEngine(_HTTPCall, _Backoff):
             total_timeout_s: seconds for the whole call (time parked without credit included).
             None disables one, explicitly. With a ``session`` of the user's, its own timeouts
             apply instead.
-        retry_after_cap_s: the longest wait (seconds) a 429/503 can cause.
+        retry_after_cap_s: the longest wait (seconds) a 429/503 can cause. A backend asking for
+            more (``Retry-After: 3600``) fails the call at once with ``EngineUnavailableError``
+            whose ``retry_after`` is that honest wait (the gateway's 503 says it, capped by its
+            ``retry_after_max_s``), and the engine is paused and unavailable that long: what
+            waits in it fails the same way, and ``free_slots`` stays nominal so ``execute``
+            answers what is queued behind it at once (``balance`` sends new work elsewhere).
         retry_after_jitter: the wait (of the refused call after a 429; of every call after a
             503) is ``min(cap, r + uniform(0, jitter * r))`` where ``r`` is the server's
             Retry-After (full jitter over ``jitter`` more windows: never earlier than the server
@@ -226,6 +231,7 @@ class OpenAIEngine(_HTTPCall, _Backoff):
         self._pause: asyncio.TimerHandle | None = None
         self._pause_until = 0.0
         self._pause_status = 429
+        self._pause_long = False
         self._streak = 0  # consecutive 429/503 answers (backoff without Retry-After)
         self._breaker_timer: asyncio.TimerHandle | None = None
         self._down_since: float | None = None
@@ -262,7 +268,7 @@ class OpenAIEngine(_HTTPCall, _Backoff):
 
     @property
     def available(self) -> bool:
-        if self._closed or (self._pause is not None and self._pause_status == 503):
+        if self._closed or (self._pause is not None and (self._pause_status == 503 or self._pause_long)):
             return False
         return self._breaker_state() != "open"
 
@@ -274,7 +280,7 @@ class OpenAIEngine(_HTTPCall, _Backoff):
 
     @property
     def free_slots(self) -> int:
-        if self._closed or self.paused:
+        if self._closed or (self.paused and not self._pause_long):
             return 0
         held = len(self._calls) + self._n_waiting
         # the window bounds the calls running and ready; max_in_flight also bounds those waiting
@@ -515,6 +521,18 @@ class OpenAIEngine(_HTTPCall, _Backoff):
                 call.completion.fail(error)
                 self._freed = True
 
+    def _fail_held(self, error: BaseException) -> None:
+        """Fail every admitted call not running: those waiting for a slot and those held for a
+        429's Retry-After."""
+        self._fail_waiting(error)
+        for call, handle in list(self._delayed.items()):
+            handle.cancel()
+            call.state = _DONE
+            call.completion.fail(error)
+        if self._delayed:
+            self._delayed.clear()
+            self._freed = True
+
     def _release(self, call: _Call, requeue: bool) -> None:
         """The call's task ends: free its slot, or put it back at the head of the queue."""
         self._calls.discard(call)
@@ -595,6 +613,8 @@ class OpenAIEngine(_HTTPCall, _Backoff):
     def _why_unavailable(self) -> str:
         if self._closed:
             return "closed"
+        if self._pause is not None and self._pause_long:
+            return f"paused for {self.retry_after_s:.3f} s (its backend asked for a wait over retry_after_cap_s)"
         if self._pause is not None and self._pause_status == 503:
             return f"answering 503 (paused for {self.retry_after_s:.3f} s)"
         return f"down: circuit open after connection failures to {self.base_url}"

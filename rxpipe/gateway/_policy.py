@@ -106,6 +106,10 @@ class DrainMeter:
     def _promise(self, now: float, floor_s: float, low_s: float, high_s: float, rng: random.Random, *,
                  queue: bool) -> float:
         floor_s = max(low_s, floor_s)
+        if floor_s >= high_s:
+            # nothing can be promised before the horizon (an engine paused longer than it, say):
+            # the honest wait, capped by the edge's maximum; no slot is booked
+            return high_s
         rate = self.rate(now)
         if rate is None:
             return min(high_s, floor_s + rng.uniform(0.0, low_s))

@@ -81,3 +81,65 @@ def test_a_backend_401_403_or_5xx_is_a_502_after_trying_the_other_replica(
     assert stub.state()["requests"] == 2  # each replica once
     stub.control(reset=True, **{**DEFAULTS, "fail": 1, "fail_status": status})
     assert call(router.url, {"model": "m", "prompt": "x", "max_tokens": 2})[0] == 200  # the other replica answers
+
+
+async def burst(url: str, n: int, stream_every: int = 3) -> list[tuple[int, dict[str, str], bytes, float]]:
+    """``n`` concurrent requests (every ``stream_every``-th streamed): (status, headers, body, seconds)."""
+    import asyncio
+    import time
+
+    import aiohttp
+
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0),
+                                     timeout=aiohttp.ClientTimeout(total=60)) as http:
+        async def one(i: int) -> tuple[int, dict[str, str], bytes, float]:
+            t0 = time.monotonic()
+            body = {"model": "m", "prompt": f"p{i}", "max_tokens": 4, "stream": i % stream_every == 0}
+            async with http.post(url + "/v1/completions", json=body) as response:
+                raw = await response.read()
+                return response.status, dict(response.headers), raw, time.monotonic() - t0
+
+        return list(await asyncio.gather(*(one(i) for i in range(n))))
+
+
+@pytest.mark.loops("uvloop")
+@pytest.mark.parametrize("status", [503, 429])
+async def test_a_retry_after_of_an_hour_fails_every_queued_request_fast_with_the_edges_maximum(
+        stub: StubServer, tmp_path: Path, status: int) -> None:
+    stub.control(reset=True, **{**DEFAULTS, "throttle": 1000, "throttle_status": status, "retry_after": "3600"})
+    router = GatewayProcess(tmp_path, f"backends={stub.url}", "model=m", "max_in_flight=2", "queue_capacity=50",
+                            file=ROUTER)
+    try:
+        answers = await burst(router.url, 12)
+        assert [a[0] for a in answers] == [503] * 12
+        for _, headers, raw, seconds in answers:
+            assert seconds < 3.0
+            assert int(headers["Retry-After"]) >= 60 and int(headers["retry-after-ms"]) >= 60_000
+            assert json.loads(raw)["error"]["code"] == "unavailable"
+        assert stub.state()["requests"] <= 2  # what was queued behind never reached the backend
+        # the engine stays paused for the hour: the next request is answered at once, same wait
+        (late,) = await burst(router.url, 1)
+        assert late[0] == 503 and int(late[1]["Retry-After"]) >= 60 and late[3] < 1.0
+        assert stub.state()["requests"] <= 2
+    finally:
+        router.terminate()
+    log = router.output
+    assert f"paused by {status} (Retry-After 3600 s) for 3600.0 s; over retry_after_cap_s=30" in log
+    assert log.count("paused by") == 1
+
+
+@pytest.mark.loops("uvloop")
+async def test_with_a_replica_paused_for_an_hour_the_other_answers_everything(
+        stub: StubServer, tmp_path: Path) -> None:
+    healthy = StubServer(tmp_path, "--base-delay-s", "0.05")
+    stub.control(reset=True, **{**DEFAULTS, "throttle": 1000, "throttle_status": 503, "retry_after": "3600"})
+    router = GatewayProcess(tmp_path, f"backends={stub.url},{healthy.url}", "model=m", "max_in_flight=2",
+                            "queue_capacity=50", file=ROUTER)
+    try:
+        answers = await burst(router.url, 12)
+        assert [a[0] for a in answers] == [200] * 12
+        assert max(a[3] for a in answers) < 3.0
+        assert stub.state()["requests"] <= 2 and healthy.state()["requests"] == 12
+    finally:
+        router.terminate()
+        healthy.stop()
