@@ -96,8 +96,17 @@ async def _serve(pipeline: Pipeline, host: str, port: int, start_fields: dict[st
                   drain_timeout_s=pipeline.drain_timeout_s)
         stop.set()
 
+    def on_hangup() -> None:
+        # SIGHUP's default action ends the process (exit 129): here it reloads what can be reloaded
+        if not [service for service in pipeline.services if service.reload()]:
+            event(log, logging.INFO, "SIGHUP: nothing to reload (no tenants_file); ignored", signal="SIGHUP")
+
+    for service in pipeline.services:
+        if hasattr(service, "handle_sighup"):
+            service.handle_sighup = False  # this handler calls its reload()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, on_signal, sig)
+    loop.add_signal_handler(signal.SIGHUP, on_hangup)
     try:
         on_item = None if pipeline.serves_http else _print_item
         async with pipeline.start(host=host, port=port, on_item=on_item) as running:
@@ -116,7 +125,7 @@ async def _serve(pipeline: Pipeline, host: str, port: int, start_fields: dict[st
             event(log, logging.INFO, f"{pipeline.name} stopped ({time.monotonic() - stopping:.1f} s to drain)",
                   pipeline=pipeline.name)
     finally:
-        for sig in (signal.SIGINT, signal.SIGTERM):
+        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
             loop.remove_signal_handler(sig)
         sys.stdout.flush()
 

@@ -19,7 +19,8 @@ class Service:
 
     A :class:`Pipeline` starts every service found in its graph before subscribing, and on stop
     drains them (``drain``: refuse new work, let accepted work finish within a timeout) and then
-    stops them. ``start`` returns the service's URL, or None.
+    stops them. ``start`` returns the service's URL, or None. ``rxpipe run`` calls ``reload`` on
+    SIGHUP.
     """
 
     def attach(self, pipeline: Pipeline) -> None:
@@ -33,6 +34,11 @@ class Service:
 
     def abort(self) -> None:
         """Stop waiting in :meth:`drain` now (a second SIGINT/SIGTERM)."""
+
+    def reload(self) -> bool:
+        """SIGHUP: read again what the service reads from files (a gateway's tenants file); True
+        when it had something to reload (whether that succeeded or not: it logs either way)."""
+        return False
 
     async def stop(self) -> None:
         """Release everything; called once after ``drain``."""

@@ -128,8 +128,9 @@ class Gateway(Flowable[CompletionRequest], Service):
     right after the gateway; behind any other stage, plain demand), then reserves
     ``prompt_tokens + max_tokens`` of the tenant's rpm/tpm quota, and emits, in one synchronous
     step: 429 ``queue_full`` (Retry-After: the reservation above) or ``rate_limited``
-    (Retry-After: the time until the reservation fits, clamped; a request over the tenant's
-    ``tpm`` alone is refused with a message saying so). Every answer to a tenant with limits
+    (Retry-After: the time until the reservation fits, clamped); a request that alone needs more
+    than the tenant's ``tpm`` can never be admitted: a final 400 ``request_over_tpm`` naming the
+    limit and its tokens, without Retry-After (SDKs do not retry it). Every answer to a tenant with limits
     carries ``x-ratelimit-{limit,remaining,reset}-{requests,tokens}`` as of its admission. At
     completion the quota and the queue's Virtual Token Counter are reconciled with the real token
     counts; a request that never started gives its reservation back. SIGHUP reloads the file
@@ -175,6 +176,9 @@ class Gateway(Flowable[CompletionRequest], Service):
         self._keys: tuple[tuple[bytes, str], ...] = ()
         self._key_tenants: dict[str, str] = {}
         self._sighup = False
+        #: install a SIGHUP handler of its own when it serves with a tenants file (for a process that
+        #: embeds it); ``rxpipe run`` handles SIGHUP itself (:meth:`reload`) and sets this False
+        self.handle_sighup = True
         #: the loop serving (set by :meth:`start`): read instead of ``asyncio.get_running_loop()``,
         #: which costs a getpid() syscall per call on Python < 3.12
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -315,11 +319,16 @@ class Gateway(Flowable[CompletionRequest], Service):
             gate = self.tenant_gate
             tpm = gate.tenants[decision.tenant].tpm if gate is not None else None
             max_tokens = request.max_tokens or 0
-            return Refusal(429, "rate_limited", cfg.retry_after_max_s,
-                           f"this request needs {request.prompt_tokens + max_tokens} tokens (prompt "
-                           f"{request.prompt_tokens} + max_tokens {max_tokens}), more than tenant "
-                           f"{decision.tenant!r}'s limit of {tpm} tokens per minute; lower max_tokens",
-                           decision.headers)
+            # never admissible as it is: a final 400 (no Retry-After; SDKs do not retry a 400),
+            # not a 429 its client would retry for minutes for nothing
+            need = request.prompt_tokens + max_tokens
+            room = (tpm or 0) - request.prompt_tokens
+            fits = f" (to at most {room})" if room > 0 else ""
+            return Refusal(400, "rate_limited", 0.0,
+                           f"this request needs {need} tokens (prompt {request.prompt_tokens} + max_tokens "
+                           f"{max_tokens}), more than tenant {decision.tenant!r}'s limit of {tpm} tokens per minute: "
+                           f"it can never be admitted; lower max_tokens{fits}",
+                           decision.headers, code="request_over_tpm", param="max_tokens")
         return Refusal(429, "rate_limited",
                        clamp_retry_after(max(decision.retry_after_s, self.engine_pause_s()), cfg.retry_after_min_s,
                                          cfg.retry_after_max_s),
@@ -366,6 +375,13 @@ class Gateway(Flowable[CompletionRequest], Service):
             self._set_keys()
             log.info("tenants file %s reloaded: %d tenants", self.config.tenants_file, len(gate.tenants))
         return error
+
+    def reload(self) -> bool:
+        """SIGHUP (:class:`~rxpipe.runtime.Service`): reload the tenants file; False without one."""
+        if self.tenant_gate is None:
+            return False
+        self.reload_tenants()
+        return True
 
     def _running_loop(self) -> asyncio.AbstractEventLoop:
         loop = self._loop
@@ -512,7 +528,7 @@ class Gateway(Flowable[CompletionRequest], Service):
         bound_host, bound_port = sockets[0].getsockname()[:2]
         shown = f"[{bound_host}]" if ":" in bound_host else bound_host
         self.url = f"http://{shown}:{bound_port}"
-        if self.tenant_gate is not None and not self._sighup:
+        if self.tenant_gate is not None and self.handle_sighup and not self._sighup:
             self._sighup = _on_sighup(self, True)
         return self.url
 

@@ -67,8 +67,10 @@ def _error(status: int, message: str, type: str, code: str, param: str | None = 
 
 
 def _refusal_response(refusal: Refusal) -> web.Response:
-    headers = {**retry_after_headers(refusal.retry_after_s), **refusal.headers}
-    return _error(refusal.status, refusal.message, _TYPES[refusal.status], refusal.reason, headers=headers)
+    retry = refusal.status in _TYPES  # 429/503 say when; any other refusal is final
+    headers = {**retry_after_headers(refusal.retry_after_s), **refusal.headers} if retry else refusal.headers
+    return _error(refusal.status, refusal.message, _TYPES.get(refusal.status, "invalid_request_error"), refusal.code,
+                  refusal.param, headers=headers)
 
 
 class _Edge:
