@@ -21,10 +21,10 @@ from ._broadcast import BroadcastFlowable
 from ._buffer import OVERFLOW_STRATEGIES, BufferFlowable
 from ._group_by import GroupByFlowable, GroupedFlowable
 from ._limit_rate import LimitRateFlowable
-from ._map_async import MapAsyncFlowable
+from ._map_async import map_async_stage, with_item_timeout
 from ._merge import DEFAULT_MERGE_PREFETCH, MergeFlowable
 from ._rate_limit import RateLimitFlowable
-from ._timeout import TIMEOUT_MODES, TimeoutFlowable
+from ._timeout import TIMEOUT_MODES, timeout_stage
 
 if TYPE_CHECKING:
     from rxpipe.engines import Engine
@@ -351,7 +351,7 @@ def map_async(fn: Callable[[T], Awaitable[R]], concurrency: int = 1, ordered: bo
         raise TypeError(f"map_async(retry=) needs a Retry, got {retry!r}")
     if breaker is not None and not isinstance(breaker, CircuitBreaker):
         raise TypeError(f"map_async(breaker=) needs a CircuitBreaker, got {breaker!r}")
-    return lambda source: MapAsyncFlowable(source, fn, concurrency, bool(ordered), retry, breaker, name=name)
+    return map_async_stage(fn, concurrency, bool(ordered), retry, breaker, None, name=name)
 
 
 def timeout(seconds: float, mode: str = "idle", *, name: str | None = None) -> Operator:
@@ -398,9 +398,11 @@ def timeout(seconds: float, mode: str = "idle", *, name: str | None = None) -> O
     seconds = float(seconds)
 
     def apply(source: Flowable[Any]) -> Flowable[Any]:
-        if mode == "item" and isinstance(source, MapAsyncFlowable):
-            return source.with_item_timeout(seconds, name)
-        return TimeoutFlowable(source, seconds, mode, name)
+        if mode == "item":
+            per_call = with_item_timeout(source, seconds, name)
+            if per_call is not None:
+                return per_call
+        return timeout_stage(seconds, mode, name=name)(source)
 
     return apply
 

@@ -298,9 +298,7 @@ class IterSubscription(DrainSubscription):
 
     def start(self) -> None:
         """After ``on_subscribe``: complete at once if the iterable is known to be empty."""
-        if self.program is not None and self.program.take_count == 0:
-            self._take_done()
-        elif not self.cancelled and self.requested == 0 and _known_exhausted(self.iterator):
+        if not self.cancelled and self.requested == 0 and _known_exhausted(self.iterator):
             self._complete()
 
     def _drain(self) -> None:
@@ -529,11 +527,13 @@ class FusedFlowable(Flowable[Any]):
 
     def _subscribe(self, subscriber: Subscriber[Any]) -> None:
         program = self.program
-        if isinstance(self.source, SyncSource):
-            _subscribe_iterable(self.source.iterable, subscriber, program)
-        elif program.take_count == 0:
+        if program.take_count == 0:
+            # before the source: take(0) neither subscribes nor requests, whatever the source
+            # (a synchronous source would otherwise emit into a subscriber requesting in on_subscribe)
             subscriber.on_subscribe(EMPTY_SUBSCRIPTION)
             subscriber.on_complete()
+        elif isinstance(self.source, SyncSource):
+            _subscribe_iterable(self.source.iterable, subscriber, program)
         else:
             self.source._subscribe(FusedSubscriber(subscriber, program))
 

@@ -80,13 +80,19 @@ class UpstreamLink(InternalSubscriber):
         (items, >= 1) and ``limit`` (items in [1, prefetch], default ``prefetch - prefetch // 4``)
         set the replenish rule; ``ValueError`` for bad values.
         """
-        self.upstream = None  # type: ignore[misc]
-        self.upstream_outstanding = 0  # type: ignore[misc]
-        self.upstream_done = False  # type: ignore[misc]
-        self.replenisher = Replenisher(prefetch, limit) if prefetch is not None else None  # type: ignore[misc]
+        replenisher = Replenisher(prefetch, limit) if prefetch is not None else None
+        try:
+            self.upstream = None  # type: ignore[misc]
+            self.upstream_outstanding = 0  # type: ignore[misc]
+            self.upstream_done = False  # type: ignore[misc]
+            self.replenisher = replenisher  # type: ignore[misc]
+            if name is not None:
+                self.counters = StageCounters(name)  # type: ignore[misc]
+        except AttributeError as error:
+            raise TypeError(f"{type(self).__name__} declares __slots__ without the link's attributes ({error}): "
+                            f"add *LINK_SLOTS (rxpipe.stage.LINK_SLOTS) to its __slots__, or drop __slots__") from None
         if name is not None:
-            self.counters = StageCounters(name)  # type: ignore[misc]
-            track(self)  # type: ignore[arg-type]  # the concrete stage provides statistics()
+            track(self)  # type: ignore[arg-type]  # debug mode: TypeError without statistics()
 
     # -- upstream → this stage -----------------------------------------------------------------
     def on_subscribe(self, subscription: Subscription) -> None:

@@ -17,6 +17,8 @@ author, never by user input):
 
 from __future__ import annotations
 
+import logging
+import os
 import threading
 import weakref
 from collections import defaultdict
@@ -26,9 +28,31 @@ from typing import Any, Iterator, Protocol
 from prometheus_client.core import REGISTRY, CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-__all__ = ["StageCounters", "StageStatistics", "StageLike", "track", "live_stages", "StageCollector"]
+__all__ = ["StageCounters", "StageStatistics", "StageLike", "track", "live_stages", "StageCollector", "set_debug"]
 
 _GAUGE_CAP = 2**53
+log = logging.getLogger("rxpipe")
+
+#: Debug mode: a low-level stage without ``statistics()`` is an error at subscribe instead of a
+#: warning logged once. On with ``RXPIPE_DEBUG=1`` and in tests (rxpipe's pytest plugin).
+_debug = os.environ.get("RXPIPE_DEBUG", "") not in ("", "0")
+_warned: set[tuple[type, str]] = set()
+
+
+def set_debug(enabled: bool = True) -> None:
+    """Turn rxpipe's debug checks on or off (process-wide; default off, or on with
+    ``RXPIPE_DEBUG=1``). On: a low-level stage (``UpstreamLink``) that has no ``statistics()``
+    raises TypeError when subscribed (its subscriber gets ``on_error``). Off: that is logged
+    once per stage class, and the stage's counters are exported without its gauges.
+    ``rxpipe.testing.pytest_plugin`` turns it on for the test run."""
+    global _debug
+    _debug = bool(enabled)
+
+
+def _warn_once(cls: type, what: str, message: str, error: BaseException | None = None) -> None:
+    if (cls, what) not in _warned:
+        _warned.add((cls, what))
+        log.warning("%s", message, exc_info=error)
 
 
 class StageCounters:
@@ -97,8 +121,21 @@ def _fold_pending() -> None:
             _retired_dropped[(counters.stage, reason)] += count
 
 
+def _missing_statistics(stage: Any) -> str:
+    return (f"stage {stage.counters.stage!r} ({type(stage).__name__}) has no statistics(): a low-level "
+            f"stage must return a StageStatistics from statistics() (rxpipe.stage.Stage provides "
+            f"it); only its counters are exported")
+
+
 def track(stage: StageLike) -> None:
-    """Export ``stage``'s statistics until it is garbage-collected (then keep its totals)."""
+    """Export ``stage``'s statistics until it is garbage-collected (then keep its totals).
+
+    Raises TypeError in debug mode (:func:`set_debug`) for a stage without ``statistics()``;
+    otherwise that is logged once per class and only the stage's counters are exported."""
+    if not callable(getattr(stage, "statistics", None)):
+        if _debug:
+            raise TypeError(_missing_statistics(stage))
+        _warn_once(type(stage), "statistics", _missing_statistics(stage))
     with _lock:
         _live.add(stage)
     weakref.finalize(stage, _retire, stage.counters)
@@ -119,6 +156,22 @@ def gauge_by(name: str, documentation: str, label: str, values: dict[str, int]) 
     return family
 
 
+def _statistics(stage: Any) -> StageStatistics | None:
+    """``stage.statistics()``; a stage without it (logged once at track) shows its counters;
+    one whose ``statistics()`` raises is logged once per class and skipped this scrape."""
+    statistics = getattr(stage, "statistics", None)
+    if not callable(statistics):
+        counters = stage.counters
+        return StageStatistics(counters.stage, 0, 0, None, counters.items_in, counters.items_out,
+                               dict(counters.dropped))
+    try:
+        return statistics()  # type: ignore[no-any-return]
+    except Exception as error:
+        _warn_once(type(stage), "raised", f"statistics() of stage {stage.counters.stage!r} "
+                   f"({type(stage).__name__}) raised {error!r}; it is left out of this scrape", error)
+        return None
+
+
 class StageCollector(Collector):
     """Collects every tracked stage at scrape time (registered once on the default registry)."""
 
@@ -133,9 +186,8 @@ class StageCollector(Collector):
         buffered: dict[str, int] = defaultdict(int)
         capacity: dict[str, int] = defaultdict(int)
         for stage in stages:
-            try:
-                stats = stage.statistics()
-            except Exception:  # a stage torn down mid-scrape: skip it this time
+            stats = _statistics(stage)
+            if stats is None:
                 continue
             name = stats.stage
             items_in[name] = items_in.get(name, 0) + stats.items_in

@@ -1,7 +1,18 @@
 """``rxpipe.stage``: the public way to write an operator (DESIGN §3 "Writing a stage").
 
-A stage is a small state machine between an upstream and a downstream. It is built from two
-halves, each written once in rxpipe and used by every built-in operator:
+Two layers, both public and documented (``docs/architecture.md`` says when to use which):
+
+**The Stage API** (write operators here): subclass :class:`Stage`, implement ``on_next`` (and the
+optional hooks ``on_start``, ``on_complete``, ``on_error``, ``on_cancel``, ``on_timer``,
+``on_request``, ``on_input_*``), call the actions ``emit``, ``complete``, ``fail``, ``drop``,
+``start_timer``, ``cancel_timer``, ``open_input``, and make the factory with :func:`operator`.
+The kit owns upstream credit (``prefetch``), the output queue, termination order, timers,
+exceptions from hooks and the statistics exported as ``rxpipe_stage_*`` metrics; no credit
+arithmetic and no underscore name is left to the author. Anchor: Akka's ``GraphStageLogic``.
+``rxpipe.testing.check_operator`` checks any operator against the contract.
+
+**The low-level layer** (for hot paths: the fused chain, ``buffer``, the executor). A stage
+is built from two halves, each written once in rxpipe and used by every built-in operator:
 
 - **toward downstream**: :class:`DrainSubscription` (the outstanding demand ``requested``, the
   ``cancelled`` flag and the serial drain loop, §1.3/§3.3) or :class:`QueueDrainSubscription`
@@ -33,9 +44,15 @@ from ._demand import (
     valid_demand,
 )
 from ._link import LINK_SLOTS, SerialLoop, SheddingStage, UpstreamLink, discard_all, offer, shed
-from .metrics import StageCounters, StageStatistics
+from ._stage_logic import Stage
+from ._stage_run import Input, operator
+from .metrics import StageCounters, StageStatistics, set_debug
 
 __all__ = [
+    "Stage",
+    "operator",
+    "Input",
+    "set_debug",
     "UpstreamLink",
     "LINK_SLOTS",
     "DrainSubscription",

@@ -28,8 +28,8 @@ DESIGN_3 = {
     "rxpipe.operators": {"map", "filter", "scan", "take", "skip", "tap", "buffer", "limit_rate", "batch",
                          "rate_limit", "map_async", "timeout", "merge", "broadcast", "group_by", "execute",
                          "Retry", "CircuitBreaker"},
-    "rxpipe.stage": {"UpstreamLink", "DrainSubscription", "QueueDrainSubscription", "shed", "discard",
-                     "Capabilities"},
+    "rxpipe.stage": {"Stage", "operator", "UpstreamLink", "DrainSubscription", "QueueDrainSubscription", "shed",
+                     "discard", "Capabilities"},
 }
 
 

@@ -36,18 +36,19 @@ def test_testing_section_example_passes(tmp_path: Path) -> None:
 
 def test_write_your_own_operator_example_passes(tmp_path: Path) -> None:
     module, test_file = python_blocks("## Write your own operator")
+    assert "._" not in module and " _" not in module.replace(" __init__", "")  # no underscore name
     (tmp_path / "conftest.py").write_text('pytest_plugins = ["rxpipe.testing.pytest_plugin"]\n')
-    (tmp_path / "pairs.py").write_text(module)
-    (tmp_path / "test_pairs.py").write_text(test_file)
+    (tmp_path / "my_operators.py").write_text(module)
+    (tmp_path / "test_my_operators.py").write_text(test_file)
     code, output = run([sys.executable, "-m", "pytest", "-q", "-W", "error", "-p", "no:cacheprovider",
-                        "test_pairs.py"], tmp_path, tmp_path)
+                        "test_my_operators.py"], tmp_path, tmp_path)
     assert code == 0, output
-    assert "3 passed" in output
+    assert "4 passed" in output
 
 
-def test_the_write_your_own_operator_stage_counts_in_and_out_like_a_built_in(tmp_path: Path) -> None:
-    # link_upstream(name) exports the stage's statistics() while it lives and its counters once it
-    # is gone: both must agree, or rxpipe_stage_items_total would stay 0 (in) and go backwards (out).
+def test_the_readme_stage_counts_in_and_out_like_a_built_in(tmp_path: Path) -> None:
+    # The kit exports the stage's statistics while it lives and its counters once it is gone:
+    # rxpipe_stage_items_total never stays 0 (in) nor goes backwards (out).
     import gc
     import importlib.util
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections import deque
 from typing import Any
 
+import pytest
+
 import rxpipe as rx
 from rxpipe import UNBOUNDED, MissingBackpressureError
 from rxpipe import operators as ops
@@ -200,3 +202,75 @@ def test_capabilities_pass_through_any_number_of_pass_through_stages() -> None:
     assert batched.pipe(ops.scan(lambda acc, b: b, [])).capabilities is NO_CAPABILITIES
     assert batched.pipe(ops.map_async(lambda b: b)).capabilities is NO_CAPABILITIES  # type: ignore[arg-type]
     assert rx.range(0, 3).capabilities is NO_CAPABILITIES
+
+
+# -- guards of the low-level layer ----------------------------------------------------------------------
+class NoStatistics(QueueDrainSubscription, UpstreamLink):
+    """A low-level stage that forgot statistics()."""
+
+    def __init__(self, downstream: Any) -> None:
+        super().__init__(downstream)
+        self.link_upstream("no_statistics", 4)
+
+    def on_next(self, item: Any) -> None:
+        if self.accept(item):
+            self.counters.items_in += 1
+            self.queue.append(item)
+            self.drain()
+
+    def _on_delivered(self, count: int) -> None:
+        self.counters.items_out += count
+        self.replenish(count)
+
+
+class NoStatisticsFlowable(rx.Flowable[Any]):
+    def __init__(self, source: rx.Flowable[Any]) -> None:
+        super().__init__(upstreams=(source,))
+        self.source = source
+
+    def _subscribe(self, subscriber: Any) -> None:
+        self.source._subscribe(NoStatistics(subscriber))
+
+
+def test_a_stage_without_statistics_is_an_error_at_subscribe_in_debug_mode() -> None:
+    # rxpipe's pytest plugin turns debug mode on for the test run
+    ts = TestSubscriber[Any](initial_request=1)
+    NoStatisticsFlowable(rx.just(1)).subscribe(ts)
+    assert isinstance(ts.error, TypeError) and "no statistics()" in str(ts.error)
+
+
+def test_without_debug_mode_it_is_logged_once_and_its_counters_are_still_exported(caplog: Any) -> None:
+    from prometheus_client import REGISTRY
+
+    from rxpipe.stage import set_debug
+
+    caplog.set_level("WARNING", logger="rxpipe")
+    set_debug(False)
+    try:
+        results = []
+        for _ in range(3):
+            ts = TestSubscriber[Any](initial_request=UNBOUNDED)
+            NoStatisticsFlowable(rx.just(1, 2)).subscribe(ts)
+            results.append((ts.values, ts.completed))
+            assert REGISTRY.get_sample_value("rxpipe_stage_items_total",
+                                             {"stage": "no_statistics", "direction": "out"}) is not None
+    finally:
+        set_debug(True)
+    assert results == [([1, 2], True)] * 3
+    warnings = [r.getMessage() for r in caplog.records if "no statistics()" in r.getMessage()]
+    assert len(warnings) == 1  # once per class and process, not once per subscription
+
+
+def test_slots_without_link_slots_name_link_slots() -> None:
+    class Slotted(QueueDrainSubscription, UpstreamLink):
+        __slots__ = ("extra",)
+
+        def __init__(self, downstream: Any) -> None:
+            super().__init__(downstream)
+            self.link_upstream("slotted", 4)
+
+        def on_next(self, item: Any) -> None:
+            pass
+
+    with pytest.raises(TypeError, match=r"LINK_SLOTS"):
+        Slotted(TestSubscriber[Any]())

@@ -6,10 +6,13 @@
   ``call_later`` and ``loop.time()`` advance instantly and deterministically.
 - Marble tests with demand marks on that clock: :func:`assert_marbles` (from a plain test),
   ``await`` :func:`marbles` (inside a virtual-time test), :class:`Marbles` for several sources.
+- :func:`check_operator` runs the operator contract (DESIGN §9: demand, bounds, cancel, error,
+  completion) on any operator, yours included, and draws the failing run.
 - ``rxpipe.testing.pytest_plugin``: async tests on asyncio and uvloop, ``@pytest.mark.virtual``
   for the virtual clock, a leak check, fixture ``loop``.
 """
 
+from ._contract import CHECKS, check_operator
 from ._marbles import (
     MarbleError,
     MarbleEvent,
@@ -26,6 +29,8 @@ from ._subscriber import TestSubscriber
 from ._virtual import VirtualTimeLoop, run_virtual
 
 __all__ = [
+    "check_operator",
+    "CHECKS",
     "TestSubscriber",
     "TestPublisher",
     "VirtualTimeLoop",

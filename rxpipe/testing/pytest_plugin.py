@@ -14,6 +14,8 @@ Enable it in ``conftest.py``::
   cancelled) when the test returns (after three loop iterations to let cancellations settle)
   fails the test, naming it. Timers are seen on asyncio's loops and the virtual one.
 - Fixture ``loop``: the running loop, for tests that want ``loop.time()``.
+- Debug checks on (:func:`rxpipe.stage.set_debug`): a low-level stage without ``statistics()``
+  is an error at subscribe.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from typing import Any, Callable
 
 import pytest
 
+from ..metrics import set_debug
 from ._virtual import VirtualTimeLoop
 
 
@@ -41,6 +44,7 @@ LOOP_FACTORIES: dict[str, Callable[[], asyncio.AbstractEventLoop]] = {
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    set_debug(True)  # a low-level stage without statistics() fails at subscribe, not silently
     config.addinivalue_line(
         "markers", "virtual: run this async test on rxpipe.testing.VirtualTimeLoop (instant timers)")
     config.addinivalue_line(

@@ -202,6 +202,25 @@ def test_take_zero_completes_without_subscribing_upstream() -> None:
     assert drain(rx.range(0, 5).pipe(ops.take(0))).completed
 
 
+@pytest.mark.parametrize("source", [
+    lambda: rx.range(0, 50), lambda: rx.from_iterable([7, 8, 9]), lambda: rx.just(1, 2),
+    lambda: rx.range(0, 50).pipe(ops.map(lambda x: x + 1)),
+    lambda: rx.range(0, 50).pipe(ops.scan(lambda acc, x: acc + x, 0)),
+], ids=["range", "from_iterable", "just", "after_map", "after_scan"])
+async def test_take_zero_over_a_synchronous_source_emits_nothing(source: Any) -> None:
+    # the source used to leak its first item through take(0) to a subscriber that requested in
+    # on_subscribe (to_list, async for, subscribe(on_next=...))
+    assert await source().pipe(ops.take(0)).to_list() == []
+    seen = []
+    source().pipe(ops.take(0)).subscribe(on_next=seen.append)
+    assert seen == []
+    async for item in source().pipe(ops.take(0)):
+        seen.append(item)
+    assert seen == []
+    ts = drain(source().pipe(ops.take(0)))
+    assert ts.values == [] and ts.completed
+
+
 def test_operators_after_take_form_a_new_chain() -> None:
     pub = TestPublisher[int]()
     ts = TestSubscriber[int]()

@@ -1,0 +1,243 @@
+"""The handler class a user writes an operator with: :class:`Stage` (DESIGN §3, second round).
+
+A :class:`Stage` is the logic of one subscription of an operator, in the style of Akka's
+``GraphStageLogic``: hooks the kit calls (``on_next``, ``on_complete``, ``on_error``,
+``on_cancel``, ``on_timer``, ...) and actions the hooks call (``emit``, ``complete``, ``fail``,
+``start_timer``, ...). The kit (``rxpipe._stage_run``) owns everything else: upstream credit,
+the output queue, termination order, timers, exceptions and statistics. This module holds only
+the user-facing half; every action forwards to the kit object in ``_kit``.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, ClassVar, Hashable
+
+if TYPE_CHECKING:
+    from ._stage_run import Input, StageRun
+    from .flowable import Flowable
+
+__all__ = ["Stage", "NOTHING"]
+
+
+class _Nothing:
+    """The type of :data:`Stage.NOTHING`: "no value yet" where None cannot serve (items are
+    never None, but a key mapper may return None)."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "Stage.NOTHING"
+
+    def __reduce__(self) -> str:
+        return "NOTHING"
+
+
+#: "No value yet": a sentinel distinct from every item and from None.
+NOTHING: Any = _Nothing()
+
+
+class Stage:
+    """The logic of one run of an operator: hooks called by the kit, actions called by the hooks.
+
+    Subclass it, make the factory with :func:`rxpipe.stage.operator`, and apply it with
+    ``pipe``::
+
+        class DistinctUntilChanged(Stage):
+            prefetch = 16
+            def __init__(self, key_mapper=None):
+                self.key_mapper, self.last = key_mapper, Stage.NOTHING
+            def on_next(self, item):
+                key = self.key_mapper(item) if self.key_mapper else item
+                if key != self.last:
+                    self.emit(item)
+                self.last = key
+
+        distinct_until_changed = operator(DistinctUntilChanged)   # (*args, name=None, **kw) -> operator
+
+    One instance per subscription (``__init__`` also runs once when the operator is made, to
+    check its arguments early; keep it free of side effects). Hooks are never called re-entrantly
+    and never after the stage terminated: they are serial, like every signal (Reactive Streams
+    §1.3). A hook that raises makes the stage fail with that exception (``on_error`` downstream,
+    upstream cancelled, logged once on the ``rxpipe`` logger).
+
+    Upstream credit (class attribute ``prefetch``), kept topped up by the kit:
+
+    - an int ``p >= 1`` (default 16): the window. Upstream outstanding + :attr:`held` + items
+      emitted and waiting for downstream demand stay <= ``p``; the kit requests ``p`` at start,
+      then what is free again each time at least ``replenish`` is (default ``p - p // 4``,
+      Reactor's ``limitRate``), and at once whenever nothing is outstanding. An input that emitted
+      nothing frees its credit at once (a filter never stalls); outputs waiting for a slow
+      downstream pause upstream (memory stays bounded).
+    - ``None``: demand-driven, no read-ahead: upstream is asked only for what downstream asked
+      and is not yet covered (outstanding + held + waiting outputs <= downstream demand).
+      A dropped item asks for one more. For filters and for stages that delay items.
+    - ``rxpipe.UNBOUNDED``: upstream is asked for everything once (lossy stages: debounce,
+      sample). Emit only while :attr:`demanded` > 0, or drop with :meth:`drop`: the kit cannot
+      pause such an upstream.
+
+    :attr:`held` (int, default 0) is the number of upstream items the stage keeps (e.g. items
+    waiting on a timer, or open inner streams): keep it current, it counts against the window.
+
+    Hooks (all optional but ``on_next``): :meth:`on_start`, :meth:`on_next`, :meth:`on_complete`,
+    :meth:`on_error`, :meth:`on_cancel`, :meth:`on_stop`, :meth:`on_timer`, :meth:`on_request`, and for inputs
+    opened with :meth:`open_input`: :meth:`on_input_next`, :meth:`on_input_complete`,
+    :meth:`on_input_error`. Actions: :meth:`emit`, :meth:`complete`, :meth:`fail`, :meth:`drop`,
+    :meth:`start_timer`, :meth:`cancel_timer`, :meth:`open_input`, :meth:`invoke`. State: :attr:`demanded`,
+    :attr:`outstanding`, :attr:`now`, :attr:`stage_name`, :attr:`upstream_flowable`.
+
+    Class attributes: ``prefetch`` (above), ``replenish`` (items, None: ``p - p // 4``),
+    ``kind`` (the operator's name in graphs and default stage names; None: the class name in
+    snake_case), ``passes_capabilities`` (True for a stage whose items are its upstream's items,
+    e.g. a filter: it shows the upstream's declared capabilities).
+
+    Anchor: Akka Streams ``GraphStageLogic`` (handlers, ``push``/``pull``,
+    ``TimerGraphStageLogic``); Reactive Streams 1.0.4 (what the kit enforces).
+    """
+
+    __slots__ = ("_kit", "held")
+
+    #: "No value yet": a sentinel distinct from every item and from None.
+    NOTHING: ClassVar[Any] = NOTHING
+    #: Upstream credit: an int window, None (demand-driven) or rxpipe.UNBOUNDED (see above).
+    prefetch: ClassVar[int | None] = 16
+    #: Items freed in the window before the kit requests again (None: prefetch - prefetch // 4).
+    replenish: ClassVar[int | None] = None
+    #: The operator's name (None: the class name in snake_case).
+    kind: ClassVar[str | None] = None
+    #: The stage's items are its upstream's items (it shows the upstream's capabilities).
+    passes_capabilities: ClassVar[bool] = False
+
+    _kit: StageRun
+    held: int
+
+    # -- hooks ---------------------------------------------------------------------------------
+    def on_start(self) -> None:
+        """The stage is linked both ways, before any item and before the first request
+        upstream: start timers, open inputs. Default: nothing."""
+
+    def on_next(self, item: Any) -> None:
+        """One upstream item, already counted against demand (never beyond it, never None)."""
+        raise NotImplementedError(f"{type(self).__name__} must implement on_next(item)")
+
+    def on_complete(self) -> None:
+        """Upstream completed. Default: :meth:`complete` (after the items emitted before it)."""
+        self.complete()
+
+    def on_error(self, error: BaseException) -> None:
+        """Upstream failed with ``error``. Default: :meth:`fail` with it."""
+        self.fail(error)
+
+    def on_cancel(self) -> None:
+        """Downstream cancelled. The kit then cancels upstream, inputs and timers and clears the
+        emitted items; items the stage keeps are its own to release. Default: nothing."""
+
+    def on_stop(self) -> None:
+        """The stage terminated (completed, failed, or cancelled: after :meth:`on_cancel`):
+        release what it holds (tasks, connections). Called once, last; emitting is over.
+        Default: nothing. Anchor: Akka ``GraphStageLogic.postStop``."""
+
+    def on_timer(self, key: Hashable) -> None:
+        """The timer ``key`` fired (see :meth:`start_timer`). Default: nothing."""
+
+    def on_request(self, n: int) -> None:
+        """Downstream asked for ``n`` more items (after the kit counted them). Default: nothing."""
+
+    def on_input_next(self, input: Input, item: Any) -> None:
+        """An item from an input opened with :meth:`open_input`. Default: :meth:`emit` it."""
+        self.emit(item)
+
+    def on_input_complete(self, input: Input) -> None:
+        """An input completed (it is closed now). Default: nothing."""
+
+    def on_input_error(self, input: Input, error: BaseException) -> None:
+        """An input failed (it is closed now). Default: :meth:`fail` with ``error``."""
+        self.fail(error)
+
+    # -- actions -------------------------------------------------------------------------------
+    def emit(self, item: Any) -> None:
+        """Send ``item`` downstream: delivered at once on demand, else queued until downstream
+        asks (the queue counts against the window, so upstream pauses).
+
+        Raises TypeError for None (Reactive Streams §2.13) and RuntimeError after
+        :meth:`complete`/:meth:`fail`; ignored once downstream cancelled.
+        """
+        self._kit.emit(item)
+
+    def complete(self) -> None:
+        """Complete the stream after the items emitted before; cancel upstream (if it has not
+        ended), inputs and timers. Idempotent."""
+        self._kit.complete()
+
+    def fail(self, error: BaseException) -> None:
+        """Fail the stream with ``error`` now, ahead of queued items (dropped and told
+        ``on_discard("error")``); cancel upstream, inputs and timers. Idempotent."""
+        self._kit.fail(error)
+
+    def drop(self, item: Any, reason: str) -> None:
+        """Count ``item`` as dropped for ``reason`` (metric ``rxpipe_stage_dropped_total{reason}``)
+        and tell it (``item.on_discard(reason)`` if it has one): for lossy stages."""
+        self._kit.drop(item, reason)
+
+    def start_timer(self, key: Hashable, delay_s: float, *, interval_s: float | None = None) -> None:
+        """Call :meth:`on_timer` with ``key`` after ``delay_s`` seconds of the loop's clock, then
+        every ``interval_s`` seconds if given (fixed rate; ticks missed by a busy loop are skipped).
+
+        Starting a timer with a key in use replaces it. Timers end with the stage. Raises
+        ValueError for a negative or non-finite delay, RuntimeError off an event loop.
+        Anchor: Akka ``TimerGraphStageLogic.scheduleOnce`` / ``scheduleAtFixedRate``.
+        """
+        self._kit.start_timer(key, delay_s, interval_s)
+
+    def cancel_timer(self, key: Hashable) -> None:
+        """Cancel the timer ``key`` (no-op if it is not running)."""
+        self._kit.cancel_timer(key)
+
+    def open_input(self, source: Flowable[Any], *, prefetch: int | None = 32, key: Any = None) -> Input:
+        """Subscribe to another ``source`` as an input of this stage; its signals come to
+        :meth:`on_input_next` / :meth:`on_input_complete` / :meth:`on_input_error`.
+
+        ``prefetch`` is its credit, with the meanings of the class attribute (int window, None:
+        demand-driven, ``UNBOUNDED``); ``key`` is yours (e.g. an index). The returned
+        :class:`~rxpipe.stage.Input` has ``held`` (count its items you keep), ``done`` and
+        ``cancel()``. Raises TypeError for a source that is not a Flowable, RuntimeError after
+        the stage terminated.
+        """
+        return self._kit.open_input(source, prefetch, key)
+
+    def invoke(self, callback: Any, *args: Any) -> bool:
+        """Run ``callback(*args)`` as a hook of this stage, for signals from outside the kit
+        (a task's done callback, a future, another library's callback): serially with the other
+        hooks (queued if one is running), a raise fails the stage, and what it emitted is
+        delivered and credit topped up after it. Returns False, without calling it, once the
+        stage has terminated (then nothing downstream can hear of it: log what matters).
+        Anchor: Akka ``GraphStageLogic.getAsyncCallback``."""
+        return self._kit.invoke(callback, args)
+
+    # -- state ---------------------------------------------------------------------------------
+    @property
+    def demanded(self) -> int:
+        """Downstream demand not yet covered by emitted items (items; ``UNBOUNDED``: no limit)."""
+        return self._kit.demanded()
+
+    @property
+    def outstanding(self) -> int:
+        """Items requested from upstream and not yet received (``UNBOUNDED``: no limit)."""
+        return self._kit.upstream_outstanding
+
+    @property
+    def now(self) -> float:
+        """The loop's clock (``loop.time()``, seconds); RuntimeError off an event loop."""
+        return self._kit.now()
+
+    @property
+    def stage_name(self) -> str:
+        """The stage's name (its ``stage`` label in metrics)."""
+        return self._kit.counters.stage
+
+    @property
+    def upstream_flowable(self) -> Flowable[Any]:
+        """The Flowable this stage was applied to (e.g. to subscribe to it again: ``retry``)."""
+        return self._kit.flowable.source
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} stage>"
