@@ -20,6 +20,7 @@ from .errors import StartError
 from .loader import PipelineLoadError, build_pipeline, load_module, locate_error, parse_settings, split_spec
 from .logs import LOG_FORMATS, LOG_LEVELS, configure_logging, event, public_url
 from .runtime import Pipeline, walk
+from .settings import Schema, SettingError
 
 __all__ = ["main"]
 
@@ -38,7 +39,7 @@ def _fail(error: BaseException, spec: str, show_traceback: bool) -> None:
     path = str(split_spec(spec)[0])
     if show_traceback:
         traceback.print_exception(error, file=sys.stderr)
-    if isinstance(error, (PipelineLoadError, StartError)):
+    if isinstance(error, (PipelineLoadError, StartError)) or (isinstance(error, SettingError) and error.key):
         click.echo(f"rxpipe: error: {error}", err=True)
     else:
         where = locate_error(error, path)
@@ -206,9 +207,12 @@ def main() -> None:
 @click.option("--access-log", is_flag=True,
               help="Log one line per completion request (status, tokens, queue and total time, tenant; "
                    "never a key or a prompt).")
+@click.option("--help-settings", "help_settings", is_flag=True,
+              help="Print the pipeline's settings (name, type, default, meaning) and exit.")
 @click.option("--traceback", "show_traceback", is_flag=True, help="Print full tracebacks on error.")
 def run(spec: str, settings: tuple[str, ...], host: str, port: int, loop_name: str,
-        metrics_port: int | None, log_level: str, log_format: str, access_log: bool, show_traceback: bool) -> None:
+        metrics_port: int | None, log_level: str, log_format: str, access_log: bool, help_settings: bool,
+        show_traceback: bool) -> None:
     """Run the pipeline defined in FILE (attribute NAME, default `pipeline`).
 
     The attribute is a rxpipe.Pipeline, a Flowable, or a factory `def pipeline(config: dict)`
@@ -223,14 +227,20 @@ def run(spec: str, settings: tuple[str, ...], host: str, port: int, loop_name: s
       rxpipe run pipelines/llm_gateway.py --port 8000 --set queue_capacity=20
       rxpipe run pipelines/llm_gateway.py --log-format json --access-log
     """
+    if help_settings:
+        _print_settings(spec, show_traceback)
+        return
     configure_logging(log_level, log_format)
     module, pipeline, config = _load(spec, settings, show_traceback)
     if access_log:
         for service in pipeline.services:
             if hasattr(service, "access_log"):
                 service.access_log = True
-    fields = {"metrics_port": metrics_port, "settings": _start_settings(module, config),
-              "all_settings": _start_settings(module, {**getattr(module, "DEFAULTS", {}), **config}, every=True)}
+    schema = _schema_of(module)
+    fields: dict[str, Any] = {"metrics_port": metrics_port, "settings": {}, "all_settings": {}}
+    if schema is not None:
+        fields["settings"] = schema.changed(config)
+        fields["all_settings"] = schema.shown(schema.resolve(config))
     try:
         if metrics_port is not None:
             from prometheus_client import start_http_server
@@ -248,16 +258,25 @@ def run(spec: str, settings: tuple[str, ...], host: str, port: int, loop_name: s
         sys.exit(130)
 
 
-def _start_settings(module: ModuleType, config: dict[str, Any], every: bool = False) -> dict[str, Any]:
-    """The ``--set`` values that differ from the pipeline file's ``DEFAULTS`` (``every``: all of
-    them), keys hidden."""
-    defaults = getattr(module, "DEFAULTS", {})
-    shown = {}
-    for key, value in config.items():
-        if not every and key in defaults and defaults[key] == value:
-            continue
-        shown[key] = "(hidden)" if "key" in key else public_url(value) if isinstance(value, str) else value
-    return shown
+def _schema_of(module: ModuleType) -> Schema | None:
+    schema = getattr(module, "SETTINGS", None)
+    return schema if isinstance(schema, Schema) else None
+
+
+def _print_settings(spec: str, show_traceback: bool) -> None:
+    """``--help-settings``: the table of the pipeline file's ``SETTINGS``."""
+    try:
+        module, name = load_module(spec)
+    except Exception as error:
+        _fail(error, spec, show_traceback)
+    schema = _schema_of(module)
+    if schema is None:
+        path = split_spec(spec)[0]
+        takes = "no settings" if not callable(getattr(module, name)) or isinstance(getattr(module, name), type) \
+            else "settings its docstring describes"
+        click.echo(f"{path}: declares no SETTINGS schema (rxpipe.settings.Schema); {name!r} takes {takes}")
+        return
+    click.echo(schema.table("text"), nl=False)
 
 
 @main.command()

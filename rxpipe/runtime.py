@@ -10,8 +10,13 @@ from ._demand import log
 from ._link import LINK_SLOTS, UpstreamLink
 from .errors import MissingBackpressureError
 from .flowable import Flowable, Operator
+from .settings import Setting
 
-__all__ = ["Pipeline", "RunningPipeline", "Service", "walk"]
+__all__ = ["Pipeline", "RunningPipeline", "Service", "walk", "DRAIN_TIMEOUT"]
+
+#: ``Pipeline(drain_timeout_s=)`` as the pipelines take it (``--set drain_timeout_s=...``)
+DRAIN_TIMEOUT = Setting("drain_timeout_s", 30.0, "number", "on SIGINT/SIGTERM, in-flight requests get this long (s)",
+                        minimum=0)
 
 
 class Service:
@@ -78,8 +83,7 @@ class Pipeline:
                  drain_timeout_s: float = 30.0) -> None:
         if not isinstance(source, Flowable):
             raise TypeError(f"Pipeline needs a Flowable source, got {source!r}")
-        if drain_timeout_s < 0:
-            raise ValueError(f"drain_timeout_s must be >= 0 seconds, got {drain_timeout_s!r}")
+        DRAIN_TIMEOUT.check(drain_timeout_s, "Pipeline(drain_timeout_s=)")
         self.flowable: Flowable[Any] = source.pipe(*operators)
         self.name = name
         self.drain_timeout_s = drain_timeout_s

@@ -16,6 +16,7 @@
 """
 
 from ..errors import BackendError, EngineError, EngineUnavailableError
+from ._settings import OPENAI_SETTINGS, SIMULATED_PIPELINE, SIMULATED_SETTINGS
 from .base import Engine
 from .batch_function import BatchFunctionEngine, BatchRecord, request_text
 from .executor import ExecuteFlowable, execute
@@ -44,4 +45,7 @@ __all__ = [
     "EngineError",
     "EngineUnavailableError",
     "BackendError",
+    "SIMULATED_SETTINGS",
+    "SIMULATED_PIPELINE",
+    "OPENAI_SETTINGS",
 ]

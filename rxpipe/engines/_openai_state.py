@@ -5,7 +5,6 @@ argument checks."""
 from __future__ import annotations
 
 import asyncio
-import math
 import random
 from typing import TYPE_CHECKING, Any, Mapping
 
@@ -55,20 +54,6 @@ class _Call:
         self.timed_out = False
         #: loop time at which this call, parked without credit, is stalled (None: not parked)
         self.stall_s: float | None = None
-
-
-def _seconds(name: str, value: object) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < math.inf:
-        raise ValueError(f"OpenAIEngine({name}=) needs seconds > 0, got {value!r}")
-    return float(value)
-
-
-def _optional_seconds(name: str, value: object) -> float | None:
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < math.inf:
-        raise ValueError(f"OpenAIEngine({name}=) needs seconds > 0 or None, got {value!r}")
-    return float(value)
 
 
 def _wake(waiter: asyncio.Future[None]) -> None:

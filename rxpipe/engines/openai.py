@@ -39,11 +39,13 @@ import aiohttp
 
 from ..errors import CircuitOpenError, EngineUnavailableError
 from ..resilience import CircuitBreaker
+from ..settings import SettingError
 from ..stage import SerialLoop
 from ._concurrency import ConcurrencyLimit
 from ._openai_backoff import _Backoff
-from ._openai_state import _DONE, _RUNNING, _WAITING, _Call, _optional_seconds, _seconds, _wake
+from ._openai_state import _DONE, _RUNNING, _WAITING, _Call, _wake
 from ._openai_wire import _HTTPCall, parse_retry_after, wire_request_id
+from ._settings import OPENAI_SETTINGS
 from .records import Completion, CompletionRequest, CompletionResult
 
 __all__ = ["OpenAIEngine", "parse_retry_after", "wire_request_id", "AUTO_INITIAL_LIMIT", "AUTO_MAX_LIMIT"]
@@ -52,6 +54,11 @@ __all__ = ["OpenAIEngine", "parse_retry_after", "wire_request_id", "AUTO_INITIAL
 AUTO_INITIAL_LIMIT = 4
 #: ... and never exceeds this (calls; also ``max_num_seqs``, the executor's bound)
 AUTO_MAX_LIMIT = 256
+
+
+def _arg(name: str, value: Any) -> Any:
+    """A constructor argument checked by its setting (:data:`~rxpipe.engines._settings.OPENAI_SETTINGS`)."""
+    return OPENAI_SETTINGS.check(name, value, f"OpenAIEngine({name}=)")
 
 
 class OpenAIEngine(_HTTPCall, _Backoff):
@@ -156,40 +163,35 @@ class OpenAIEngine(_HTTPCall, _Backoff):
                  include_usage: bool = True, max_answer_bytes: int = 16 * 2**20,
                  headers: Mapping[str, str] | None = None,
                  session: aiohttp.ClientSession | None = None, rng: random.Random | None = None) -> None:
+        max_in_flight = _arg("max_in_flight", max_in_flight)
         if max_in_flight == "auto":
             limit = ConcurrencyLimit(AUTO_INITIAL_LIMIT, AUTO_MAX_LIMIT, adaptive=True)
             max_in_flight = AUTO_MAX_LIMIT
-        elif isinstance(max_in_flight, int) and not isinstance(max_in_flight, bool) and max_in_flight >= 1:
-            limit = ConcurrencyLimit(max_in_flight, max_in_flight)
         else:
-            raise ValueError(f"OpenAIEngine(max_in_flight=) needs an int >= 1 calls or 'auto', got {max_in_flight!r}")
+            limit = ConcurrencyLimit(max_in_flight, max_in_flight)
         super().__init__(model=model, max_num_seqs=max_in_flight)
         self._limit = limit
         if not isinstance(base_url, str) or not base_url.startswith(("http://", "https://")):
-            raise ValueError(f"OpenAIEngine(base_url=) needs an http(s) URL, got {base_url!r}")
+            raise SettingError(f"OpenAIEngine(base_url=) must be an http(s) URL, got {base_url!r} "
+                               f"({type(base_url).__name__})")
         root = base_url.rstrip("/")
         if not root.endswith("/v1"):
             root += "/v1"
         self.base_url = root
         self.chat = chat
         self.timeout = aiohttp.ClientTimeout(
-            total=_optional_seconds("total_timeout_s", total_timeout_s),
-            sock_connect=_optional_seconds("connect_timeout_s", connect_timeout_s),
-            sock_read=_optional_seconds("read_timeout_s", read_timeout_s))
+            total=_arg("total_timeout_s", total_timeout_s),
+            sock_connect=_arg("connect_timeout_s", connect_timeout_s),
+            sock_read=_arg("read_timeout_s", read_timeout_s))
 
-        self.retry_after_cap_s = _seconds("retry_after_cap_s", retry_after_cap_s)
-        if isinstance(retry_after_jitter, bool) or not 0 <= retry_after_jitter < math.inf:
-            raise ValueError(f"OpenAIEngine(retry_after_jitter=) needs a number >= 0, got {retry_after_jitter!r}")
-        self.retry_after_jitter = float(retry_after_jitter)
-        if isinstance(throttle_retries, bool) or not isinstance(throttle_retries, int) or throttle_retries < 0:
-            raise ValueError(f"OpenAIEngine(throttle_retries=) needs an int >= 0, got {throttle_retries!r}")
-        self.throttle_retries = throttle_retries
+        self.retry_after_cap_s = float(_arg("retry_after_cap_s", retry_after_cap_s))
+        self.retry_after_jitter = float(_arg("retry_after_jitter", retry_after_jitter))
+        self.throttle_retries = _arg("throttle_retries", throttle_retries)
         self.breaker = breaker if breaker is not None else CircuitBreaker(5, 5.0)
-        self.stall_timeout_s = _optional_seconds("stall_timeout_s", stall_timeout_s)
-        self.include_usage = include_usage
-        if isinstance(max_answer_bytes, bool) or not isinstance(max_answer_bytes, int) or max_answer_bytes < 1:
-            raise ValueError(f"OpenAIEngine(max_answer_bytes=) needs an int >= 1 bytes, got {max_answer_bytes!r}")
-        self.max_answer_bytes = max_answer_bytes
+        stall_timeout_s = _arg("stall_timeout_s", stall_timeout_s)
+        self.stall_timeout_s = None if stall_timeout_s is None else float(stall_timeout_s)
+        self.include_usage = _arg("include_usage", include_usage)
+        self.max_answer_bytes = _arg("max_answer_bytes", max_answer_bytes)
         own = {"Content-Type": "application/json"}
         if api_key is not None:
             own["Authorization"] = f"Bearer {api_key}"
