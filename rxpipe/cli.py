@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 import gc
 import logging
+import re
 import signal
 import sys
 import time
@@ -286,34 +287,64 @@ def _print_settings(spec: str, show_traceback: bool) -> None:
               show_default=True)
 @click.option("--traceback", "show_traceback", is_flag=True, help="Print full tracebacks on error.")
 def graph(spec: str, settings: tuple[str, ...], fmt: str, show_traceback: bool) -> None:
-    """Print the stages of the pipeline in FILE, upstream first."""
+    """Print the stages of the pipeline in FILE, upstream first (the branches of a balance, one
+    per replica, under it; an engine's stage names its engine)."""
     _, pipeline, _ = _load(spec, settings, show_traceback)
     stages = _expand(pipeline)
     if fmt == "text":
-        for name, kind, _ in stages:
-            click.echo(f"{name}  ({kind})")
+        for name, kind, _, depth in stages:
+            click.echo(f"{'  ' * depth}{name}  ({kind})")
         return
     click.echo("graph LR")
-    for name, kind, ups in stages:
-        click.echo(f'  {name}["{name}<br/>{kind}"]')
+    for name, kind, ups, _ in stages:
+        click.echo(f'  {_node(name)}["{name}<br/>{kind}"]')
         for up in ups:
-            click.echo(f"  {up} --> {name}")
+            click.echo(f"  {_node(up)} --> {_node(name)}")
 
 
-def _expand(pipeline: Pipeline) -> list[tuple[str, str, list[str]]]:
-    """(name, kind, upstream names) per stage, with fused chains shown stage by stage."""
+def _node(name: str) -> str:
+    """A Mermaid node id for a stage name (``balance[0]`` → ``balance_0_``)."""
+    return re.sub(r"\W", "_", name)
+
+
+def _expand(pipeline: Pipeline) -> list[tuple[str, str, list[str], int]]:
+    """(name, kind, upstream names, depth) per stage, with fused chains shown stage by stage and
+    the branches of a stage that has them (``balance``: ``ports`` and ``outputs``) under it."""
     from ._fusion import FusedFlowable
+    from .engines import Engine
 
-    rows: list[tuple[str, str, list[str]]] = []
-    for stage in walk(pipeline.flowable):
-        ups = [u.name for u in stage.upstreams]
+    rows: list[tuple[str, str, list[str], int]] = []
+
+    def add(stage: Any, ups: list[str], depth: int) -> None:
         if isinstance(stage, FusedFlowable):
             for fused in stage.stages:
-                rows.append((fused.name, f"{fused.kind}, fused", ups))
+                rows.append((fused.name, f"{fused.kind}, fused", ups, depth))
                 ups = [fused.name]
-        else:
-            rows.append((stage.name, stage.kind, ups))
+            return
+        kind = stage.kind
+        engine = getattr(stage, "engine", None)
+        if isinstance(engine, Engine):
+            where = getattr(engine, "base_url", None)
+            kind += f"; engine {engine.name}: {type(engine).__name__}{' at ' + public_url(where) if where else ''}"
+        rows.append((stage.name, kind, ups, depth))
+        for port, output in zip(getattr(stage, "ports", ()), getattr(stage, "outputs", ()), strict=False):
+            add(port, [stage.name], depth + 1)
+            for inner in _between(port, output):
+                add(inner, [u.name for u in inner.upstreams], depth + 1)
+
+    for stage in walk(pipeline.flowable):
+        add(stage, [u.name for u in stage.upstreams], 0)
     return rows
+
+
+def _between(port: Any, output: Any) -> list[Any]:
+    """The stages of a branch from ``port`` (excluded) to ``output``, upstream first."""
+    chain: list[Any] = []
+    node = output
+    while node is not port and node is not None:
+        chain.append(node)
+        node = node.upstreams[0] if node.upstreams else None
+    return chain[::-1] if node is port else []
 
 
 def _add_load_command() -> None:

@@ -189,6 +189,9 @@ class RedisSink(Flowable[Any], Service):
         self.counters = StageCounters(self.name)
         #: Redis answered the last command (False until the first success)
         self.up = False
+        #: the model of the edge in front (set in :meth:`attach`), and the workers' other models named
+        self.served_model: str | None = None
+        self._warned_models: set[str] = set()
         #: Redis was lost (or unreachable from the start) and is not back yet: logged once
         self._lost = False
         #: backlog read at the last refresh, and the admissions it may not have seen
@@ -276,7 +279,10 @@ class RedisSink(Flowable[Any], Service):
 
     # -- Service ---------------------------------------------------------------------------------
     def attach(self, pipeline: Pipeline) -> None:
-        pass
+        # the model the edge in front serves: workers whose engine serves another are named in the log
+        config = next((getattr(stage, "config", None) for stage in pipeline.stages
+                       if getattr(getattr(stage, "config", None), "model", None)), None)
+        self.served_model = getattr(config, "model", None)
 
     async def start(self, host: str, port: int | None) -> str | None:
         s = self.settings
@@ -348,7 +354,21 @@ class RedisSink(Flowable[Any], Service):
         room = max(0, s.max_backlog - self.backlog - unseen)
         self.allowance = -(-room // self.gateways)
         self.paused_until = _pause_floor(workers, now)
+        self._check_models(workers, now)
         self._up()
+
+    def _check_models(self, workers: Any, now: float) -> None:
+        """Warn once per model when a live worker's engine serves a model other than the one the
+        gateway admits (its clients, asking for the worker's model, get 404 at the edge)."""
+        served = self.served_model
+        if served is None:
+            return
+        for consumer, model in _worker_models(workers, now).items():
+            if model != served and model not in self._warned_models:
+                self._warned_models.add(model)
+                log.warning("redis sink %s: worker %s serves model %r but this gateway serves %r: requests for "
+                            "%r get 404 here; start the gateway with --set model=%s", self.name, consumer, model,
+                            served, model, model)
 
     async def _refresh_loop(self) -> None:
         s = self.settings
@@ -401,6 +421,20 @@ def _fail_reply(request: CompletionRequest, error: BaseException) -> None:
     reply = request.reply
     if reply is not None and not reply.done():
         reply.set_exception(error)
+
+
+def _worker_models(workers: Any, now: float) -> dict[str, str]:
+    """consumer → model its engine serves, for the live workers that publish one."""
+    models = {}
+    for consumer, raw in (workers or {}).items():
+        try:
+            beat = orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            continue
+        model = beat.get("model") if isinstance(beat, dict) else None
+        if isinstance(model, str) and now - float(beat.get("at", 0)) <= _WORKER_STALE_S:
+            models[consumer.decode() if isinstance(consumer, bytes) else str(consumer)] = model
+    return models
 
 
 def _pause_floor(workers: Any, now: float) -> float:

@@ -101,6 +101,8 @@ class RedisGroupSource(Flowable[RemoteRequest], Service):
         self.settings = settings
         self.max_unacked = max_unacked
         self.pause_s = pause_s
+        #: the model its engine serves (from :meth:`attach`), published in its heartbeat
+        self.model: str | None = None
         self.counters = StageCounters(self.name)
         #: entries delivered to this consumer and not yet acknowledged (by id)
         self.held: dict[bytes, AckHandle] = {}
@@ -217,7 +219,9 @@ class RedisGroupSource(Flowable[RemoteRequest], Service):
 
     # -- Service ---------------------------------------------------------------------------------
     def attach(self, pipeline: Pipeline) -> None:
-        pass
+        # the model its engine serves goes into the heartbeat: a gateway serving another one says so
+        models = [getattr(getattr(stage, "engine", None), "model", None) for stage in pipeline.stages]
+        self.model = next((m for m in models if isinstance(m, str)), None)
 
     async def start(self, host: str, port: int | None) -> str | None:
         s = self.settings
@@ -403,7 +407,7 @@ class RedisGroupSource(Flowable[RemoteRequest], Service):
         assert commands is not None
         now = time.time()
         pause = float(self.pause_s()) if self.pause_s is not None else 0.0
-        beat = orjson.dumps({"at": now, "pause_until": now + pause if pause > 0 else 0.0})
+        beat = orjson.dumps({"at": now, "pause_until": now + pause if pause > 0 else 0.0, "model": self.model})
         pipe = commands.pipeline(transaction=False)
         pipe.hset(workers_key(s), s.consumer, beat)
         ids: list[Any] = list(self.held)

@@ -279,3 +279,22 @@ async def test_a_backend_4xx_behind_a_worker_reaches_the_client_with_its_status_
         assert stub.state()["requests"] == 2  # the 422 was answered, not run again
     finally:
         stub.stop()
+
+
+@pytest.mark.timeout(60)
+async def test_a_gateway_names_a_worker_serving_another_model(tmp_path: Path, redis_server: RedisServer,
+                                                            processes: Processes) -> None:
+    stub = StubServer(tmp_path)
+    try:
+        gw = gateway(processes, redis_server)  # serves "sim": clients asking for my-model get 404
+        worker(processes, redis_server, f"backend_url={stub.url}", "model=my-model", "consumer=w9")
+        deadline = time.monotonic() + 20
+        needle = ("worker w9 serves model 'my-model' but this gateway serves 'sim': requests for 'my-model' get 404 "
+                  "here; start the gateway with --set model=my-model")
+        while needle not in gw.output:
+            assert time.monotonic() < deadline, gw.output
+            await asyncio.sleep(0.1)
+        await asyncio.sleep(1.0)  # more refreshes: said once
+        assert gw.output.count("serves model 'my-model'") == 1
+    finally:
+        stub.stop()
