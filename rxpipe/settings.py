@@ -281,11 +281,11 @@ class Schema(Mapping[str, Setting]):
             if s is None:
                 continue
             try:
-                value = s.check(value)
+                same = s.check(value) == s.default
             except SettingError:
-                pass
-            if value != s.default:
-                changed[name] = s.shown(value)
+                same = False
+            if not same:
+                changed[name] = s.shown(value)  # as given (a list its parser makes is not what was typed)
         return changed
 
     # -- the table ---------------------------------------------------------------------------------

@@ -72,13 +72,11 @@ class _Backoff(_OpenAIState):
         if self._paused_since is None:
             self._paused_since = self._loop.time() if self._loop is not None else 0.0
         asked = "no usable Retry-After" if asked_s is None else f"Retry-After {asked_s:g} s"
-        scope = "every call" if status == 503 else "every admitted call waits"
+        scope = ": no call goes out meanwhile" if status == 503 else ": every admitted call waits for its Retry-After"
         if long:
-            scope = (f"over retry_after_cap_s={self.retry_after_cap_s:g}: requests fail at once with 503 "
-                     f"meanwhile")
-        event(log, logging.WARNING, f"{self._where()}: paused by {status} ({asked}) for {wait_s:.1f} s; "
-              f"{scope}", engine=self.name, state="paused", status=status, wait_s=round(wait_s, 3),
-              retry_after_s=asked_s)
+            scope = f", over retry_after_cap_s={self.retry_after_cap_s:g}: requests fail at once with 503 meanwhile"
+        event(log, logging.WARNING, f"{self._where()}: paused by {status} ({asked}) for {wait_s:.1f} s{scope}",
+              engine=self.name, state="paused", status=status, wait_s=round(wait_s, 3), retry_after_s=asked_s)
 
     def _log_resumed(self) -> None:
         since = self._paused_since

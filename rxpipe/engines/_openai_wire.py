@@ -116,7 +116,7 @@ class _HTTPCall(_OpenAIState):
                 headers = {**headers, "X-Request-Id": wire_request_id(request.id)}
             response = await session.post(url, data=self._body(call), headers=headers, **options)
         except (aiohttp.ClientError, OSError) as error:
-            self._settle(call, False, f"unreachable: {error!r}")
+            self._settle(call, False, f"unreachable: {error or repr(error)}")
             completion.fail(EngineUnavailableError(f"{url} unreachable: {error!r}"))
             return False
         call.response = response

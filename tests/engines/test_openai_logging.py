@@ -68,7 +68,7 @@ async def test_a_503_pause_and_its_end_are_logged_once_each(server: StubServer,
         await e.aclose()
     where = f"engine b ({server.url}/v1)"
     logged = transitions(caplog)
-    assert logged[0] == ("WARNING", f"{where}: paused by 503 (Retry-After 0.2 s) for 0.2 s; every call")
+    assert logged[0] == ("WARNING", f"{where}: paused by 503 (Retry-After 0.2 s) for 0.2 s: no call goes out meanwhile")
     assert logged[1][0] == "INFO" and logged[1][1].startswith(f"{where}: resumed after a 0.")
     assert len(logged) == 2  # three calls answered 503 together: one pause
 
@@ -86,6 +86,7 @@ async def test_every_call_held_by_429_is_a_pause_logged_once(server: StubServer,
         await e.aclose()
     where = f"engine b ({server.url}/v1)"
     assert transitions(caplog)[0] == (
-        "WARNING", f"{where}: paused by 429 (Retry-After 0.2 s) for 0.2 s; every admitted call waits")
+        "WARNING", f"{where}: paused by 429 (Retry-After 0.2 s) for 0.2 s: every admitted call waits for its "
+                   f"Retry-After")
     assert transitions(caplog)[1][1].startswith(f"{where}: resumed after a 0.")
     assert len(transitions(caplog)) == 2

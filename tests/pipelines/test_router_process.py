@@ -124,7 +124,8 @@ async def test_a_retry_after_of_an_hour_fails_every_queued_request_fast_with_the
     finally:
         router.terminate()
     log = router.output
-    assert f"paused by {status} (Retry-After 3600 s) for 3600.0 s; over retry_after_cap_s=30" in log
+    assert (f"paused by {status} (Retry-After 3600 s) for 3600.0 s, over retry_after_cap_s=30: requests fail at once "
+            f"with 503 meanwhile") in log
     assert log.count("paused by") == 1
 
 
@@ -143,3 +144,49 @@ async def test_with_a_replica_paused_for_an_hour_the_other_answers_everything(
     finally:
         router.terminate()
         healthy.stop()
+
+
+def test_the_log_says_start_backend_down_up_paused_resumed_and_drain_once_each(tmp_path: Path) -> None:
+    import re
+    import time
+
+    stub = StubServer(tmp_path)
+    router = GatewayProcess(tmp_path, f"backends={stub.url}", "model=m", "max_in_flight=4", file=ROUTER)
+    body = {"model": "m", "prompt": "x", "max_tokens": 2}
+    try:
+        assert call(router.url, body)[0] == 200
+        stub.stop()  # the backend dies: 5 failed calls open its circuit (CircuitBreaker(5, 5.0))
+        assert [call(router.url, body)[0] for _ in range(7)] == [503] * 7
+        stub.start()
+        deadline = time.monotonic() + 20
+        while call(router.url, body)[0] != 200:  # the half-open trial, 5 s after the circuit opened
+            assert time.monotonic() < deadline, router.output
+            time.sleep(0.2)
+        stub.control(throttle=1, throttle_status=503, retry_after="1")
+        assert call(router.url, body)[0] == 200  # paused for the backend's 1 s, then served
+    finally:
+        assert router.terminate() == 0
+        stub.stop()
+    lines = router.output.splitlines()
+
+    def one(pattern: str) -> int:
+        found = [i for i, line in enumerate(lines) if re.search(pattern, line)]
+        assert len(found) == 1, (pattern, router.output)
+        return found[0]
+
+    where = re.escape(f"engine backend0 ({stub.url}/v1)")
+    order = [
+        one(rf"INFO rxpipe: llm_router serving on http://127\.0\.0\.1:\d+; engines: backend0 \(OpenAIEngine at "
+            rf"{re.escape(stub.url)}/v1\); settings: backends={re.escape(stub.url)} model=m max_in_flight=4$"),
+        one(rf"WARNING rxpipe\.engine: {where}: backend down \(unreachable: .*\); circuit open, requests get 503, "
+            r"next trial in \d\.\d s$"),
+        one(rf"INFO rxpipe\.engine: {where}: backend up again after \d+\.\d s; circuit closed$"),
+        one(rf"WARNING rxpipe\.engine: {where}: paused by 503 \(Retry-After 1 s\) for [12]\.\d s: no call goes out "
+            r"meanwhile$"),
+        one(rf"INFO rxpipe\.engine: {where}: resumed after a [12]\.\d s pause$"),
+        one(r"INFO rxpipe: SIGTERM: draining in-flight work \(drain_timeout_s=30; a second signal stops at once\)$"),
+        one(r"INFO rxpipe\.gateway: gateway: draining, 0 requests in flight \(new ones get 503 draining\)$"),
+        one(r"INFO rxpipe: llm_router stopped \(\d+\.\d s to drain\)$"),
+    ]
+    assert order == sorted(order)
+    print("\n".join(line for i, line in enumerate(lines) if i in order))
