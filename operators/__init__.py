@@ -44,8 +44,7 @@ def _check_callable(op: str, fn: object) -> None:
 
 
 def _check_count(op: str, n: object) -> None:
-    if not isinstance(n, int) or isinstance(n, bool) or n < 0:
-        raise ValueError(f"{op}(n) needs an int n >= 0 items, got {n!r}")
+    check_int(n, f"{op}(n)", minimum=0)
 
 
 def map(fn: Callable[[T], R], *, name: str | None = None) -> Operator:  # noqa: A001
