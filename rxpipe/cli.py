@@ -134,7 +134,7 @@ async def _serve(pipeline: Pipeline, host: str, port: int, start_fields: dict[st
 
 def _log_start(pipeline: Pipeline, url: str, fields: dict[str, Any]) -> None:
     """The one start line: URL, pipeline, engines, metrics port, settings that differ from the
-    defaults (never a key: see :func:`_start_fields`)."""
+    defaults (a secret shown as ``(hidden)``: :meth:`~rxpipe.settings.Schema.changed`)."""
     engines = describe_engines(pipeline)
     parts = [f"{pipeline.name} serving on {url}"]
     if engines:
@@ -193,7 +193,7 @@ def main() -> None:
 @click.argument("spec", metavar="FILE[:NAME]")
 @click.option("--set", "settings", multiple=True, metavar="KEY=VALUE",
               help="Configuration for a pipeline factory; VALUE is parsed as JSON, else a string. "
-                   "Repeatable.")
+                   "Repeatable; --help-settings lists the keys.")
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address of the HTTP edge.")
 @click.option("--port", default=8000, show_default=True, type=click.IntRange(0, 65535),
               help="Port of the HTTP edge (0 picks a free one).")
