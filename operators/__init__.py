@@ -701,3 +701,372 @@ def cache(max_entries: int, ttl_s: float, *, name: str | None = None) -> Operato
     _check_int("cache", "max_entries", max_entries, 1)
     _check_positive("cache", "ttl_s", ttl_s)
     return lambda source: CacheFlowable(source, max_entries, ttl_s, name)
+
+
+# -- second round: filters, reducers, take_until, start_with, catch, retry ---------------------------
+from rxpipe._protocol import UNBOUNDED as _UNBOUNDED  # noqa: E402
+from rxpipe._protocol import Publisher as _Publisher  # noqa: E402
+from rxpipe.stage import Stage as _Stage  # noqa: E402
+
+from ._filters import (  # noqa: E402
+    distinct_stage,
+    distinct_until_changed_stage,
+    first_stage,
+    pairwise_stage,
+    skip_while_stage,
+    take_while_stage,
+)
+from ._publishers import publisher_problem  # noqa: E402
+from ._recovery import catch_stage, retry_stage  # noqa: E402
+from ._reducers import count_stage, last_stage, reduce_stage, to_list_stage  # noqa: E402
+from ._start_with import start_with_stage  # noqa: E402
+from ._take_until import take_until_stage  # noqa: E402
+
+__all__ += ["pairwise", "distinct", "distinct_until_changed", "take_while", "skip_while", "take_until", "first",
+            "last", "reduce", "count", "to_list", "start_with", "catch", "retry"]
+
+
+def _check_optional_callable(op: str, arg: str, fn: object) -> None:
+    if fn is not None and not callable(fn):
+        raise TypeError(f"{op}({arg}=) needs a callable or None, got {fn!r}")
+
+
+def _check_reducer_prefetch(op: str, prefetch: object) -> int:
+    _check_int(op, "prefetch", prefetch, 1)
+    if prefetch >= _UNBOUNDED:  # type: ignore[operator]
+        raise ValueError(f"{op}(prefetch) must be a finite window of items: a reducer never requests "
+                         f"UNBOUNDED (DESIGN §3)")
+    return prefetch  # type: ignore[return-value]
+
+
+def pairwise(*, name: str | None = None) -> Operator:
+    """Emit ``(previous, item)`` for each item after the first.
+
+        source:    --a-b-c-d-|
+        demand:    ^3
+        upstream:  ^3^1
+        output:    ----x-y-z-|       x = (a, b), y = (b, c), z = (c, d)
+
+    Demand: passed through; the first item makes no pair and asks upstream for one more, so
+    ``n`` pairs take ``n + 1`` items. A stream of fewer than two items emits nothing.
+    Signals: upstream errors, completion and cancel pass through; the first item is held
+    (never told: it is not dropped, only unpaired).
+    Anchor: reactivex ``pairwise``, RxJS ``pairwise``.
+    """
+    return pairwise_stage(name=name)
+
+
+def distinct(key_mapper: Callable[[T], Hashable] | None = None, max_keys: int | None = None, *,
+             comparer: Callable[[Any, Any], Any] | None = None, name: str | None = None) -> Operator:
+    """Pass only items whose key (``key_mapper(item)``, default the item) was not seen before.
+
+        source:    -a-b-a-c-b-|
+        demand:    ^4
+        upstream:  ^4---^1--^1       each repeated key asks upstream for one more
+        output:    -a-b---c---|
+
+    With ``max_keys`` the memory is a bounded LRU, and a key evicted passes again::
+
+        source:    -a-b-c-a-|
+        demand:    ^*
+        output:    -a-b-c-a-|        distinct(max_keys=2): c evicted a (least recently seen)
+
+    Memory: without ``max_keys`` every key is kept for the life of the subscription, as
+    reactivex's ``distinct`` does — it grows with the number of distinct keys, without bound.
+    ``max_keys=N`` keeps at most N keys, evicting the least recently seen (a repeated key counts
+    as seen): bounded memory, at the price of letting an evicted key through again — a
+    deliberate difference from reactivex, which has no bound. Hashable keys cost O(1) per item;
+    unhashable keys, and every key with ``comparer``, are compared one by one (O(keys) per item,
+    reactivex's way).
+    Demand: passed through; each dropped item asks upstream for one more (never a stall).
+    Args: key_mapper (item -> key); max_keys (keys, int >= 1, or None: unbounded); comparer
+        (keyword: ``(kept_key, key) -> bool``, reactivex's equality comparer; its second
+        positional argument there, keyword here since ``max_keys`` took the place).
+    Signals: TypeError/ValueError (raised here) for a non-callable or a bad ``max_keys``;
+        ``key_mapper`` or ``comparer`` raising cancels upstream and signals the exception.
+    Anchor: reactivex ``distinct(key_mapper, comparer)``; Reactor ``distinct(keySelector,
+        distinctStoreSupplier)`` (a bounded store is its answer to the same growth).
+    """
+    _check_optional_callable("distinct", "key_mapper", key_mapper)
+    if callable(max_keys):
+        raise TypeError("distinct(max_keys) needs an int >= 1 or None, got a callable: reactivex's second "
+                        "argument (comparer) is keyword-only here: distinct(key_mapper, comparer=...)")
+    if max_keys is not None:
+        _check_int("distinct", "max_keys", max_keys, 1)
+    _check_optional_callable("distinct", "comparer", comparer)
+    return distinct_stage(key_mapper, max_keys, comparer, name=name)
+
+
+def distinct_until_changed(key_mapper: Callable[[T], Any] | None = None,
+                           comparer: Callable[[Any, Any], Any] | None = None, *,
+                           name: str | None = None) -> Operator:
+    """Drop items whose key equals the key of the last item emitted.
+
+        source:    -a-a-b-b-a-|
+        demand:    ^3
+        upstream:  ^3-^1--^1         each repeat asks upstream for one more
+        output:    -a---b---a-|
+
+    Only the last emitted key is kept (constant memory). With ``comparer``, a key judged equal
+    leaves the kept key as it is (reactivex's rule).
+    Demand: passed through; each dropped item asks upstream for one more (never a stall).
+    Args: key_mapper (item -> key, default the item); comparer (``(kept_key, key) -> bool``,
+        default ``==``).
+    Signals: TypeError (raised here) for a non-callable; ``key_mapper`` or ``comparer`` raising
+        cancels upstream and signals the exception.
+    Anchor: reactivex ``distinct_until_changed``, Reactor ``distinctUntilChanged``.
+    """
+    _check_optional_callable("distinct_until_changed", "key_mapper", key_mapper)
+    _check_optional_callable("distinct_until_changed", "comparer", comparer)
+    return distinct_until_changed_stage(key_mapper, comparer, name=name)
+
+
+def take_while(predicate: Callable[[T], Any], inclusive: bool = False, *, name: str | None = None) -> Operator:
+    """Emit items while ``predicate`` holds; complete at the first item that fails it.
+
+        source:    -1-2-3-1-|
+        demand:    ^5
+        upstream:  ^5
+        output:    -1-2-|            take_while(lambda x: x < 3); upstream is cancelled at 3
+
+    ``inclusive=True`` emits that first failing item before completing (``-1-2-(3|)``).
+    Demand: passed through exactly; upstream is cancelled when the predicate fails.
+    Signals: TypeError (raised here) for a non-callable; ``predicate`` raising cancels
+        upstream and signals the exception.
+    Anchor: reactivex ``take_while(predicate, inclusive)``, Reactor ``takeWhile``.
+    """
+    _check_callable("take_while", predicate)
+    return take_while_stage(predicate, bool(inclusive), name=name)
+
+
+def skip_while(predicate: Callable[[T], Any], *, name: str | None = None) -> Operator:
+    """Drop items while ``predicate`` holds, then pass every item (the predicate is not asked again).
+
+        source:    --1-2-3-1-|
+        demand:    ^2
+        upstream:  ^2^1^1            skip_while(lambda x: x < 3): each skipped item asks one more
+        output:    ------3-1-|
+
+    Demand: passed through; each skipped item asks upstream for one more (never a stall).
+    Signals: TypeError (raised here) for a non-callable; ``predicate`` raising cancels
+        upstream and signals the exception.
+    Anchor: reactivex ``skip_while``, Reactor ``skipWhile``.
+    """
+    _check_callable("skip_while", predicate)
+    return skip_while_stage(predicate, name=name)
+
+
+def take_until(other: Flowable[Any], *, name: str | None = None) -> Operator:
+    """Emit the upstream's items until ``other`` emits an item; then complete, cancelling both.
+
+        source:    -a-b-c-d-|
+        other:     ----x-|
+        demand:    ^*
+        output:    -a-b|             x completes the stream; upstream and other are cancelled
+
+    ``other`` (a Flowable or any Publisher) is subscribed when the stage starts and asked for
+    one item before anything is requested of the upstream; its first item completes the stream. ``other``
+    completing without an item changes nothing; its error is signalled (the upstream is
+    cancelled). An ``other`` with an item ready ends the stream before any item (reactivex
+    subscribes it after the source, so a synchronous source's items all pass there).
+    Demand: passed through exactly to the upstream; ``other`` is asked for 1.
+    Signals: TypeError (raised here) if ``other`` is not a Publisher (a reactivex Observable:
+        wrap it with ``rx.from_observable``). Cancel, completion and an error from either side
+        cancel both.
+    Anchor: reactivex ``take_until(other)``, Reactor ``takeUntilOther``.
+    """
+    problem = publisher_problem(other)
+    if problem is not None:
+        raise TypeError(f"take_until(other): {problem}")
+    return take_until_stage(other, name=name)
+
+
+def first(predicate: Callable[[T], Any] | None = None, *, name: str | None = None) -> Operator:
+    """Emit the first item (the first for which ``predicate`` holds), then complete.
+
+        source:    --1-2-3-|
+        demand:    ^3
+        upstream:  ^1^1              first(lambda x: x % 2 == 0): one item outstanding at a time
+        output:    ----(2|)
+
+    On a stream that completes without such an item::
+
+        source:    --|
+        demand:    ^1
+        output:    --#               rxpipe.SequenceContainsNoElementsError
+
+    Demand: nothing is requested before downstream asks; then one item at a time, one more per
+    item that did not match (never more than one outstanding, like Reactor's
+    ``take(1, limitRequest)``); upstream is cancelled once the item is found.
+    Signals: TypeError (raised here) for a non-callable; an empty (or unmatched) stream signals
+        :class:`rxpipe.SequenceContainsNoElementsError` ("Sequence contains no elements", as
+        reactivex); ``predicate`` raising cancels upstream and signals the exception.
+    Anchor: reactivex ``first(predicate)``, Reactor ``next()``/``filter().next()``.
+    """
+    _check_optional_callable("first", "predicate", predicate)
+    return first_stage(predicate, name=name)
+
+
+def last(predicate: Callable[[T], Any] | None = None, *, prefetch: int = DEFAULT_PREFETCH,
+         name: str | None = None) -> Operator:
+    """Emit the last item (the last for which ``predicate`` holds) when upstream completes.
+
+        source:    -1-2-3-|
+        demand:    ^1
+        upstream:  ^4---^3           last(prefetch=4): rounds of the window, never UNBOUNDED
+        output:    -------(3|)
+
+    Demand: a reducer — nothing is requested before downstream asks; then ``prefetch``, and
+    ``prefetch - prefetch // 4`` more each time that many items were consumed (DESIGN §2).
+    Memory: one item.
+    Args: predicate (item -> bool, or None); prefetch (items, int >= 1, default 256).
+    Signals: TypeError/ValueError (raised here) for a non-callable or a bad prefetch; an empty
+        (or unmatched) stream signals :class:`rxpipe.SequenceContainsNoElementsError`;
+        ``predicate`` raising cancels upstream and signals the exception.
+    Anchor: reactivex ``last(predicate)``, Reactor ``last()``.
+    """
+    _check_optional_callable("last", "predicate", predicate)
+    return last_stage(predicate, _check_reducer_prefetch("last", prefetch), name=name)
+
+
+def reduce(accumulator: Callable[[Any, T], Any], seed: Any = _Stage.NOTHING, *, prefetch: int = DEFAULT_PREFETCH,
+           name: str | None = None) -> Operator:
+    """Fold the items with ``acc = accumulator(acc, item)``; emit ``acc`` when upstream completes.
+
+        source:    -1-2-3-|
+        demand:    ^1
+        output:    -------(6|)       reduce(lambda acc, x: acc + x)
+
+    Without ``seed`` the first item is the initial ``acc`` and an empty stream signals
+    :class:`rxpipe.SequenceContainsNoElementsError`; with ``seed`` an empty stream emits
+    ``seed``. Only the accumulated value is kept (``scan`` emits every step).
+    Demand: a reducer — nothing is requested before downstream asks for the result; then
+    ``prefetch`` items, and ``prefetch - prefetch // 4`` more each time that many were consumed
+    (DESIGN §2), never ``UNBOUNDED``.
+    Args: accumulator ((acc, item) -> acc); seed (any value, None included; omitted: none);
+        prefetch (items, int >= 1, default 256).
+    Signals: TypeError/ValueError (raised here) for a non-callable or a bad prefetch;
+        ``accumulator`` raising cancels upstream and signals the exception; a result of None
+        signals TypeError (items are never None, Reactive Streams §2.13).
+    Anchor: reactivex ``reduce(accumulator, seed)``, Reactor ``reduce``, Akka ``fold``.
+    """
+    _check_callable("reduce", accumulator)
+    return reduce_stage(accumulator, seed, _check_reducer_prefetch("reduce", prefetch), name=name)
+
+
+def count(predicate: Callable[[T], Any] | None = None, *, prefetch: int = DEFAULT_PREFETCH,
+          name: str | None = None) -> Operator:
+    """Emit the number of items (for which ``predicate`` holds) when upstream completes.
+
+        source:    -a-b-c-d-e-|
+        demand:    ^1
+        upstream:  ^4---^3           count(prefetch=4): 4, then 3 each time 3 were consumed
+        output:    -----------(5|)
+
+    An empty stream emits 0.
+    Demand: a reducer — nothing is requested before downstream asks; then rounds of the
+    window, never ``UNBOUNDED``. Memory: one int.
+    Args: predicate (item -> bool, or None: every item); prefetch (items, int >= 1, default 256).
+    Signals: TypeError/ValueError (raised here) for a non-callable or a bad prefetch;
+        ``predicate`` raising cancels upstream and signals the exception.
+    Anchor: reactivex ``count(predicate)``, Reactor ``count()``.
+    """
+    _check_optional_callable("count", "predicate", predicate)
+    return count_stage(predicate, _check_reducer_prefetch("count", prefetch), name=name)
+
+
+def to_list(*, prefetch: int = DEFAULT_PREFETCH, name: str | None = None) -> Operator:
+    """Emit every item, in order, as one list when upstream completes.
+
+        source:    -a-b-c-|
+        demand:    ^1
+        upstream:  ^4---^3           to_list(prefetch=4)
+        output:    -------(x|)       x = [a, b, c]
+
+    The operator: ``flowable.pipe(ops.to_list())`` is a Flowable of one list, for pipelines
+    that go on (``ops.map(len)``...). ``await flowable.to_list()`` (the method) stays what it
+    is: it runs the stream and returns its items — ``await f.pipe(ops.to_list()).to_list()`` is
+    ``[[...]]``. An empty stream emits ``[]``.
+    Demand: a reducer — nothing is requested before downstream asks; then rounds of the
+    window, never ``UNBOUNDED``. Memory: every item, until completion (as reactivex's
+    ``to_list``): bound the stream first (``take``, ``take_until``) if it may not end.
+    Args: prefetch (items, int >= 1, default 256).
+    Signals: ValueError (raised here) for a bad prefetch; an upstream error is signalled and
+        the collected items are dropped.
+    Anchor: reactivex ``to_list``, Reactor ``collectList``, Akka ``Sink.seq``.
+    """
+    return to_list_stage(_check_reducer_prefetch("to_list", prefetch), name=name)
+
+
+def start_with(*items: T, name: str | None = None) -> Operator:
+    """Emit ``items`` first, then the upstream's items.
+
+        source:    ---c---d-|
+        demand:    ^3----^1
+        upstream:  ^1----^1          start_with(a, b): the demand left after a, b goes upstream
+        output:    (ab)--c---d-|
+
+    Demand: the items are delivered on demand first; upstream is asked only for the demand
+    that remains (the outstanding demand carries over), never ahead of them. The upstream is
+    subscribed at once (reactivex subscribes it after the items: a ``defer`` factory runs
+    earlier here), and an error it signals early is delivered after the items.
+    Signals: TypeError (raised here) for a None item (items are never None, Reactive Streams
+        §2.13); upstream errors, completion and cancel pass through after the items.
+    Anchor: reactivex ``start_with(*args)`` (a ``concat``), Reactor ``startWith``.
+    """
+    for item in items:
+        if item is None:
+            raise TypeError("start_with() items are never None (Reactive Streams §2.13)")
+    return start_with_stage(items, name=name)
+
+
+def catch(handler: Flowable[Any] | Callable[[BaseException, Flowable[Any]], Flowable[Any]], *,
+          name: str | None = None) -> Operator:
+    """On an upstream error, continue with another Flowable instead of failing.
+
+        source:    -a-b-#
+        handler:   -c-d-|            subscribed when the source fails, asked for the 2 still owed
+        demand:    ^4
+        output:    -a-b--c-d-|
+
+    ``handler`` is the Flowable to continue with, or ``handler(error, source) -> Flowable``
+    (``source`` is the upstream, so ``lambda e, src: src`` subscribes to it again; raise to let
+    the error through). Only the upstream's error is caught: the continuation's own error is
+    signalled.
+    Demand: passed through; the continuation inherits the outstanding demand (what downstream
+    asked for and did not get), so nothing is requested twice.
+    Signals: TypeError (raised here) for a handler that is neither a Publisher nor callable;
+        the handler raising signals its exception; the handler returning no Flowable/Publisher
+        signals TypeError. Cancel reaches whichever source is current.
+    Anchor: reactivex ``catch(handler)``, Reactor ``onErrorResume``, Akka ``recoverWithRetries``.
+    """
+    problem = publisher_problem(handler)
+    if problem is not None and (not callable(handler) or isinstance(handler, _Publisher)):
+        raise TypeError(f"catch(handler) needs a Flowable or a function (error, source) -> Flowable: {problem}")
+    return catch_stage(handler, name=name)
+
+
+def retry(retry_count: int | None = None, *, name: str | None = None) -> Operator:
+    """On an upstream error, subscribe to the upstream again: ``retry_count`` subscriptions in all.
+
+        source:    -a-#
+        demand:    ^*
+        output:    -a--a--a-#        retry(3): three subscriptions, then the third error
+
+    ``retry_count`` counts subscriptions as reactivex does (``retry(3)`` = the first one and 2
+    retries); None retries forever. The error of the last subscription is signalled. A cold
+    source replays from its start: items delivered before an error are delivered again.
+    Demand: passed through; each new subscription is asked for the outstanding demand only
+    (what downstream asked for and did not get): what was delivered is never requested again.
+    Re-subscribes on the loop's next turn, never inside the failing signal, so ``retry()`` over
+    a source that fails at once does not monopolise the event loop (and a cancel stops it).
+    Args: retry_count (subscriptions, int >= 1, or None: forever). ``retry(0)`` is a
+        ValueError here; reactivex completes it without subscribing at all.
+    Signals: ValueError/TypeError (raised here) for a bad count; cancel reaches the current
+        subscription and stops a pending one.
+    Anchor: reactivex ``retry(retry_count)``; Reactor ``retry(n)`` counts retries, not
+        subscriptions (``retry(n)`` there is ``retry(n + 1)`` here).
+    """
+    if retry_count is not None:
+        _check_int("retry", "retry_count", retry_count, 1)
+    return retry_stage(retry_count, name=name)

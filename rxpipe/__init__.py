@@ -21,6 +21,7 @@ from .errors import (
     MissingBackpressureError,
     ProtocolViolationError,
     RxPipeError,
+    SequenceContainsNoElementsError,
     TooManyGroupsError,
 )
 from .flowable import DEFAULT_PREFETCH, Flowable, pipe
@@ -59,6 +60,7 @@ __all__ = [
     "EngineUnavailableError",
     "ProtocolViolationError",
     "TooManyGroupsError",
+    "SequenceContainsNoElementsError",
     "Retry",
     "CircuitBreaker",
 ]

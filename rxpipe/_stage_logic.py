@@ -75,6 +75,11 @@ class Stage:
       sample). Emit only while :attr:`demanded` > 0, or drop with :meth:`drop`: the kit cannot
       pause such an upstream.
 
+    ``lazy = True`` (default False) holds every upstream request back while downstream wants
+    nothing the stage has not emitted yet (:attr:`demanded` is 0); once it does, the window
+    above applies. For stages that emit at completion (reducers) or once (``first``): nothing
+    is read before someone asks for the result (Akka's ``fold`` pulls only on downstream's pull).
+
     :attr:`held` (int, default 0) is the number of upstream items the stage keeps (e.g. items
     waiting on a timer, or open inner streams): keep it current, it counts against the window.
 
@@ -86,7 +91,7 @@ class Stage:
     :attr:`outstanding`, :attr:`now`, :attr:`stage_name`, :attr:`upstream_flowable`.
 
     Class attributes: ``prefetch`` (above), ``replenish`` (items, None: ``p - p // 4``),
-    ``kind`` (the operator's name in graphs and default stage names; None: the class name in
+    ``lazy`` (above), ``kind`` (the operator's name in graphs and default stage names; None: the class name in
     snake_case), ``passes_capabilities`` (True for a stage whose items are its upstream's items,
     e.g. a filter: it shows the upstream's declared capabilities).
 
@@ -102,6 +107,8 @@ class Stage:
     prefetch: ClassVar[int | None] = 16
     #: Items freed in the window before the kit requests again (None: prefetch - prefetch // 4).
     replenish: ClassVar[int | None] = None
+    #: No upstream request while downstream wants nothing not yet emitted (see above).
+    lazy: ClassVar[bool] = False
     #: The operator's name (None: the class name in snake_case).
     kind: ClassVar[str | None] = None
     #: The stage's items are its upstream's items (it shows the upstream's capabilities).
@@ -168,10 +175,18 @@ class Stage:
         ended), inputs and timers. Idempotent."""
         self._kit.complete()
 
-    def fail(self, error: BaseException) -> None:
+    def fail(self, error: BaseException, *, after_queued: bool = False) -> None:
         """Fail the stream with ``error`` now, ahead of queued items (dropped and told
-        ``on_discard("error")``); cancel upstream, inputs and timers. Idempotent."""
-        self._kit.fail(error)
+        ``on_discard("error")``); cancel upstream, inputs and timers. Idempotent.
+
+        ``after_queued=True``: signal ``error`` after the items already emitted instead, as
+        :meth:`complete` does with its completion (they are delivered on demand first; Reactor's
+        ``delayError``); ignored after :meth:`complete` or :meth:`fail`.
+        """
+        if after_queued:
+            self._kit.complete(error)
+        else:
+            self._kit.fail(error)
 
     def drop(self, item: Any, reason: str) -> None:
         """Count ``item`` as dropped for ``reason`` (metric ``rxpipe_stage_dropped_total{reason}``)

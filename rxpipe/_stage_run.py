@@ -5,13 +5,16 @@ A run is the Subscription its downstream receives and the Subscriber of its upst
 hand-written operator gets wrong most often:
 
 - *credit*: after every hook, every drain pass and every downstream request, :meth:`StageRun.top_up`
-  requests what each upstream's window has free (``prefetch`` rule in :class:`~rxpipe.stage.Stage`);
-  emitted items waiting for downstream demand and the stage's ``held`` items count against it.
+  requests what each upstream's window has free, the inputs first (``prefetch`` rule in
+  :class:`~rxpipe.stage.Stage`);
+  emitted items waiting for downstream demand and the stage's ``held`` items count against it;
+  a ``lazy`` stage asks nothing while downstream wants nothing it has not emitted.
 - *serial hooks*: a hook is never entered while another runs (a signal arriving meanwhile, e.g.
   from an input subscribed inside a hook, is queued and run after it); emitted items are
   delivered after the hook returns (Reactive Streams §1.3, §3.3).
-- *termination order*: ``complete()`` follows the queued items; ``fail()`` cuts ahead of them
-  (dropped and told); either stops upstream, inputs and timers; nothing follows it (§1.7).
+- *termination order*: ``complete()`` (and ``fail(error, after_queued=True)``) follows the
+  queued items; ``fail()`` cuts ahead of them (dropped and told); either stops upstream, inputs
+  and timers; nothing follows it (§1.7).
 - *timers* on the loop's clock (``loop.call_at``), owned by the run and cancelled with it, so
   virtual time drives them and none outlives the stream.
 - *exceptions* from hooks: logged once, then ``on_error`` downstream and cancel upstream.
@@ -146,7 +149,7 @@ class StageRun(QueueDrainSubscription, UpstreamLink):
 
     __slots__ = (*LINK_SLOTS, "logic", "flowable", "loop", "window", "replenish_at", "inputs", "timers",
                  "started", "closing", "in_hook", "deferred", "topping", "top_missed", "logged",
-                 "downstream_cancelled", "wants_requests", "on_next_hook", "try_next")
+                 "downstream_cancelled", "wants_requests", "on_next_hook", "try_next", "lazy")
 
     def __init__(self, downstream: Subscriber[Any], logic: Stage, flowable: StageFlowable,
                  loop: asyncio.AbstractEventLoop | None) -> None:
@@ -172,6 +175,7 @@ class StageRun(QueueDrainSubscription, UpstreamLink):
         self.logged = False
         self.downstream_cancelled = False
         self.wants_requests = cls.on_request is not Stage.on_request
+        self.lazy = bool(logic.lazy)
         logic._kit = self
         self.on_next_hook = logic.on_next
         #: a fused chain downstream takes items through try_on_next (a dropped one uses no demand)
@@ -357,17 +361,24 @@ class StageRun(QueueDrainSubscription, UpstreamLink):
         try:
             while True:
                 self.top_missed = False
-                queued = len(self.queue)
                 requested = self.requested
+                if self.lazy and (requested == 0 or requested != UNBOUNDED and requested <= len(self.queue)):
+                    return  # lazy: downstream wants nothing not yet emitted
+                if self.inputs:
+                    # the stage's other sources first (take_until's other is asked before the
+                    # upstream, so an item it has ready wins over a synchronous upstream)
+                    for inp in tuple(self.inputs):
+                        if not inp.upstream_done:
+                            inp.top_up(len(self.queue), self.requested)
+                    if self.cancelled or self.closing:
+                        return
+                    requested = self.requested
+                queued = len(self.queue)
                 outstanding = self.upstream_outstanding
                 if not self.upstream_done and outstanding != UNBOUNDED:
                     free = _free(self.window, requested, outstanding, self.logic.held + queued)
                     if free > 0 and (free >= self.replenish_at or outstanding == 0):
                         self.request_upstream(free)
-                if self.inputs:
-                    for inp in tuple(self.inputs):
-                        if not inp.upstream_done:
-                            inp.top_up(len(self.queue), self.requested)
                 if not self.top_missed or self.cancelled or self.closing:
                     return
         finally:
@@ -394,12 +405,13 @@ class StageRun(QueueDrainSubscription, UpstreamLink):
             self.drain()
             self.top_up()
 
-    def complete(self) -> None:
+    def complete(self, error: BaseException | None = None) -> None:
+        """``Stage.complete()``, or ``Stage.fail(error, after_queued=True)`` with ``error``."""
         if self.closing or self.cancelled:
             return
         self.closing = True
         self._stop_all()
-        self.error = None
+        self.error = error
         self.finished = True
         if not self.in_hook:
             self.drain()

@@ -14,6 +14,7 @@ __all__ = [
     "EngineUnavailableError",
     "BackendError",
     "StartError",
+    "SequenceContainsNoElementsError",
 ]
 
 
@@ -120,3 +121,15 @@ class DroppedError(RxPipeError):
 class StartError(RxPipeError):
     """A service of a pipeline could not start (its port is in use, say); the message says which
     and what to do, in one line (``rxpipe run`` prints it as is)."""
+
+
+class SequenceContainsNoElementsError(RxPipeError):
+    """``first``, ``last`` or ``reduce`` without a seed met a stream that completed without an
+    item (with a predicate: without an item that satisfied it).
+
+    The name and the message ("Sequence contains no elements") are reactivex's, so code and
+    logs read the same; it subclasses :class:`RxPipeError` (reactivex's is a plain Exception).
+    """
+
+    def __init__(self, message: str | None = None) -> None:
+        super().__init__(message or "Sequence contains no elements")

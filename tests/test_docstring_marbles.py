@@ -257,6 +257,29 @@ def cache(block: Block) -> None:
     run_virtual(main())
 
 
+# -- second round: filters, reducers, take_until, start_with, catch, retry ---------------------------
+def take_until(block: Block) -> None:
+    async def main() -> None:
+        m = Marbles()
+        source, other = m.cold(block["source"]), m.cold(block["other"])
+        result = await m.run(source.pipe(ops.take_until(other)), demand=block["demand"])
+        result.expect(block["output"])
+        assert source.cancelled_at == other.cancelled_at == len(block["output"]) - 1
+        assert other.request_log == [(0, 1)]
+    run_virtual(main())
+
+
+def catch(block: Block) -> None:
+    async def main() -> None:
+        m = Marbles()
+        source, handler = m.cold(block["source"]), m.cold(block["handler"])
+        result = await m.run(source.pipe(ops.catch(handler)), demand=block["demand"])
+        result.expect(block["output"])
+        (failed_at, owed), = handler.request_log  # asked once, when the source failed
+        assert failed_at == len(block["source"]) - 1 and owed == 2
+    run_virtual(main())
+
+
 RUNNERS: dict[tuple[str, int], Callable[[Block], None]] = {
     ("ops.map", 0): kit(lambda: ops.map(lambda x: x * 2)),
     ("ops.filter", 0): kit(lambda: ops.filter(lambda x: x % 2 == 0)),
@@ -288,6 +311,23 @@ RUNNERS: dict[tuple[str, int], Callable[[Block], None]] = {
     ("rx.from_observable", 0): from_observable,
     ("testing.assert_marbles", 0): kit(lambda: ops.map(lambda x: x * 2)),
     ("testing (module)", 0): kit(lambda: ops.filter(lambda x: x % 2 == 0)),
+    # -- second round: filters, reducers, take_until, start_with, catch, retry
+    ("ops.pairwise", 0): kit(lambda: ops.pairwise(), values={"x": ("a", "b"), "y": ("b", "c"), "z": ("c", "d")}),
+    ("ops.distinct", 0): kit(lambda: ops.distinct()),
+    ("ops.distinct", 1): kit(lambda: ops.distinct(max_keys=2)),
+    ("ops.distinct_until_changed", 0): kit(lambda: ops.distinct_until_changed()),
+    ("ops.take_while", 0): kit(lambda: ops.take_while(lambda x: x < 3)),
+    ("ops.skip_while", 0): kit(lambda: ops.skip_while(lambda x: x < 3)),
+    ("ops.take_until", 0): take_until,
+    ("ops.first", 0): kit(lambda: ops.first(lambda x: x % 2 == 0)),
+    ("ops.first", 1): kit(lambda: ops.first(), expected_error=rx.SequenceContainsNoElementsError),
+    ("ops.last", 0): kit(lambda: ops.last(prefetch=4)),
+    ("ops.reduce", 0): kit(lambda: ops.reduce(lambda acc, x: acc + x)),
+    ("ops.count", 0): kit(lambda: ops.count(prefetch=4)),
+    ("ops.to_list", 0): kit(lambda: ops.to_list(prefetch=4), values={"x": ["a", "b", "c"]}),
+    ("ops.start_with", 0): kit(lambda: ops.start_with("a", "b")),
+    ("ops.catch", 0): catch,
+    ("ops.retry", 0): kit(lambda: ops.retry(3), expected_error=Exception),
 }
 
 FOUND = {(name, k): block for name, doc in _public_docs().items() for k, block in enumerate(diagrams(doc))}

@@ -32,6 +32,13 @@ DESIGN_3 = {
                      "discard", "Capabilities"},
 }
 
+# -- second round (DESIGN §3, "Operators, second round"): filters, reducers, take_until, start_with,
+# catch, retry
+DESIGN_3["rxpipe"] |= {"SequenceContainsNoElementsError"}
+DESIGN_3["rxpipe.operators"] |= {"pairwise", "distinct", "distinct_until_changed", "take_while", "skip_while",
+                                 "take_until", "first", "last", "reduce", "count", "to_list", "start_with",
+                                 "catch", "retry"}
+
 
 def documented() -> dict[str, set[str]]:
     text = (ROOT / "docs" / "architecture.md").read_text()

@@ -534,3 +534,129 @@ async def test_drops_are_counted_by_reason() -> None:
     pub.emit(1, 2, 3)
     assert dropped() - before == 2
     pub.complete()
+
+
+# -- second round of operators: lazy stages and errors after the queued items -------------------------
+class Total(Stage):
+    """A reducer: sums its input, emits the sum at completion."""
+
+    prefetch = 4
+    lazy = True
+
+    def __init__(self) -> None:
+        self.total = 0
+
+    def on_next(self, item: int) -> None:
+        self.total += item
+
+    def on_complete(self) -> None:
+        self.emit(self.total)
+        self.complete()
+
+
+def test_a_lazy_stage_requests_nothing_until_downstream_asks_then_keeps_its_window_topped_up() -> None:
+    pub = TestPublisher[int]()
+    ts = subscribe(pub.pipe(operator(Total)()))
+    assert pub.requests == []
+    ts.request(1)
+    assert pub.requests == [4]
+    pub.emit(1, 2, 3)  # 3 consumed, nothing emitted: the replenish amount (3) is free
+    assert pub.requests == [4, 3]
+    pub.emit(4, 5, 6, 7)
+    assert pub.requests == [4, 3, 3] and pub.outstanding == 3
+    pub.emit(8).complete()
+    assert ts.values == [36] and ts.completed
+    assert UNBOUNDED not in pub.requests
+
+
+def test_a_lazy_stage_pauses_once_its_output_covers_the_demand() -> None:
+    class Firsts(Stage):
+        """Emits every item, lazily: reads only while an output is wanted."""
+
+        prefetch = 2
+        lazy = True
+
+        def on_next(self, item: int) -> None:
+            self.emit(item)
+
+    pub = TestPublisher[int]()
+    ts = subscribe(pub.pipe(operator(Firsts)()), initial=1)
+    assert pub.requests == [2]
+    pub.emit(1, 2)  # 1 delivered, 2 waits: the demand is covered, nothing more is asked
+    assert ts.values == [1] and pub.requests == [2]
+    ts.request(1)  # 2 goes out; downstream wants nothing more
+    assert ts.values == [1, 2] and pub.requests == [2]
+    ts.request(3)
+    assert pub.requests == [2, 2]
+
+
+def test_fail_after_queued_signals_the_error_behind_the_emitted_items() -> None:
+    class Prefix(Stage):
+        prefetch = None
+
+        def on_start(self) -> None:
+            self.emit("a")
+            self.emit("b")
+
+        def on_next(self, item: str) -> None:
+            self.emit(item)
+
+        def on_error(self, error: BaseException) -> None:
+            self.fail(error, after_queued=True)
+
+    failure = RuntimeError("at subscribe")
+    ts = subscribe(rx.error(failure).pipe(operator(Prefix)()), initial=1)
+    assert ts.values == ["a"] and ts.error is None
+    ts.request(1)
+    assert ts.values == ["a", "b"] and ts.error is failure
+
+
+def test_fail_after_queued_is_ignored_after_complete_and_fail_still_cuts_ahead() -> None:
+    class Closing(Stage):
+        def on_next(self, item: int) -> None:
+            self.emit(item)
+            if item == 1:
+                self.complete()
+                self.fail(RuntimeError("too late"), after_queued=True)
+            elif item == 2:
+                self.fail(RuntimeError("late but first"), after_queued=True)
+                self.fail(RuntimeError("now"))
+
+    pub = TestPublisher[int]()
+    ts = subscribe(pub.pipe(operator(Closing)()))
+    pub.emit(1)
+    ts.request(1)
+    assert ts.values == [1] and ts.completed
+    pub2 = TestPublisher[int]()
+    ts2 = subscribe(pub2.pipe(operator(Closing)()))
+    pub2.emit(2)
+    assert ts2.values == [] and str(ts2.error) == "now" and pub2.cancelled
+
+
+def test_inputs_are_asked_before_the_main_upstream() -> None:
+    order: list[str] = []
+
+    class Recording(TestPublisher[int]):
+        def __init__(self, label: str) -> None:
+            super().__init__()
+            self.label = label
+
+        def _record_request(self, n: int) -> None:
+            super()._record_request(n)
+            order.append(self.label)
+
+    class WithSide(Stage):
+        prefetch = None
+
+        def __init__(self, side: Any) -> None:
+            self.side = side
+
+        def on_start(self) -> None:
+            self.open_input(self.side, prefetch=1)
+
+        def on_next(self, item: int) -> None:
+            self.emit(item)
+
+    main, side = Recording("main"), Recording("side")
+    subscribe(main.pipe(operator(WithSide)(side)), initial=2)
+    assert order == ["side", "main"]

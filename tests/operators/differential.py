@@ -17,6 +17,7 @@ Errors compare by type and message (a user function raising makes a new exceptio
 from __future__ import annotations
 
 import asyncio
+import functools
 import random
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator
@@ -181,9 +182,14 @@ def timed_through_rxpipe(build: Callable[[rx.Flowable[Any]], rx.Flowable[Any]], 
 
         handle = build(pub).subscribe(on_next=lambda v: notes.append((at(), ("N", v))),
                                       on_error=lambda e: end(note_of_error(e)), on_complete=lambda: end(("C",)))
-        timers = [loop.call_at(start + t, pub.emit, v) for t, v in case.events]
+        # One timer per instant, running that instant's signals in order: timers due at the same
+        # time run in heap order, not in the order they were scheduled (asyncio keeps no tie-break).
         terminal = (lambda: pub.error(case.error)) if case.error is not None else pub.complete  # type: ignore[arg-type]
-        timers.append(loop.call_at(start + case.end_s, terminal))
+        instants: dict[float, list[Callable[[], Any]]] = {}
+        for t, v in case.events:
+            instants.setdefault(t, []).append(functools.partial(pub.emit, v))
+        instants.setdefault(case.end_s, []).append(terminal)
+        timers = [loop.call_at(start + t, _run_in_order, signals) for t, signals in instants.items()]
         try:
             await asyncio.wait_for(done, horizon_s)
         except TimeoutError:
@@ -195,6 +201,11 @@ def timed_through_rxpipe(build: Callable[[rx.Flowable[Any]], rx.Flowable[Any]], 
 
     run_virtual(main())
     return notes
+
+
+def _run_in_order(signals: list[Callable[[], Any]]) -> None:
+    for signal in signals:
+        signal()
 
 
 def timed_through_reactivex(build: Callable[[reactivex.Observable[Any]], reactivex.Observable[Any]],

@@ -73,6 +73,25 @@ BUILT_INS: dict[str, tuple[Callable[[], Operator], dict[str, Any]]] = {
     "group_by": (_groups, {"emits_every_item": False, "max_held": 4,
                            "checks": ("demand", "bounds", "error", "completion")}),
     "execute": (_execute, {"emits_every_item": False, "items": _request, "max_held": 2}),
+    # -- second round: filters, reducers, take_until, start_with, catch, retry
+    "pairwise": (lambda: ops.pairwise(), {"emits_every_item": False, "max_held": 0}),
+    "distinct": (lambda: ops.distinct(lambda x: x % 7), {"emits_every_item": False, "max_held": 0}),
+    "distinct_until_changed": (lambda: ops.distinct_until_changed(lambda x: x // 3),
+                               {"emits_every_item": False, "max_held": 0}),
+    "take_while": (lambda: ops.take_while(lambda x: x < 40), {"emits_every_item": False, "max_held": 0}),
+    "skip_while": (lambda: ops.skip_while(lambda x: x < 4), {"emits_every_item": False, "max_held": 0}),
+    "take_until": (lambda: ops.take_until(rx.from_iterable(iter(()))), {"max_held": 0}),
+    "first": (lambda: ops.first(lambda x: x > 3), {"emits_every_item": False, "max_held": 0}),
+    "last": (lambda: ops.last(lambda x: x % 2 == 0, prefetch=8), {"emits_every_item": False, "max_held": 0}),
+    "reduce": (lambda: ops.reduce(lambda acc, x: acc + x, 0, prefetch=8), {"emits_every_item": False, "max_held": 0}),
+    "count": (lambda: ops.count(prefetch=8), {"emits_every_item": False, "max_held": 0}),
+    "to_list": (lambda: ops.to_list(prefetch=8), {"emits_every_item": False, "max_held": 0}),
+    "start_with": (lambda: ops.start_with(0, -1), {"max_held": 0}),
+    # a handler re-raising the error: the error check sees it arrive as is
+    "catch": (lambda: ops.catch(lambda error, source: rx.error(error)), {"max_held": 0}),
+    # the checks' source is a hand-driven publisher: a re-subscription after its error waits for
+    # ever, so the error check runs on retry(1) below (test_retry_keeps_the_contract_on_errors)
+    "retry": (lambda: ops.retry(3), {"max_held": 0, "checks": ("demand", "bounds", "cancel", "completion")}),
 }
 
 
@@ -85,3 +104,7 @@ def test_every_public_name_is_covered() -> None:
 def test_the_built_in_keeps_the_contract(name: str) -> None:
     factory, declared = BUILT_INS[name]
     check_operator(factory, **declared)
+
+
+def test_retry_keeps_the_contract_on_errors() -> None:
+    check_operator(lambda: ops.retry(1), max_held=0, checks=("error",))
