@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, Awaitable, Callable, Hashable, Mapping, T
 from rxpipe._fusion import fuse
 from rxpipe.flowable import DEFAULT_PREFETCH, Flowable, Operator
 from rxpipe.resilience import CircuitBreaker, Retry
+from rxpipe.settings import check_int, check_number
 
 from ._batch import BatchFlowable
 from ._broadcast import BroadcastFlowable
@@ -43,8 +44,7 @@ def _check_callable(op: str, fn: object) -> None:
 
 
 def _check_count(op: str, n: object) -> None:
-    if not isinstance(n, int) or isinstance(n, bool) or n < 0:
-        raise ValueError(f"{op}(n) needs an int n >= 0 items, got {n!r}")
+    check_int(n, f"{op}(n)", minimum=0)
 
 
 def map(fn: Callable[[T], R], *, name: str | None = None) -> Operator:  # noqa: A001
@@ -142,13 +142,13 @@ def tap(on_next: Callable[[T], Any] | None = None, on_error: Callable[[BaseExcep
 
 # -- flow control: buffer, limit_rate, batch, rate_limit ------------------------------------------
 def _check_int(op: str, arg: str, value: object, minimum: int) -> None:
-    if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
-        raise ValueError(f"{op}({arg}) needs an int >= {minimum}, got {value!r}")
+    """``op(arg)`` must be an int >= ``minimum`` (never a bool): :class:`~rxpipe.settings.SettingError`."""
+    check_int(value, f"{op}({arg})", minimum=minimum)
 
 
 def _check_positive(op: str, arg: str, value: object) -> None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < float("inf"):
-        raise ValueError(f"{op}({arg}) needs a finite number > 0, got {value!r}")
+    """``op(arg)`` must be a finite number > 0 (seconds, a rate, a weight; never a bool)."""
+    check_number(value, f"{op}({arg})", minimum=0, exclusive_minimum=True)
 
 
 def buffer(capacity: int, overflow: str = "backpressure", *, name: str | None = None) -> Operator:
@@ -299,16 +299,6 @@ def rate_limit(rate: float, burst: int = 1, *, name: str | None = None) -> Opera
 
 
 # -- concurrency, fan-in/out and resilience: map_async, timeout, merge, broadcast, group_by -------
-def _check_int_min(op: str, arg: str, value: object, minimum: int) -> None:
-    if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
-        raise ValueError(f"{op}({arg}) needs an int >= {minimum}, got {value!r}")
-
-
-def _check_seconds(op: str, arg: str, value: object) -> None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < float("inf"):
-        raise ValueError(f"{op}({arg}) needs a finite number of seconds > 0, got {value!r}")
-
-
 def map_async(fn: Callable[[T], Awaitable[R]], concurrency: int = 1, ordered: bool = True,
               retry: Retry | None = None, breaker: CircuitBreaker | None = None, *,
               name: str | None = None) -> Operator:
@@ -346,7 +336,7 @@ def map_async(fn: Callable[[T], Awaitable[R]], concurrency: int = 1, ordered: bo
     """
     if not callable(fn):
         raise TypeError(f"map_async() needs an async callable, got {fn!r}")
-    _check_int_min("map_async", "concurrency", concurrency, 1)
+    _check_int("map_async", "concurrency", concurrency, 1)
     if retry is not None and not isinstance(retry, Retry):
         raise TypeError(f"map_async(retry=) needs a Retry, got {retry!r}")
     if breaker is not None and not isinstance(breaker, CircuitBreaker):
@@ -392,7 +382,7 @@ def timeout(seconds: float, mode: str = "idle", *, name: str | None = None) -> O
     Anchor: Reactor ``timeout(Duration)`` (idle), Akka ``idleTimeout`` / ``completionTimeout``,
     Akka ``mapAsync`` with an ask timeout (item).
     """
-    _check_seconds("timeout", "seconds", seconds)
+    _check_positive("timeout", "seconds", seconds)
     if mode not in TIMEOUT_MODES:
         raise ValueError(f"timeout(mode=) must be one of {', '.join(TIMEOUT_MODES)}; got {mode!r}")
     seconds = float(seconds)
@@ -431,7 +421,7 @@ def merge(*others: Flowable[Any], prefetch: int = DEFAULT_MERGE_PREFETCH, name: 
     for other in others:
         if not isinstance(other, Flowable):
             raise TypeError(f"merge() needs Flowables, got {other!r}")
-    _check_int_min("merge", "prefetch", prefetch, 1)
+    _check_int("merge", "prefetch", prefetch, 1)
     return lambda source: MergeFlowable((source, *others), prefetch, name)
 
 
@@ -457,7 +447,7 @@ def broadcast(n: int, *, name: str | None = None) -> Operator:
     an upstream emitting beyond demand signals ``MissingBackpressureError`` and is cancelled.
     Anchor: Akka ``Broadcast`` (backpressures on the slowest), Reactor ``publish().autoConnect(n)``.
     """
-    _check_int_min("broadcast", "n", n, 1)
+    _check_int("broadcast", "n", n, 1)
     return lambda source: BroadcastFlowable(source, n, name)
 
 
@@ -496,8 +486,8 @@ def group_by(key: Callable[[T], Hashable], max_groups: int, *, prefetch: int = D
     """
     if not callable(key):
         raise TypeError(f"group_by() needs a key callable, got {key!r}")
-    _check_int_min("group_by", "max_groups", max_groups, 1)
-    _check_int_min("group_by", "prefetch", prefetch, 1)
+    _check_int("group_by", "max_groups", max_groups, 1)
+    _check_int("group_by", "prefetch", prefetch, 1)
     return lambda source: GroupByFlowable(source, key, max_groups, prefetch, name)
 
 
@@ -708,8 +698,8 @@ def cache(max_entries: int, ttl_s: float, *, name: str | None = None) -> Operato
     """
     from ._cache import CacheFlowable
 
-    _check_int_min("cache", "max_entries", max_entries, 1)
-    _check_seconds("cache", "ttl_s", ttl_s)
+    _check_int("cache", "max_entries", max_entries, 1)
+    _check_positive("cache", "ttl_s", ttl_s)
     return lambda source: CacheFlowable(source, max_entries, ttl_s, name)
 
 
@@ -1137,8 +1127,8 @@ def flat_map(fn: Callable[[T], Any], max_concurrency: int = 16, prefetch: int = 
     from ._flatten import flat_map_stage, mapper
 
     fn = mapper("flat_map", fn)
-    _check_int_min("flat_map", "max_concurrency", max_concurrency, 1)
-    _check_int_min("flat_map", "prefetch", prefetch, 1)
+    _check_int("flat_map", "max_concurrency", max_concurrency, 1)
+    _check_int("flat_map", "prefetch", prefetch, 1)
     return flat_map_stage(fn, max_concurrency, prefetch, name=name)
 
 
@@ -1171,7 +1161,7 @@ def concat_map(fn: Callable[[T], Any], prefetch: int = 1, *, name: str | None = 
     from ._flatten import concat_map_stage
 
     _check_callable("concat_map", fn)
-    _check_int_min("concat_map", "prefetch", prefetch, 0)
+    _check_int("concat_map", "prefetch", prefetch, 0)
     return concat_map_stage(fn, prefetch, name=name)
 
 
@@ -1231,7 +1221,7 @@ def zip(*others: Flowable[Any], prefetch: int = DEFAULT_INNER_PREFETCH,  # noqa:
     Anchor: Reactor ``Flux.zip`` (prefetch per source), Akka ``Zip``; reactivex ``zip``.
     """
     _check_sources("zip", others)
-    _check_int_min("zip", "prefetch", prefetch, 1)
+    _check_int("zip", "prefetch", prefetch, 1)
     from ._combine import zip_stage
 
     return zip_stage(others, prefetch, name=name)
@@ -1262,7 +1252,7 @@ def combine_latest(*others: Flowable[Any], prefetch: int = DEFAULT_INNER_PREFETC
     ``combine_latest``.
     """
     _check_sources("combine_latest", others)
-    _check_int_min("combine_latest", "prefetch", prefetch, 1)
+    _check_int("combine_latest", "prefetch", prefetch, 1)
     from ._combine import combine_latest_stage
 
     return combine_latest_stage(others, prefetch, name=name)

@@ -10,7 +10,10 @@ asked for at most the sum of the eligible ports' demand minus the items the run 
 goes to the eligible port with the most demand; among equal demand, round-robin (the first at or
 after the port after the one served last). A port is eligible when it is live, has demand, and
 the engine of its branch (an ``execute`` stage inside it, if any) is ``available``: a replica
-whose circuit breaker is open has no demand.
+whose circuit breaker is open has no demand. When no replica is available at all, a request with
+a reply slot is answered at once with ``EngineUnavailableError`` (the edge's 503) instead of being
+held, and upstream is still asked for the ports' demand, so what is queued behind is answered too
+(as ``execute`` does for one engine that is down).
 
 With ``retry_unstarted``, a :class:`~rxpipe.engines.CompletionRequest` with a reply slot gets a
 failover reply per attempt (:mod:`operators._failover`): a request whose engine failed it before
@@ -24,7 +27,7 @@ from typing import Any, Callable
 
 from rxpipe._protocol import UNBOUNDED, Subscriber
 from rxpipe.engines import CompletionRequest
-from rxpipe.errors import MissingBackpressureError, ProtocolViolationError
+from rxpipe.errors import EngineUnavailableError, MissingBackpressureError, ProtocolViolationError
 from rxpipe.flowable import Flowable, Operator
 from rxpipe.metrics import StageStatistics
 from rxpipe.stage import EMPTY_SUBSCRIPTION, LINK_SLOTS, QueueDrainSubscription, SerialLoop, UpstreamLink, discard_all
@@ -244,6 +247,29 @@ class BalanceRun(UpstreamLink):
                 best, best_demand = port, port.demand
         return best
 
+    def _all_down(self) -> bool:
+        """True when every live port has an engine and none is available (circuits open, paused
+        by their backends): then nothing is held for them (see :meth:`_answer_unavailable`)."""
+        engines = self.stage.port_engines
+        live = [k for k, p in enumerate(self.ports) if p is not None and not p.cancelled]
+        return bool(live) and all(engines[k] is not None and not engines[k].available for k in live)
+
+    def _answer_unavailable(self, item: Any, failover: Failover | None) -> bool:
+        """No replica is available: a request with a reply slot is answered now (the edge's 503,
+        Retry-After from the replicas' pauses) instead of waiting — possibly an hour — for one;
+        and upstream keeps being asked for the ports' demand, so what is queued behind is answered
+        too. False for an item without a reply slot (it waits for a replica)."""
+        error = EngineUnavailableError(f"{self.stage.name}: no replica is available")
+        if failover is not None:
+            failover.fail(error)
+        elif isinstance(item, CompletionRequest) and item.reply is not None:
+            if not item.reply.done():
+                item.reply.set_exception(error)
+        else:
+            return False
+        self.counters.drop("unavailable")
+        return True
+
     def can_retry(self, excluded: set[int]) -> bool:
         """True while a live port outside ``excluded`` may still take a request."""
         if self.terminal is not None:
@@ -258,10 +284,14 @@ class BalanceRun(UpstreamLink):
     def _pump_pass(self) -> None:
         pending = self.pending
         retry = self.stage.retry_unstarted and len(self.ports) > 1
+        down = self._all_down()
         while pending:
             item, failover = pending[0]
             port = self.choose(failover.tried if failover is not None else frozenset())
             if port is None:
+                if down and self._answer_unavailable(item, failover):
+                    pending.popleft()
+                    continue
                 break
             pending.popleft()
             self.cursor = (port.k + 1) % len(self.ports)
@@ -288,7 +318,7 @@ class BalanceRun(UpstreamLink):
             return
         want = 0
         for port in self.ports:
-            if self._eligible(port):
+            if self._eligible(port) or (down and port is not None and not port.cancelled and not port.finished):
                 assert port is not None
                 want += port.demand
                 if want >= UNBOUNDED:

@@ -9,7 +9,8 @@ the replica's Completion: tokens (streaming: credit forwarded; non-streaming: co
 handed over at the end), result, cancel. When the replica's Completion fails with an
 :class:`~rxpipe.EngineError` and nothing has reached the client yet — a streamed request with
 no token relayed, or any non-streamed request — the request goes back to the balance, ahead of
-the items held there; otherwise the relay fails with the error (the edge ends the stream with
+the items held there (not after a backend's 4xx passed on to the client, ``BackendError.client_fault``:
+the request itself is at fault); otherwise the relay fails with the error (the edge ends the stream with
 an error event: never a duplicate token). A request that has tried every live replica fails
 with the last error.
 """
@@ -103,10 +104,16 @@ class Failover:
             if self.relay is not None:
                 self.relay.finish_cancelled()
             return
-        if isinstance(error, EngineError) and self.run.can_retry(self.tried):
+        # a backend's 4xx passed on (client_fault) is the request's own: every replica says the same
+        if isinstance(error, EngineError) and not getattr(error, "client_fault", False) \
+                and self.run.can_retry(self.tried):
             self.run.counters.drop("retried")
             self.run.redispatch(self.request, self)
             return
+        self.fail(error)
+
+    def fail(self, error: BaseException) -> None:
+        """No further attempt: the client's Completion (or its reply) fails with ``error``."""
         relay = self.relay
         if relay is not None:
             relay.completion.fail(error)

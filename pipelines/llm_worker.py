@@ -12,24 +12,12 @@ The worker reads from the stream only what its engine has room for (a paused eng
 nothing), acknowledges an entry only after its result is written to the gateway's reply stream,
 and claims entries a dead worker left idle for ``visibility_timeout_s`` (DESIGN §8).
 
-Settings (``--set key=value``; values parse as JSON, else strings) and their defaults:
-
-    redis_url="redis://127.0.0.1:6379/0"  the Redis server
-    stream="rxpipe:requests"     the request stream (shared with the gateways)
-    group="workers"              the consumer group
-    consumer=null                this worker's name in the group; null: <hostname>-<pid>
-    visibility_timeout_s=30.0    a request idle this long on a worker that stopped is run elsewhere (s)
-    max_deliveries=5             a request claimed after this many deliveries fails (a poison request)
-    backend_url=null             an OpenAI-compatible server (vLLM, ...): OpenAIEngine replaces the
-                                 simulated engine (max_num_seqs = its max_in_flight; model = its model id)
-    max_num_seqs=256             engine sequence slots (vLLM's default)
-    max_num_batched_tokens=8192  engine token budget per step
-    step_overhead_s=0.006        engine step cost: fixed part (s)
-    prefill_s_per_token=0.00005  engine step cost per prefilled prompt token (s)
-    decode_s_per_seq=0.0001      engine step cost per decoding sequence (s)
-    model="sim"                  the model id
-    stall_timeout_s=10.0         a stream whose reader gives no credit this long is aborted (s)
-    drain_timeout_s=30.0         on SIGINT/SIGTERM, held requests get this long to finish (s)
+Settings (``--set key=value``; values parse as JSON, else strings; each type-checked): ``SETTINGS``
+below (``rxpipe run pipelines/llm_worker.py --help-settings`` prints them, with their defaults):
+the broker's (``redis_url``, ``stream``, ``group``, ``consumer``, ``visibility_timeout_s``,
+``max_deliveries``), ``backend_url`` (an OpenAI-compatible server: OpenAIEngine replaces the
+simulated engine, ``max_num_seqs`` its ``max_in_flight``, ``model`` its model id), the simulated
+engine's (those of ``llm_gateway.py``), ``model`` and ``drain_timeout_s``.
 """
 
 from __future__ import annotations
@@ -37,59 +25,51 @@ from __future__ import annotations
 from typing import Any
 
 from rxpipe import operators as ops
-from rxpipe.engines import Engine, OpenAIEngine, SimulatedEngine
-from rxpipe.redis import RedisGroupSource, RedisSettings, default_consumer
-from rxpipe.runtime import Pipeline
+from rxpipe.engines import SIMULATED_PIPELINE, SIMULATED_SETTINGS, Engine, OpenAIEngine, SimulatedEngine
+from rxpipe.redis import REDIS_SETTINGS, RedisGroupSource, redis_settings
+from rxpipe.runtime import DRAIN_TIMEOUT, Pipeline
+from rxpipe.settings import Schema, Setting
 
-DEFAULTS: dict[str, Any] = {
-    "redis_url": "redis://127.0.0.1:6379/0",
-    "stream": "rxpipe:requests",
-    "group": "workers",
-    "consumer": None,
-    "visibility_timeout_s": 30.0,
-    "max_deliveries": 5,
-    "backend_url": None,
-    "max_num_seqs": 256,
-    "max_num_batched_tokens": 8192,
-    "step_overhead_s": 0.006,
-    "prefill_s_per_token": 0.00005,
-    "decode_s_per_seq": 0.0001,
-    "model": "sim",
-    "stall_timeout_s": 10.0,
-    "drain_timeout_s": 30.0,
-}
+
+def _http_url(value: Any) -> str:
+    if not isinstance(value, str) or not value.startswith(("http://", "https://")):
+        raise ValueError("not an http(s) URL")
+    return value
+
+
+#: every setting (``--set key=value``; ``rxpipe run pipelines/llm_worker.py --help-settings``)
+SETTINGS = Schema(
+    REDIS_SETTINGS.pick("redis_url", "stream", "group", "consumer", "visibility_timeout_s", "max_deliveries")
+    .replace("consumer", default=None, nullable=True, default_text=None,
+             doc="this worker's name in the group; null: <hostname>-<pid>"),
+    Setting("backend_url", None, "URL", "an OpenAI-compatible server (vLLM, ...): OpenAIEngine replaces the "
+                                        "simulated engine (max_in_flight = max_num_seqs); null: simulated",
+            parse=_http_url, expected="an http(s) URL", nullable=True),
+    SIMULATED_SETTINGS.pick(*SIMULATED_PIPELINE),
+    Setting("model", "sim", "str", "the model id (sent to backend_url)", allow_empty=False),
+    DRAIN_TIMEOUT,
+)
+
+DEFAULTS: dict[str, Any] = SETTINGS.defaults()
 
 
 def settings(config: dict[str, Any]) -> dict[str, Any]:
-    """``DEFAULTS`` overridden by ``config``; unknown keys raise ValueError naming the known ones."""
-    unknown = sorted(set(config) - set(DEFAULTS))
-    if unknown:
-        raise ValueError(f"unknown setting(s) {', '.join(unknown)}; known: {', '.join(sorted(DEFAULTS))}")
-    merged = {**DEFAULTS, **config}
-    for key in ("max_num_seqs", "max_num_batched_tokens"):
-        value = merged[key]
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"{key} must be an int >= 1, got {value!r}")
-    return merged
+    """Every setting, checked (:class:`~rxpipe.settings.SettingError` names a bad or unknown one)."""
+    return SETTINGS.resolve(config)
 
 
 def engine_for(s: dict[str, Any]) -> Engine:
     """OpenAIEngine when ``backend_url`` is set, else the SimulatedEngine."""
     if s["backend_url"]:
-        return OpenAIEngine(str(s["backend_url"]), model=s["model"], max_in_flight=s["max_num_seqs"],
+        return OpenAIEngine(s["backend_url"], model=s["model"], max_in_flight=s["max_num_seqs"],
                             stall_timeout_s=s["stall_timeout_s"])
-    return SimulatedEngine(max_num_seqs=s["max_num_seqs"], max_num_batched_tokens=s["max_num_batched_tokens"],
-                           step_overhead_s=s["step_overhead_s"], prefill_s_per_token=s["prefill_s_per_token"],
-                           decode_s_per_seq=s["decode_s_per_seq"], stall_timeout_s=s["stall_timeout_s"],
-                           model=s["model"])
+    return SimulatedEngine(model=s["model"], **{name: s[name] for name in SIMULATED_PIPELINE})
 
 
 def pipeline(config: dict[str, Any]) -> Pipeline:
     s = settings(config)
     engine = engine_for(s)
-    redis = RedisSettings(url=s["redis_url"], stream=s["stream"], group=s["group"],
-                          consumer=s["consumer"] or default_consumer(),
-                          visibility_timeout_s=s["visibility_timeout_s"], max_deliveries=s["max_deliveries"])
+    redis = redis_settings(s)
     source = RedisGroupSource(redis, max_unacked=engine.max_num_seqs, name="redis_source",
                               pause_s=lambda: float(getattr(engine, "retry_after_s", 0.0) or 0.0))
     return Pipeline(source, ops.execute(engine, name="executor"), name="llm_worker",

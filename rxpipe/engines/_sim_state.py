@@ -100,24 +100,6 @@ class _Seq:
         return self.no < other.no
 
 
-def _check_int(name: str, value: object, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ValueError(f"SimulatedEngine({name}=) needs an int >= {minimum}, got {value!r}")
-    return value
-
-
-def _check_seconds(name: str, value: object) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < math.inf:
-        raise ValueError(f"SimulatedEngine({name}=) needs seconds >= 0, got {value!r}")
-    return float(value)
-
-
-def _check_rate(name: str, value: object) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 1:
-        raise ValueError(f"SimulatedEngine({name}=) needs a probability in [0, 1], got {value!r}")
-    return float(value)
-
-
 class _SimState(Engine):
     """The fields of SimulatedEngine that its modes (``_sim_batching``, ``_sim_requests``) and
     the watchdog use: declared here, set in ``SimulatedEngine.__init__``."""

@@ -32,6 +32,8 @@ from collections import deque
 from typing import Any
 
 from ..errors import EngineUnavailableError
+from ..settings import check_int, check_number
+from ._settings import SIMULATED_SETTINGS
 from ._sim_batching import _ContinuousBatching
 from ._sim_requests import _PerRequestService
 from ._sim_state import (
@@ -41,14 +43,16 @@ from ._sim_state import (
     _WORDS,
     LatencyModel,
     StepRecord,
-    _check_int,
-    _check_rate,
-    _check_seconds,
     _Seq,
 )
 from .records import Completion, CompletionRequest, CompletionResult
 
 __all__ = ["SimulatedEngine", "StepRecord", "LatencyModel"]
+
+
+def _arg(name: str, value: Any) -> Any:
+    """A constructor argument checked by its setting (:data:`~rxpipe.engines._settings.SIMULATED_SETTINGS`)."""
+    return SIMULATED_SETTINGS.check(name, value, f"SimulatedEngine({name}=)")
 
 
 class SimulatedEngine(_ContinuousBatching, _PerRequestService):
@@ -112,28 +116,25 @@ class SimulatedEngine(_ContinuousBatching, _PerRequestService):
                  output_tokens: tuple[int, int] = (16, 256), error_rate: float = 0.0, stall_rate: float = 0.0,
                  stall_s: float = 5.0, down: bool = False, model: str = "sim", step_log: int = 0, *,
                  latency: LatencyModel | None = None) -> None:
-        super().__init__(model=model, max_num_seqs=max_num_seqs)
-        self.max_num_batched_tokens = _check_int("max_num_batched_tokens", max_num_batched_tokens, 1)
-        self.tokens_per_step = _check_int("tokens_per_step", tokens_per_step, 1)
-        self.step_overhead_s = _check_seconds("step_overhead_s", step_overhead_s)
-        self.prefill_s_per_token = _check_seconds("prefill_s_per_token", prefill_s_per_token)
-        self.decode_s_per_seq = _check_seconds("decode_s_per_seq", decode_s_per_seq)
-        if stall_timeout_s is not None and not _check_seconds("stall_timeout_s", stall_timeout_s) > 0:
-            raise ValueError(f"SimulatedEngine(stall_timeout_s=) needs seconds > 0 or None, got {stall_timeout_s!r}")
+        super().__init__(model=model, max_num_seqs=_arg("max_num_seqs", max_num_seqs))
+        self.max_num_batched_tokens = _arg("max_num_batched_tokens", max_num_batched_tokens)
+        self.tokens_per_step = _arg("tokens_per_step", tokens_per_step)
+        self.step_overhead_s = float(_arg("step_overhead_s", step_overhead_s))
+        self.prefill_s_per_token = float(_arg("prefill_s_per_token", prefill_s_per_token))
+        self.decode_s_per_seq = float(_arg("decode_s_per_seq", decode_s_per_seq))
+        stall_timeout_s = _arg("stall_timeout_s", stall_timeout_s)
         self.stall_timeout_s = None if stall_timeout_s is None else float(stall_timeout_s)
         lo, hi = output_tokens
-        _check_int("output_tokens", lo, 1)
-        if _check_int("output_tokens", hi, 1) < lo:
-            raise ValueError(f"SimulatedEngine(output_tokens=) needs (lo, hi) with 1 <= lo <= hi, "
-                             f"got {output_tokens!r}")
+        check_int(lo, "SimulatedEngine(output_tokens=)", minimum=1)
+        check_int(hi, "SimulatedEngine(output_tokens=)", minimum=lo)
         self.output_tokens = (lo, hi)
-        self.error_rate = _check_rate("error_rate", error_rate)
-        self.stall_rate = _check_rate("stall_rate", stall_rate)
-        self.stall_s = _check_seconds("stall_s", stall_s)
+        self.error_rate = float(_arg("error_rate", error_rate))
+        self.stall_rate = float(_arg("stall_rate", stall_rate))
+        self.stall_s = float(_arg("stall_s", stall_s))
         if latency is not None and not callable(latency):
             raise TypeError(f"SimulatedEngine(latency=) needs a callable, got {latency!r}")
         self.latency = latency
-        self.seed = seed
+        self.seed = _arg("seed", seed)
         self._rng = random.Random(f"{seed}:content")
         self._fault_rng = random.Random(f"{seed}:faults")
         self._latency_rng = random.Random(f"{seed}:latency")
@@ -141,7 +142,7 @@ class SimulatedEngine(_ContinuousBatching, _PerRequestService):
         random.Random(f"{seed}:vocabulary").shuffle(words)
         self._words = tuple(words)
         #: the last ``step_log`` steps (empty when ``step_log=0``)
-        self.step_log: deque[StepRecord] = deque(maxlen=_check_int("step_log", step_log, 0))
+        self.step_log: deque[StepRecord] = deque(maxlen=_arg("step_log", step_log))
         #: steps run, sequences finished (any reason, failures included), tokens generated
         self.steps = 0
         self.finished = 0
@@ -181,8 +182,8 @@ class SimulatedEngine(_ContinuousBatching, _PerRequestService):
         ``[min_s, max_s]`` seconds (seeded), independent of the others; its tokens are spread
         evenly over it. Other keyword arguments go to the constructor.
         """
-        lo = _check_seconds("min_s", min_s)
-        hi = _check_seconds("max_s", max_s)
+        lo = float(check_number(min_s, "SimulatedEngine.fixed_latency(min_s=)", minimum=0))
+        hi = float(check_number(max_s, "SimulatedEngine.fixed_latency(max_s=)", minimum=0))
         if hi < lo:
             raise ValueError(f"fixed_latency needs min_s <= max_s, got {min_s!r} > {max_s!r}")
 
@@ -201,8 +202,8 @@ class SimulatedEngine(_ContinuousBatching, _PerRequestService):
 
         Capacity with the defaults: 8 / (0.02 + 0.002 * 40 mean tokens) = 80 requests/s.
         """
-        base = _check_seconds("base_s", base_s)
-        per_token = _check_seconds("per_token_s", per_token_s)
+        base = float(check_number(base_s, "SimulatedEngine.per_request(base_s=)", minimum=0))
+        per_token = float(check_number(per_token_s, "SimulatedEngine.per_request(per_token_s=)", minimum=0))
 
         def latency(rng: random.Random, output_tokens: int) -> tuple[float, float]:
             return base + per_token, per_token

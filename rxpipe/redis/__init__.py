@@ -16,10 +16,10 @@ Needs the ``redis`` extra (``pip install -e '.[redis]'``: redis-py >= 5, its asy
 """
 
 from ._ack import AckHandle, RemoteRequest
-from ._connection import Backoff, RedisSettings, default_consumer
+from ._connection import REDIS_SETTINGS, Backoff, RedisSettings, default_consumer, redis_settings
 from ._features import Features
 from .sink import RedisSink, redis_sink
 from .source import RedisGroupSource
 
-__all__ = ["RedisSettings", "RedisSink", "redis_sink", "RedisGroupSource", "RemoteRequest", "AckHandle",
-           "Backoff", "Features", "default_consumer"]
+__all__ = ["RedisSettings", "REDIS_SETTINGS", "redis_settings", "RedisSink", "redis_sink", "RedisGroupSource",
+           "RemoteRequest", "AckHandle", "Backoff", "Features", "default_consumer"]

@@ -17,6 +17,7 @@ from typing import Any
 import orjson
 
 from ..engines import CompletionRequest, CompletionResult, TokenChunk
+from ..errors import BackendError, EngineError, EngineUnavailableError
 
 __all__ = ["REQUEST_FIELD", "REPLY_FIELD", "encode_request", "decode_request", "start_message", "chunk_message",
            "done_message", "error_message", "decode_reply", "result_from_fields"]
@@ -67,8 +68,31 @@ def done_message(request_id: str, result: CompletionResult) -> dict[bytes, bytes
         "ttft_s": result.ttft_s, "e2e_s": result.e2e_s}})
 
 
-def error_message(request_id: str, message: str, *, unavailable: bool) -> dict[bytes, bytes]:
-    return _message({"id": request_id, "k": "error", "e": message, "u": unavailable})
+def error_message(request_id: str, message: str, *, unavailable: bool,
+                  backend: BackendError | None = None) -> dict[bytes, bytes]:
+    """An error reply; ``backend``: a backend's error the gateway passes on as it is (its status
+    and client message, under ``"b"``)."""
+    fields: dict[str, Any] = {"id": request_id, "k": "error", "e": message, "u": unavailable}
+    if backend is not None:
+        fields["b"] = {"status": backend.status, "backend_status": backend.backend_status,
+                       "client_message": backend.client_message, "type": backend.type, "code": backend.code,
+                       "param": backend.param}
+    return _message(fields)
+
+
+def error_from_fields(message: dict[str, Any]) -> EngineError:
+    """The error an ``error`` reply stands for: a :class:`~rxpipe.BackendError` with what the
+    client gets, else ``EngineUnavailableError`` (``"u"``) or ``EngineError``."""
+    text = str(message.get("e", "the worker failed the request"))
+    backend = message.get("b")
+    if isinstance(backend, dict):
+        try:
+            return BackendError(text, status=int(backend["status"]), backend_status=int(backend["backend_status"]),
+                                client_message=str(backend["client_message"]), type=str(backend["type"]),
+                                code=backend.get("code"), param=backend.get("param"))
+        except (KeyError, TypeError, ValueError):
+            pass  # a malformed one: the plain error below
+    return EngineUnavailableError(text) if message.get("u") else EngineError(text)
 
 
 def decode_reply(fields: dict[bytes, bytes]) -> dict[str, Any] | None:

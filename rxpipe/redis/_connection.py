@@ -19,15 +19,18 @@ import asyncio
 import os
 import random
 import socket
-from dataclasses import dataclass, field
-from typing import Any, Awaitable, Callable, TypeVar
-from urllib.parse import urlsplit, urlunsplit
+from dataclasses import dataclass
+from typing import Any, Awaitable, Callable, Mapping, TypeVar
 
 from redis.asyncio import BlockingConnectionPool, Redis
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 
-__all__ = ["RedisSettings", "Backoff", "call", "make_client", "default_consumer", "public_url"]
+from ..logs import public_url
+from ..settings import Schema, check_fields, schema_of, setting
+
+__all__ = ["RedisSettings", "REDIS_SETTINGS", "redis_settings", "Backoff", "call", "make_client", "default_consumer",
+           "public_url"]
 
 T = TypeVar("T")
 
@@ -37,14 +40,10 @@ def default_consumer() -> str:
     return f"{socket.gethostname()}-{os.getpid()}"
 
 
-def public_url(url: str) -> str:
-    """``url`` without its password (for logs and the CLI's "serving on" line)."""
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    host = parts.hostname or ""
-    netloc = f"{parts.username + '@' if parts.username else ''}{host}{':' + str(parts.port) if parts.port else ''}"
-    return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
+def _redis_url(value: object) -> str:
+    if not isinstance(value, str) or not value.startswith(("redis://", "rediss://", "unix://")):
+        raise ValueError("not a Redis URL")
+    return value
 
 
 @dataclass(frozen=True)
@@ -75,43 +74,40 @@ class RedisSettings:
         many workers: a poison request) is answered with an error and acknowledged, not run again.
     """
 
-    url: str = "redis://127.0.0.1:6379/0"
-    stream: str = "rxpipe:requests"
-    group: str = "workers"
-    consumer: str = field(default_factory=default_consumer)
-    max_backlog: int = 1000
-    visibility_timeout_s: float = 30.0
-    block_ms: int | None = None
-    pool_size: int = 8
-    pool_timeout_s: float = 5.0
-    connect_timeout_s: float = 2.0
-    command_timeout_s: float = 5.0
-    refresh_interval_s: float = 0.25
-    backoff_base_s: float = 0.05
-    backoff_cap_s: float = 2.0
-    reply_ttl_s: float = 60.0
-    trim_interval_s: float = 1.0
-    max_deliveries: int = 5
+    url: str = setting("redis://127.0.0.1:6379/0", "URL", "the Redis server (redis://, rediss:// or unix://)",
+                       parse=_redis_url, expected="a redis:// (or rediss://, unix://) URL")
+    stream: str = setting("rxpipe:requests", "str", "the request stream's key", allow_empty=False)
+    group: str = setting("workers", "str", "the workers' consumer group", allow_empty=False)
+    consumer: str = setting(type="str", doc="this worker's name in the group", default_factory=default_consumer,
+                            allow_empty=False, default_text="<host>-<pid>")
+    max_backlog: int = setting(1000, "int", "requests on the stream not yet acknowledged, at most (more get 429)",
+                               minimum=1)
+    visibility_timeout_s: float = setting(30.0, "number", "a request idle this long on a worker that stopped is run "
+                                                          "elsewhere (s)", minimum=0, exclusive_minimum=True)
+    block_ms: int | None = setting(None, "int", "BLOCK of every blocking read (ms); null: min(1000, "
+                                                "visibility_timeout_s / 4)", minimum=1, nullable=True)
+    pool_size: int = setting(8, "int", "connections of the command pool per process", minimum=1)
+    pool_timeout_s: float = setting(5.0, "number", "how long a command waits for a pooled connection (s)",
+                                    minimum=0, exclusive_minimum=True)
+    connect_timeout_s: float = setting(2.0, "number", "socket connect timeout of commands (s)", minimum=0,
+                                       exclusive_minimum=True)
+    command_timeout_s: float = setting(5.0, "number", "socket read timeout of commands (s)", minimum=0,
+                                       exclusive_minimum=True)
+    refresh_interval_s: float = setting(0.25, "number", "how often a gateway re-reads the backlog from Redis (s)",
+                                        minimum=0, exclusive_minimum=True)
+    backoff_base_s: float = setting(0.05, "number", "first retry delay after a Redis error (s; doubles, full jitter)",
+                                    minimum=0, exclusive_minimum=True)
+    backoff_cap_s: float = setting(2.0, "number", "longest retry delay after Redis errors (s)", minimum=0,
+                                   exclusive_minimum=True)
+    reply_ttl_s: float = setting(60.0, "number", "a gateway's reply stream expires this long after it was last seen "
+                                                 "(s)", minimum=0, exclusive_minimum=True)
+    trim_interval_s: float = setting(1.0, "number", "how often a worker trims acknowledged entries (s)", minimum=0,
+                                     exclusive_minimum=True)
+    max_deliveries: int = setting(5, "int", "a request delivered more often than this fails (a poison request)",
+                                  minimum=1)
 
     def __post_init__(self) -> None:
-        if not isinstance(self.url, str) or not self.url.startswith(("redis://", "rediss://", "unix://")):
-            raise ValueError(f"redis_url must be a redis:// (or rediss://, unix://) URL, got {self.url!r}")
-        for name in ("stream", "group", "consumer"):
-            value = getattr(self, name)
-            if not isinstance(value, str) or not value:
-                raise ValueError(f"{name} must be a non-empty string, got {value!r}")
-        for name in ("max_backlog", "pool_size", "max_deliveries"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name} must be an int >= 1, got {value!r}")
-        for name in ("visibility_timeout_s", "pool_timeout_s", "connect_timeout_s", "command_timeout_s",
-                     "refresh_interval_s", "backoff_base_s", "backoff_cap_s", "reply_ttl_s", "trim_interval_s"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
-                raise ValueError(f"{name} must be > 0 seconds, got {value!r}")
-        if self.block_ms is not None and (isinstance(self.block_ms, bool) or not isinstance(self.block_ms, int)
-                                          or self.block_ms < 1):
-            raise ValueError(f"block_ms must be an int >= 1 ms (or None), got {self.block_ms!r}")
+        check_fields(self)
 
     @property
     def block(self) -> int:
@@ -123,6 +119,19 @@ class RedisSettings:
     @property
     def visibility_ms(self) -> int:
         return max(1, int(self.visibility_timeout_s * 1000))
+
+
+#: :class:`RedisSettings` as the pipelines take them: ``url`` is ``redis_url`` there
+REDIS_SETTINGS: Schema = schema_of(RedisSettings).rename("url", "redis_url")
+
+
+def redis_settings(s: Mapping[str, Any]) -> RedisSettings:
+    """The :class:`RedisSettings` of resolved pipeline settings ``s`` (those of its keys that are
+    fields, ``redis_url`` for ``url``; a None ``consumer`` means the default, ``<host>-<pid>``)."""
+    values = {("url" if name == "redis_url" else name): s[name] for name in REDIS_SETTINGS if name in s}
+    if values.get("consumer", "") is None:
+        del values["consumer"]
+    return RedisSettings(**values)
 
 
 def make_client(settings: RedisSettings, *, connections: int, blocking: bool = False) -> Redis:

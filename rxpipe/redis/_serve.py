@@ -20,7 +20,7 @@ import logging
 
 from .._protocol import UNBOUNDED, Subscription
 from ..engines import Completion, CompletionResult, TokenChunk
-from ..errors import DroppedError, EngineError, EngineUnavailableError
+from ..errors import BackendError, DroppedError, EngineError, EngineUnavailableError
 from ..stage import InternalSubscriber
 from ._ack import AckHandle, RemoteRequest
 from ._codec import chunk_message, done_message, error_message, start_message
@@ -128,7 +128,8 @@ class ReplyPublisher:
             log.warning("worker: request %s failed: %r", request.id, error)
         self.errors += 1
         self.send(request, error_message(request.id, str(error) or type(error).__name__,
-                                         unavailable=isinstance(error, EngineUnavailableError)))
+                                         unavailable=isinstance(error, EngineUnavailableError),
+                                         backend=error if isinstance(error, BackendError) else None))
         handle.ack()
 
     def _release(self, handle: AckHandle) -> None:

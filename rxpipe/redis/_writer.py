@@ -132,11 +132,15 @@ class Writer:
                 if not self.retry or self._abandon:
                     return [error] * len(batch)
                 delay = self.backoff.next_delay()
-                log.warning("redis writer: %r; retrying %d commands in %.2f s", error, len(batch), delay)
+                level = logging.WARNING if self.backoff.failures == 1 else logging.DEBUG  # once per outage
+                log.log(level, "redis writer: Redis lost (%r); retrying %d commands in %.2f s", error, len(batch),
+                        delay)
                 await asyncio.sleep(delay)
                 continue
             except RedisError as error:
                 return [error] * len(batch)
+            if self.backoff.failures:
+                log.info("redis writer: Redis is back after %d failed attempts", self.backoff.failures)
             self.backoff.reset()
             if self.on_up is not None:
                 self.on_up()

@@ -189,6 +189,11 @@ class RedisSink(Flowable[Any], Service):
         self.counters = StageCounters(self.name)
         #: Redis answered the last command (False until the first success)
         self.up = False
+        #: the model of the edge in front (set in :meth:`attach`), and the workers' other models named
+        self.served_model: str | None = None
+        self._warned_models: set[str] = set()
+        #: Redis was lost (or unreachable from the start) and is not back yet: logged once
+        self._lost = False
         #: backlog read at the last refresh, and the admissions it may not have seen
         self.backlog = 0
         self.unseen_at_refresh = 0
@@ -258,20 +263,26 @@ class RedisSink(Flowable[Any], Service):
 
     # -- reachability ----------------------------------------------------------------------------
     def _down(self, error: BaseException) -> None:
-        if self.up:
-            log.warning("redis sink %s: Redis unreachable (%r); answering 503 until it is back", self.name, error)
+        if self.up or not self._lost:
+            log.warning("redis sink %s: Redis %s (%r); answering 503 until it is back", self.name,
+                        "lost" if self.up else "unreachable", error)
         self.up = False
+        self._lost = True
 
     def _up(self) -> None:
         if not self.up:
-            log.info("redis sink %s: Redis reachable", self.name)
+            log.info("redis sink %s: Redis is %s", self.name, "back" if self._lost else "reachable")
             self.up = True
+            self._lost = False
         if self._link is not None:
             self._link.top_up()
 
     # -- Service ---------------------------------------------------------------------------------
     def attach(self, pipeline: Pipeline) -> None:
-        pass
+        # the model the edge in front serves: workers whose engine serves another are named in the log
+        config = next((getattr(stage, "config", None) for stage in pipeline.stages
+                       if getattr(getattr(stage, "config", None), "model", None)), None)
+        self.served_model = getattr(config, "model", None)
 
     async def start(self, host: str, port: int | None) -> str | None:
         s = self.settings
@@ -343,7 +354,21 @@ class RedisSink(Flowable[Any], Service):
         room = max(0, s.max_backlog - self.backlog - unseen)
         self.allowance = -(-room // self.gateways)
         self.paused_until = _pause_floor(workers, now)
+        self._check_models(workers, now)
         self._up()
+
+    def _check_models(self, workers: Any, now: float) -> None:
+        """Warn once per model when a live worker's engine serves a model other than the one the
+        gateway admits (its clients, asking for the worker's model, get 404 at the edge)."""
+        served = self.served_model
+        if served is None:
+            return
+        for consumer, model in _worker_models(workers, now).items():
+            if model != served and model not in self._warned_models:
+                self._warned_models.add(model)
+                log.warning("redis sink %s: worker %s serves model %r but this gateway serves %r: requests for "
+                            "%r get 404 here; start the gateway with --set model=%s", self.name, consumer, model,
+                            served, model, model)
 
     async def _refresh_loop(self) -> None:
         s = self.settings
@@ -396,6 +421,20 @@ def _fail_reply(request: CompletionRequest, error: BaseException) -> None:
     reply = request.reply
     if reply is not None and not reply.done():
         reply.set_exception(error)
+
+
+def _worker_models(workers: Any, now: float) -> dict[str, str]:
+    """consumer → model its engine serves, for the live workers that publish one."""
+    models = {}
+    for consumer, raw in (workers or {}).items():
+        try:
+            beat = orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            continue
+        model = beat.get("model") if isinstance(beat, dict) else None
+        if isinstance(model, str) and now - float(beat.get("at", 0)) <= _WORKER_STALE_S:
+            models[consumer.decode() if isinstance(consumer, bytes) else str(consumer)] = model
+    return models
 
 
 def _pause_floor(workers: Any, now: float) -> float:

@@ -101,6 +101,8 @@ class RedisGroupSource(Flowable[RemoteRequest], Service):
         self.settings = settings
         self.max_unacked = max_unacked
         self.pause_s = pause_s
+        #: the model its engine serves (from :meth:`attach`), published in its heartbeat
+        self.model: str | None = None
         self.counters = StageCounters(self.name)
         #: entries delivered to this consumer and not yet acknowledged (by id)
         self.held: dict[bytes, AckHandle] = {}
@@ -217,7 +219,9 @@ class RedisGroupSource(Flowable[RemoteRequest], Service):
 
     # -- Service ---------------------------------------------------------------------------------
     def attach(self, pipeline: Pipeline) -> None:
-        pass
+        # the model its engine serves goes into the heartbeat: a gateway serving another one says so
+        models = [getattr(getattr(stage, "engine", None), "model", None) for stage in pipeline.stages]
+        self.model = next((m for m in models if isinstance(m, str)), None)
 
     async def start(self, host: str, port: int | None) -> str | None:
         s = self.settings
@@ -289,7 +293,9 @@ class RedisGroupSource(Flowable[RemoteRequest], Service):
                 entries = await self._fetch(want)
             except TRANSIENT as error:
                 delay = backoff.next_delay()
-                log.warning("worker %s: Redis unreachable (%r); reading again in %.2f s", s.consumer, error, delay)
+                # once per outage at WARNING (the transition), each retry at DEBUG
+                level = logging.WARNING if backoff.failures == 1 else logging.DEBUG
+                log.log(level, "worker %s: Redis lost (%r); reading again in %.2f s", s.consumer, error, delay)
                 await asyncio.sleep(delay)
                 continue
             except ResponseError as error:
@@ -297,6 +303,8 @@ class RedisGroupSource(Flowable[RemoteRequest], Service):
                     await self._recreate_group(backoff)
                     continue
                 raise
+            if backoff.failures:
+                log.info("worker %s: Redis is back after %d failed reads", s.consumer, backoff.failures)
             backoff.reset()
             handles = []
             for entry_id, fields in entries:
@@ -399,7 +407,7 @@ class RedisGroupSource(Flowable[RemoteRequest], Service):
         assert commands is not None
         now = time.time()
         pause = float(self.pause_s()) if self.pause_s is not None else 0.0
-        beat = orjson.dumps({"at": now, "pause_until": now + pause if pause > 0 else 0.0})
+        beat = orjson.dumps({"at": now, "pause_until": now + pause if pause > 0 else 0.0, "model": self.model})
         pipe = commands.pipeline(transaction=False)
         pipe.hset(workers_key(s), s.consumer, beat)
         ids: list[Any] = list(self.held)

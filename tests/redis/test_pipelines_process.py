@@ -258,3 +258,43 @@ async def test_seed_cycle_backend_503_pauses_the_worker_the_backlog_fills_429_un
             await client.aclose()
     finally:
         stub.stop()
+
+
+@pytest.mark.timeout(60)
+async def test_a_backend_4xx_behind_a_worker_reaches_the_client_with_its_status_and_message(
+        tmp_path: Path, redis_server: RedisServer, processes: Processes) -> None:
+    stub = StubServer(tmp_path)
+    try:
+        stub.control(fail=1, fail_status=422, fail_message=f"prompt too long for {stub.url}/v1",
+                     fail_code="context_length_exceeded")
+        gw = gateway(processes, redis_server)
+        worker(processes, redis_server, f"backend_url={stub.url}", "max_num_seqs=4", "model=sim", "consumer=w1")
+        async with session() as http:
+            status, _, body, _ = await complete(http, gw.url, "x", 4)
+            assert status == 422
+            assert body == {"error": {"message": "prompt too long for (address removed)",
+                                      "type": "invalid_request_error", "code": "context_length_exceeded",
+                                      "param": None}}
+            assert (await complete(http, gw.url, "y", 2))[0] == 200
+        assert stub.state()["requests"] == 2  # the 422 was answered, not run again
+    finally:
+        stub.stop()
+
+
+@pytest.mark.timeout(60)
+async def test_a_gateway_names_a_worker_serving_another_model(tmp_path: Path, redis_server: RedisServer,
+                                                            processes: Processes) -> None:
+    stub = StubServer(tmp_path)
+    try:
+        gw = gateway(processes, redis_server)  # serves "sim": clients asking for my-model get 404
+        worker(processes, redis_server, f"backend_url={stub.url}", "model=my-model", "consumer=w9")
+        deadline = time.monotonic() + 20
+        needle = ("worker w9 serves model 'my-model' but this gateway serves 'sim': requests for 'my-model' get 404 "
+                  "here; start the gateway with --set model=my-model")
+        while needle not in gw.output:
+            assert time.monotonic() < deadline, gw.output
+            await asyncio.sleep(0.1)
+        await asyncio.sleep(1.0)  # more refreshes: said once
+        assert gw.output.count("serves model 'my-model'") == 1
+    finally:
+        stub.stop()
