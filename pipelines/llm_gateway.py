@@ -66,6 +66,8 @@ SCHEMA: dict[str, tuple[Any, str, float | None, bool, str]] = {
     "step_overhead_s": (0.006, "number", 0, False, "engine step cost: fixed part (s)"),
     "prefill_s_per_token": (0.00005, "number", 0, False, "engine step cost per prefilled prompt token (s)"),
     "decode_s_per_seq": (0.0001, "number", 0, False, "engine step cost per decoding sequence (s)"),
+    "prefix_cache_blocks": (0, "int", 0, False, "engine prefix cache: unpinned blocks of 16 tokens kept (LRU); "
+                                                "0: no prefix caching"),
     "model": ("sim", "str", None, False, "the model id served"),
     "api_keys": ("", "str", None, False, "comma-separated bearer keys; empty: RXPIPE_API_KEYS, else no auth"),
     "latency_budget_s": (None, "number", 0, True, "refuse (429 deadline) when the estimated time to answer "
@@ -151,6 +153,7 @@ def pipeline(config: dict[str, Any]) -> Pipeline:
         decode_s_per_seq=s["decode_s_per_seq"],
         stall_timeout_s=s["stall_timeout_s"],
         model=s["model"],
+        prefix_cache_blocks=s["prefix_cache_blocks"],
     )
     return build(s, engine)
 

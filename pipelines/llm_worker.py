@@ -27,6 +27,7 @@ Settings (``--set key=value``; values parse as JSON, else strings) and their def
     step_overhead_s=0.006        engine step cost: fixed part (s)
     prefill_s_per_token=0.00005  engine step cost per prefilled prompt token (s)
     decode_s_per_seq=0.0001      engine step cost per decoding sequence (s)
+    prefix_cache_blocks=0        engine prefix cache: unpinned blocks of 16 tokens kept (LRU); 0: none
     model="sim"                  the model id
     stall_timeout_s=10.0         a stream whose reader gives no credit this long is aborted (s)
     drain_timeout_s=30.0         on SIGINT/SIGTERM, held requests get this long to finish (s)
@@ -54,6 +55,7 @@ DEFAULTS: dict[str, Any] = {
     "step_overhead_s": 0.006,
     "prefill_s_per_token": 0.00005,
     "decode_s_per_seq": 0.0001,
+    "prefix_cache_blocks": 0,
     "model": "sim",
     "stall_timeout_s": 10.0,
     "drain_timeout_s": 30.0,
@@ -66,10 +68,10 @@ def settings(config: dict[str, Any]) -> dict[str, Any]:
     if unknown:
         raise ValueError(f"unknown setting(s) {', '.join(unknown)}; known: {', '.join(sorted(DEFAULTS))}")
     merged = {**DEFAULTS, **config}
-    for key in ("max_num_seqs", "max_num_batched_tokens"):
+    for key, minimum in (("max_num_seqs", 1), ("max_num_batched_tokens", 1), ("prefix_cache_blocks", 0)):
         value = merged[key]
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"{key} must be an int >= 1, got {value!r}")
+        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+            raise ValueError(f"{key} must be an int >= {minimum}, got {value!r}")
     return merged
 
 
@@ -81,7 +83,7 @@ def engine_for(s: dict[str, Any]) -> Engine:
     return SimulatedEngine(max_num_seqs=s["max_num_seqs"], max_num_batched_tokens=s["max_num_batched_tokens"],
                            step_overhead_s=s["step_overhead_s"], prefill_s_per_token=s["prefill_s_per_token"],
                            decode_s_per_seq=s["decode_s_per_seq"], stall_timeout_s=s["stall_timeout_s"],
-                           model=s["model"])
+                           model=s["model"], prefix_cache_blocks=s["prefix_cache_blocks"])
 
 
 def pipeline(config: dict[str, Any]) -> Pipeline:

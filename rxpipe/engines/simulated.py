@@ -33,6 +33,7 @@ from typing import Any
 
 from ..errors import EngineUnavailableError
 from ._sim_batching import _ContinuousBatching
+from ._sim_prefix import PrefixCache, prompt_bytes
 from ._sim_requests import _PerRequestService
 from ._sim_state import (
     _DONE,
@@ -95,6 +96,17 @@ class SimulatedEngine(_ContinuousBatching, _PerRequestService):
             ``step_log`` (0: keep none).
         latency: a per-request service model instead of batching (see the module docstring):
             ``latency(rng, output_tokens) -> (first_token_s, per_token_s)``.
+        prefix_cache_blocks: vLLM's automatic prefix caching (DESIGN §8b): a prompt is a chain
+            of blocks of ``block_tokens`` tokens (4 UTF-8 bytes a token); the blocks of running
+            sequences are pinned and at most this many others are kept, least recently used
+            evicted first; a sequence that starts skips the prefill of its cached leading
+            blocks (never its last prompt token), so its step is ``prefill_s_per_token`` ×
+            those tokens shorter. 0 (default): no caching. Not with ``latency=`` (ValueError).
+            State in ``prefix_cache`` (:class:`~rxpipe.engines._sim_prefix.PrefixCache`);
+            metrics ``rxpipe_engine_prefix_cache_queries_total{engine}`` and
+            ``rxpipe_engine_prefix_cache_hits_total{engine}``, in tokens, as vLLM's
+            ``vllm:prefix_cache_queries`` / ``vllm:prefix_cache_hits``.
+        block_tokens: tokens a cache block (vLLM's ``--block-size``, default 16).
 
     Token text is words from a seeded vocabulary, one word per token, each with a leading space.
     Sampling fields: ``seed`` makes a request's length and text depend only on the engine's seed,
@@ -111,7 +123,7 @@ class SimulatedEngine(_ContinuousBatching, _PerRequestService):
                  decode_s_per_seq: float = 0.0001, stall_timeout_s: float | None = 10.0, seed: int = 0,
                  output_tokens: tuple[int, int] = (16, 256), error_rate: float = 0.0, stall_rate: float = 0.0,
                  stall_s: float = 5.0, down: bool = False, model: str = "sim", step_log: int = 0, *,
-                 latency: LatencyModel | None = None) -> None:
+                 latency: LatencyModel | None = None, prefix_cache_blocks: int = 0, block_tokens: int = 16) -> None:
         super().__init__(model=model, max_num_seqs=max_num_seqs)
         self.max_num_batched_tokens = _check_int("max_num_batched_tokens", max_num_batched_tokens, 1)
         self.tokens_per_step = _check_int("tokens_per_step", tokens_per_step, 1)
@@ -133,6 +145,13 @@ class SimulatedEngine(_ContinuousBatching, _PerRequestService):
         if latency is not None and not callable(latency):
             raise TypeError(f"SimulatedEngine(latency=) needs a callable, got {latency!r}")
         self.latency = latency
+        cache_blocks = _check_int("prefix_cache_blocks", prefix_cache_blocks, 0)
+        self.block_tokens = _check_int("block_tokens", block_tokens, 1)
+        if cache_blocks and latency is not None:
+            raise ValueError("SimulatedEngine(prefix_cache_blocks=) models continuous batching's prefill: "
+                             "not available with latency=")
+        #: the automatic prefix cache (None with ``prefix_cache_blocks=0``)
+        self.prefix_cache = PrefixCache(cache_blocks, self.block_tokens) if cache_blocks else None
         self.seed = seed
         self._rng = random.Random(f"{seed}:content")
         self._fault_rng = random.Random(f"{seed}:faults")
@@ -318,6 +337,8 @@ class SimulatedEngine(_ContinuousBatching, _PerRequestService):
             max_out, capped = self._stop_before(offset, max_out, capped, [stop] if isinstance(stop, str) else stop)
         self._seq_no += 1
         seq = _Seq(completion, self._seq_no, request.prompt_tokens, max_out, capped, offset, arrival_s)
+        if self.prefix_cache is not None:
+            seq.blocks = self.prefix_cache.chain(prompt_bytes(request))
         faults = self._fault_rng
         if self.error_rate and faults.random() < self.error_rate and max_out:
             seq.fail_at = faults.randrange(max_out)
@@ -376,6 +397,9 @@ class SimulatedEngine(_ContinuousBatching, _PerRequestService):
         if seq.state == _RUNNING:
             self._n_running -= 1
             self._running_dirty = True
+            if seq.pinned:
+                self.prefix_cache.release(seq.blocks, seq.pinned)  # type: ignore[union-attr]
+                seq.pinned = 0
         elif seq.state == _WAITING:
             self._n_waiting -= 1  # removed lazily from the deque
         seq.state = _DONE
