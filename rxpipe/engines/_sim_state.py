@@ -71,7 +71,7 @@ class _Seq:
     __slots__ = ("completion", "request", "no", "state", "prompt_tokens", "max_out", "capped", "offset",
                  "prefilled", "generated", "arrival_s", "started_s", "first_token_s", "parked_at",
                  "stall_s", "stall_until", "fail_at", "in_step", "step_prefill", "step_tokens",
-                 "needs_credit", "awaiting_credit", "per_token_s", "blocks", "pinned")
+                 "needs_credit", "awaiting_credit", "per_token_s", "blocks", "pinned", "words")
 
     def __init__(self, completion: Completion, no: int, prompt_tokens: int, max_out: int, capped: bool,
                  offset: int, arrival_s: float) -> None:
@@ -102,6 +102,8 @@ class _Seq:
         #: its prompt's full blocks (prefix caching), and how many of the first ones it pins
         self.blocks: tuple[int, ...] = ()
         self.pinned = 0
+        #: a greedy (temperature 0) sequence's tokens, made in advance; None: sampled
+        self.words: list[str] | None = None
 
     def __lt__(self, other: _Seq) -> bool:  # heap ties (never reached: entries carry ``no``)
         return self.no < other.no

@@ -28,6 +28,7 @@ import asyncio
 import heapq
 import random
 import threading
+import zlib
 from collections import deque
 from typing import Any
 
@@ -110,7 +111,10 @@ class SimulatedEngine(_ContinuousBatching, _PerRequestService):
 
     Token text is words from a seeded vocabulary, one word per token, each with a leading space.
     Sampling fields: ``seed`` makes a request's length and text depend only on the engine's seed,
-    the request's seed and its prompt (the same request gives the same answer); ``stop`` (a
+    the request's seed and its prompt (the same request gives the same answer); ``temperature``
+    0 is greedy decoding: each token follows from the two words before it (the prompt's last
+    two, then the answer's own), so the same prompt gives the same text, and a prompt extended
+    by the start of an answer continues that answer exactly; ``stop`` (a
     string or a list of them) ends the output, finish reason ``"stop"``, before the first token
     in which a stop string begins; the others are accepted and ignored. A ``max_tokens`` the
     edge filled in (``max_tokens_defaulted``) caps the drawn length instead of fixing it.
@@ -332,11 +336,14 @@ class SimulatedEngine(_ContinuousBatching, _PerRequestService):
         else:
             max_out, capped = request.max_tokens, True
         offset = rng.randrange(len(self._words))
+        greedy = self._greedy(request, max_out) if sampling.get("temperature") == 0 else None
         stop = sampling.get("stop")
         if stop:
-            max_out, capped = self._stop_before(offset, max_out, capped, [stop] if isinstance(stop, str) else stop)
+            max_out, capped = self._stop_before(greedy or self._run_of(offset, max_out), max_out, capped,
+                                                [stop] if isinstance(stop, str) else stop)
         self._seq_no += 1
         seq = _Seq(completion, self._seq_no, request.prompt_tokens, max_out, capped, offset, arrival_s)
+        seq.words = greedy
         if self.prefix_cache is not None:
             seq.blocks = self.prefix_cache.chain(prompt_bytes(request))
         faults = self._fault_rng
@@ -346,17 +353,40 @@ class SimulatedEngine(_ContinuousBatching, _PerRequestService):
             seq.stall_s = self.stall_s
         return seq
 
-    def _stop_before(self, offset: int, max_out: int, capped: bool, stops: list[str]) -> tuple[int, bool]:
-        """Output length with ``stop`` strings honoured: the sequence ends (finish reason
-        ``"stop"``) before the first token in which one of them begins; the stop text itself is
-        never sent (as OpenAI's API does)."""
+    def _run_of(self, offset: int, count: int) -> list[str]:
+        """The ``count`` tokens of a sampled (not greedy) sequence starting at ``offset``."""
         words = self._words
         n = len(words)
+        return [words[(offset + i) % n] for i in range(count)]
+
+    def _greedy(self, request: CompletionRequest, count: int) -> list[str]:
+        """Greedy decoding (``temperature`` 0): each token is a function of the engine's seed and
+        of the two words before it — the prompt's last two, then the answer's own — so a request
+        whose prompt is another's plus the start of its answer goes on exactly as that answer
+        did, as a real model's greedy decoding does (what mid-stream failover relies on). Stable
+        across processes (CRC-32, not Python's salted ``hash``)."""
+        words = self._words
+        n = len(words)
+        context = prompt_bytes(request).split()
+        a = context[-2] if len(context) > 1 else b""
+        b = context[-1] if context else b""
+        seed = str(self.seed).encode()
+        out: list[str] = []
+        for _ in range(count):
+            word = words[zlib.crc32(b"|".join((seed, a, b))) % n]
+            out.append(word)
+            a, b = b, word[1:].encode()
+        return out
+
+    def _stop_before(self, run: list[str], max_out: int, capped: bool, stops: list[str]) -> tuple[int, bool]:
+        """Output length with ``stop`` strings honoured: the sequence ends (finish reason
+        ``"stop"``) before the first token in which one of them begins; the stop text itself is
+        never sent (as OpenAI's API does). ``run``: the sequence's first ``max_out`` tokens."""
         position = 0
         text: list[str] = []
         ends: list[int] = []
         for i in range(max_out):
-            word = words[(offset + i) % n]
+            word = run[i]
             text.append(word)
             position += len(word)
             ends.append(position)
@@ -369,6 +399,8 @@ class SimulatedEngine(_ContinuousBatching, _PerRequestService):
         return max(whole, 0), False
 
     def _text(self, seq: _Seq, start: int, count: int) -> str:
+        if seq.words is not None:
+            return "".join(seq.words[start:start + count])
         words = self._words
         n = len(words)
         first = seq.offset + start
