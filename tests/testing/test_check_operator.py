@@ -19,6 +19,8 @@ from rxpipe.stage import (
 )
 from rxpipe.testing import CHECKS, check_operator
 
+from ..user_stages import Debounce
+
 
 # -- correct user stages ------------------------------------------------------------------------------
 class Evens(Stage):
@@ -45,31 +47,6 @@ class Thrice(Stage):
     def on_next(self, item: Any) -> None:
         for k in range(3):
             self.emit((item, k))
-
-
-class Debounce(Stage):
-    prefetch = UNBOUNDED
-
-    def __init__(self, duration_s: float) -> None:
-        self.duration_s, self.latest = duration_s, Stage.NOTHING
-
-    def on_next(self, item: Any) -> None:
-        if self.latest is not Stage.NOTHING:
-            self.drop(self.latest, "debounced")
-        self.latest = item
-        self.start_timer(0, self.duration_s)
-
-    def on_timer(self, key: Any) -> None:
-        if self.demanded:
-            self.emit(self.latest)
-        else:
-            self.drop(self.latest, "no_demand")
-        self.latest = Stage.NOTHING
-
-    def on_complete(self) -> None:
-        if self.latest is not Stage.NOTHING:
-            self.emit(self.latest)
-        self.complete()
 
 
 class Delay(Stage):
