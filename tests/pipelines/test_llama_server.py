@@ -134,3 +134,31 @@ async def test_a_llama_server_killed_mid_load_loses_no_request(servers: list[Lla
         servers[1].stop()
         outcomes: list[Any] = await load
     assert [o.status for o in outcomes] == [200] * 40
+
+
+async def test_a_llama_server_killed_mid_stream_the_stream_goes_on_on_the_other(servers: list[LlamaServer]) -> None:
+    # runs last in this module: it kills one server
+    body = {"model": "tiny", "prompt": "the cat sat on", "max_tokens": 96, "stream": True,
+            "stream_options": {"include_usage": True}, **NO_EOS}
+    async with running_router(backends=f"{servers[0].url},{servers[1].url}", model="tiny", max_in_flight=1,
+                              cache_max_entries=0) as (url, engines):
+        load = asyncio.create_task(open_loop(url, 1, 1.0, lambda i: body))
+        while not any(e.running for e in engines):
+            await asyncio.sleep(0.005)
+        busy = next(i for i, e in enumerate(engines) if e.running)
+        while not engines[busy]._calls or not next(iter(engines[busy]._calls)).tokens:
+            await asyncio.sleep(0.001)  # its first tokens are on the way to the client
+        servers[busy].stop()  # SIGKILL mid-answer
+        outcome = (await load)[0]
+        with urllib.request.urlopen(url + "/metrics", timeout=10) as response:
+            metrics = response.read().decode()
+    assert 'rxpipe_stage_dropped_total{reason="resumed",stage="balance"} 1.0' in metrics
+    assert outcome.status == 200
+    events = [line[6:] for line in outcome.body.split(b"\n") if line.startswith(b"data: ")]
+    assert events.count(b"[DONE]") == 1 and events[-1] == b"[DONE]"
+    parsed = [orjson.loads(e) for e in events[:-1]]
+    assert not [e for e in parsed if "error" in e], outcome.body[-400:]
+    chunks = [e for e in parsed if e["choices"]]
+    assert chunks[-1]["choices"][0]["finish_reason"] == "length"
+    usage = [e["usage"] for e in parsed if e.get("usage")]
+    assert len(usage) == 1 and usage[0]["completion_tokens"] == 96  # the whole answer, across both servers
