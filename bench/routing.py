@@ -129,7 +129,8 @@ def start_router(arm: str, backends: list[str], work: Path, logs: Path) -> Proc:
     url = f"http://127.0.0.1:{port}"
     if arm in OURS:
         args = [RXPIPE, "run", str(ROOT / "pipelines" / "llm_router.py"), "--port", str(port),
-                "--set", f"backends={','.join(backends)}", "--set", "model=sim", "--set", f"max_in_flight={MAX_IN_FLIGHT[0]}",
+                "--set", f"backends={','.join(backends)}", "--set", "model=sim",
+                "--set", f"max_in_flight={MAX_IN_FLIGHT[0]}",
                 "--set", "cache_max_entries=0", "--set", f"routing={arm}", "--set", "queue_capacity=256",
                 "--set", f"prefix_balance_abs={MAX_IN_FLIGHT[1]}"]
         ready = "/health"
