@@ -36,7 +36,6 @@ import asyncio
 import os
 import random
 import re
-import shutil
 import statistics
 import subprocess
 import sys
@@ -52,6 +51,7 @@ import orjson
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+from bench.serving import _cpu_s, _pin  # noqa: E402
 from tests.gateway.server import free_port  # noqa: E402
 from tests.pipelines.router_helpers import prefix_cache_tokens, shared_prefix_workload  # noqa: E402
 
@@ -59,19 +59,6 @@ RXPIPE = str(Path(sys.executable).with_name("rxpipe"))
 OURS = ("round_robin", "least_loaded", "prefix")
 ANCHORS = {"smg": "smg", "vllm-router": "vllm-router"}  # arm -> PyPI package (and console script)
 MAX_IN_FLIGHT = [16, 8]  # --max-in-flight, --prefix-balance-abs
-
-
-def _pin(core: int) -> list[str]:
-    if shutil.which("taskset") and (os.cpu_count() or 1) >= 2:
-        return ["taskset", "-c", str(core)]
-    return []
-
-
-def _cpu_s(pid: int) -> float:
-    """User + system CPU seconds of ``pid`` and its threads (fields 14 and 15 of /proc/PID/stat)."""
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def _wait_http(url: str, proc: subprocess.Popen[bytes], log: Path, timeout_s: float = 60.0) -> None:

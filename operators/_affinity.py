@@ -30,6 +30,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 from rxpipe.engines import CompletionRequest
+from rxpipe.engines._sim_prefix import block_chain
 
 __all__ = ["PrefixAffinity", "RoutingPolicy", "request_text"]
 
@@ -87,13 +88,8 @@ class PrefixAffinity:
         return len(self.index[k])
 
     def chain(self, text: str) -> list[int]:
-        size = self.block_chars
-        names: list[int] = []
-        parent = 0
-        for start in range(0, len(text) - size + 1, size):
-            parent = hash((parent, text[start:start + size]))
-            names.append(parent)
-        return names
+        """The names of the prompt's full blocks, as the engines' prefix cache names them."""
+        return block_chain(text, self.block_chars)
 
     def choose(self, item: Any, candidates: Sequence[tuple[int, int]]) -> int:
         """Branch for ``item`` among ``candidates`` — ``(branch, demand)`` pairs with demand > 0,

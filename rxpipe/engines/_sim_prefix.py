@@ -26,7 +26,7 @@ from typing import Any
 
 from .records import CompletionRequest
 
-__all__ = ["PrefixCache", "prompt_bytes"]
+__all__ = ["PrefixCache", "prompt_bytes", "block_chain"]
 
 
 def prompt_bytes(request: CompletionRequest) -> bytes:
@@ -42,6 +42,18 @@ def prompt_bytes(request: CompletionRequest) -> bytes:
         elif isinstance(content, list):
             parts.extend(p["text"] for p in content if isinstance(p, dict) and isinstance(p.get("text"), str))
     return "".join(parts).encode("utf-8")
+
+
+def block_chain(data: str | bytes, size: int) -> list[int]:
+    """The names of the full blocks of ``size`` characters (or bytes) of ``data``, in order:
+    each is a hash of the block and of the name before it, so it stands for the whole prefix
+    up to its end (vLLM's block hashes; Python's ``hash``: stable within one process only)."""
+    names: list[int] = []
+    parent = 0
+    for start in range(0, len(data) - size + 1, size):
+        parent = hash((parent, data[start:start + size]))
+        names.append(parent)
+    return names
 
 
 class PrefixCache:
@@ -73,14 +85,8 @@ class PrefixCache:
         return len(self._lru)
 
     def chain(self, data: bytes) -> tuple[int, ...]:
-        """The names of the full blocks of ``data``: each hashes its bytes and its parent's name."""
-        size = self.block_bytes
-        names: list[int] = []
-        parent = 0
-        for start in range(0, len(data) - size + 1, size):
-            parent = hash((parent, data[start:start + size]))
-            names.append(parent)
-        return tuple(names)
+        """The names of the full blocks of ``data`` (:func:`block_chain`)."""
+        return tuple(block_chain(data, self.block_bytes))
 
     def admit(self, blocks: tuple[int, ...], prompt_tokens: int) -> int:
         """A sequence starts: pin its cached leading blocks; returns how many (counted in
