@@ -13,8 +13,8 @@ the repository): ``smg launch --policy cache_aware`` (SGLang model gateway) and 
 --policy cache_aware``, with their default thresholds.
 
 Workload (SGLang's ``bench_serving --dataset-name generated-shared-prefix``, scaled to the
-simulator): ``--groups`` 32 system prompts of 2,048 bytes (512 tokens, 32 blocks) ×
-``--per-group`` questions of 128 bytes, shuffled, ``max_tokens`` 32, streamed; new random text in
+simulator): ``--groups`` 32 system prompts of ``--system-bytes`` 2,048 (512 tokens, 32 blocks) ×
+``--per-group`` 16 questions of ``--question-bytes`` 128, shuffled, ``max_tokens`` 32, streamed; new random text in
 every run (no cache carried over). The prefixes (1,024 blocks) are 4× one backend's cache, so
 evictions happen unless each group keeps to one backend. Open-loop Poisson arrivals at
 ``load`` × capacity for ``--duration-s``; capacity is measured once first: requests/s completed
@@ -231,7 +231,7 @@ def backend_requests(urls: list[str]) -> list[float]:
 
 def measure(arm: str, load: float, capacity: float, backends: list[str], args: argparse.Namespace, work: Path,
             logs: Path, seed: int) -> dict[str, Any]:
-    prompts = shared_prefix_workload(args.groups, args.per_group, 2048, 128, seed=seed)
+    prompts = shared_prefix_workload(args.groups, args.per_group, args.system_bytes, args.question_bytes, seed=seed)
     router = start_router(arm, backends, work, logs)
     try:
         before_cache, before_counts = prefix_cache_tokens(backends), backend_requests(backends)
@@ -261,6 +261,8 @@ def main() -> None:
     parser.add_argument("--arms", default="round_robin,least_loaded,prefix,smg,vllm-router")
     parser.add_argument("--groups", type=int, default=32)
     parser.add_argument("--per-group", type=int, default=16)
+    parser.add_argument("--system-bytes", type=int, default=2048, help="a group's system prompt (4 bytes a token)")
+    parser.add_argument("--question-bytes", type=int, default=128)
     parser.add_argument("--max-tokens", type=int, default=32)
     parser.add_argument("--prefix-cache-blocks", type=int, default=256)
     parser.add_argument("--max-in-flight", type=int, default=16,
@@ -294,7 +296,8 @@ def main() -> None:
         router = start_router("least_loaded", urls, work, logs)
         try:
             capacity = asyncio.run(closed_loop(router.url,
-                                               shared_prefix_workload(args.groups, args.per_group, 2048, 128, seed=99),
+                                               shared_prefix_workload(args.groups, args.per_group, args.system_bytes,
+                                                                      args.question_bytes, seed=99),
                                                8 * args.backends, args.duration_s, args.max_tokens))
         finally:
             router.stop()
