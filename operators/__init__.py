@@ -10,6 +10,7 @@ Marble legend: ``-`` time, letters items, ``|`` completion, ``#`` error, ``^n`` 
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING, Any, Awaitable, Callable, Hashable, Mapping, TypeVar
 
 from rxpipe._fusion import fuse
@@ -30,9 +31,11 @@ from ._timeout import TIMEOUT_MODES, timeout_stage
 if TYPE_CHECKING:
     from rxpipe.engines import Engine
 
+    from ._affinity import PrefixAffinity, RoutingPolicy
+
 __all__ = ["map", "filter", "scan", "take", "skip", "tap", "buffer", "limit_rate", "batch", "rate_limit",
            "map_async", "timeout", "merge", "broadcast", "group_by", "Retry", "CircuitBreaker",
-           "GroupedFlowable", "execute", "fair_queue", "balance", "cache"]
+           "GroupedFlowable", "execute", "fair_queue", "balance", "prefix_affinity", "cache"]
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -628,7 +631,8 @@ def fair_queue(capacity: int, *, tenant: Callable[[Any], Hashable] | None = None
     return lambda source: FairQueueFlowable(source, capacity, tenant, weight, cost, priority, name, departure)
 
 
-def balance(*branches: Operator, retry_unstarted: bool = True, name: str | None = None) -> Operator:
+def balance(*branches: Operator, retry_unstarted: bool = True, retry_started: bool = False,
+            affinity: RoutingPolicy | None = None, name: str | None = None) -> Operator:
     """Send each item to one branch that has demand, the one with the most first; merge the outputs.
 
         source:  -a-b-c-d-|
@@ -650,8 +654,23 @@ def balance(*branches: Operator, retry_unstarted: bool = True, name: str | None 
     slot and more than one branch): a request failed by its engine (``EngineError``) before its
     first token reached the client (a stream with no token relayed; any non-streamed request) is
     sent again, ahead of the items held, to a branch it has not tried; once it streamed a token
-    its client gets the error (an error event), never a duplicate. The client's Completion is a
-    relay of the current attempt's; the stage's output carries the attempts' own Completions.
+    its client gets the error (an error event), never a duplicate — unless ``retry_started``.
+    Mid-stream failover (``retry_started``, default False): a streamed request whose engine
+    failed it after tokens reached the client is continued on a branch it has not tried, as a
+    new request of the prompt plus the text already sent (chat: the messages plus a final
+    ``assistant`` message holding that text, which the backend continues) and ``max_tokens``
+    less the tokens sent; the client's stream goes on where it stopped — no repeated and no
+    missing text, one end, and a result whose ``completion_tokens`` and text are the whole
+    answer's (its ``prompt_tokens``, queue time and time to first token the first attempt's).
+    The client's Completion is a relay of the current attempt's; the stage's output carries the
+    attempts' own Completions.
+    Affinity (``affinity=ops.prefix_affinity(...)``): among the branches with demand, the one
+    that was sent the longest prefix of the request's prompt, unless its demand lags the best
+    one's by more than the affinity's threshold (see :func:`prefix_affinity`). Affinity never
+    sends an item to a branch without demand. Any object with ``bind(branches)`` and
+    ``choose(item, candidates) -> branch`` is such a routing policy: ``candidates`` are the
+    ``(branch, demand)`` pairs of the eligible branches, in round-robin order from the branch
+    after the last one served (so ``candidates[0][0]`` is round-robin among those with demand).
     The stage's ``engine`` is a view of the replicas: available while any one is.
     Signals: TypeError (raised here) without branches or for a branch that is not callable, and
     for a branch returning no Flowable. An upstream error reaches every branch at once (the items
@@ -668,7 +687,59 @@ def balance(*branches: Operator, retry_unstarted: bool = True, name: str | None 
         raise TypeError("balance() needs at least one branch operator")
     for branch in branches:
         _check_callable("balance", branch)
-    return lambda source: BalanceFlowable(source, branches, retry_unstarted, name)
+    if affinity is not None:
+        if not (callable(getattr(affinity, "choose", None)) and callable(getattr(affinity, "bind", None))):
+            raise TypeError(f"balance(affinity=) needs ops.prefix_affinity(...) or another routing policy "
+                            f"(bind(branches), choose(item, candidates) -> branch), got {affinity!r}")
+        affinity.bind(len(branches))
+    return lambda source: BalanceFlowable(source, branches, retry_unstarted, name, retry_started, affinity)
+
+
+def prefix_affinity(block_chars: int = 64, max_blocks: int = 16384, *, balance_abs: int = 8,
+                    balance_rel: float = 1.5, min_match: float = 0.3,
+                    text: Callable[[Any], str | None] | None = None) -> PrefixAffinity:
+    """Prefix-cache affinity for ``balance(..., affinity=)``: requests sharing a prompt prefix go
+    to the branch that was sent it, whose replica likely holds it in its prefix cache.
+
+        branches:  x demand 4, y demand 4
+        source:    -A1-B1-A2-B2-A3-|     A*, B*: prompts with the shared prefixes A and B
+        x gets:    -A1----A2----A3-|     A1 to x (most demand, round-robin), then A follows A
+        y gets:    ----B1----B2----|
+
+    The index: per branch, the prompt prefixes it was sent, as chains of blocks of
+    ``block_chars`` characters (each block named by a hash of its text and of the block before),
+    an LRU of at most ``max_blocks`` blocks per branch, built from the balance's own routing
+    history (an approximation of each replica's cache, as SGLang's cache-aware router and the
+    Gateway API inference extension's approximate prefix scorer keep; no replica reports).
+    Choice among the branches with demand (never one without: affinity does not override "no
+    demand, no work"): a branch whose demand lags the most demand by more than ``balance_abs``
+    and by a factor over ``balance_rel`` is passed over (SGLang's ``balance_abs_threshold`` /
+    ``balance_rel_threshold``, here on exact demand: a hot prefix does not pile onto one replica
+    while others idle); of the rest, the one matching the most leading blocks, if that covers at
+    least ``min_match`` of the prompt's blocks (SGLang's ``cache_threshold``), ties to the most
+    demand; else the most demand, as without affinity. The prompt's blocks are recorded for the
+    chosen branch.
+    Args: block_chars (characters, >= 1; 64 ≈ 16 tokens, vLLM's block); max_blocks (blocks per
+        branch, >= 1); balance_abs (items of demand, >= 0); balance_rel (factor, >= 1);
+        min_match (fraction of the prompt's blocks, 0-1); text (item -> str or None, the text the
+        prefix is taken from; default: a CompletionRequest's prompt, or its messages as
+        ``role:content`` lines; a str item itself; None: no affinity for that item).
+    Memory: at most ``max_blocks`` entries per branch. One affinity per balance stage.
+    Signals: ValueError (raised here) for bounds out of range; TypeError for a non-callable text.
+    """
+    from ._affinity import PrefixAffinity, request_text
+
+    _check_int("prefix_affinity", "block_chars", block_chars, 1)
+    _check_int("prefix_affinity", "max_blocks", max_blocks, 1)
+    _check_int("prefix_affinity", "balance_abs", balance_abs, 0)
+    if isinstance(balance_rel, bool) or not isinstance(balance_rel, (int, float)) or not 1 <= balance_rel < math.inf:
+        raise ValueError(f"prefix_affinity(balance_rel=) needs a number >= 1, got {balance_rel!r}")
+    if isinstance(min_match, bool) or not isinstance(min_match, (int, float)) or not 0 <= min_match <= 1:
+        raise ValueError(f"prefix_affinity(min_match=) needs a fraction in [0, 1], got {min_match!r}")
+    if text is not None:
+        _check_callable("prefix_affinity", text)
+    return PrefixAffinity(block_chars, max_blocks, balance_abs, float(balance_rel), float(min_match),
+                          text or request_text)
 
 
 def cache(max_entries: int, ttl_s: float, *, name: str | None = None) -> Operator:

@@ -32,6 +32,7 @@ from rxpipe.flowable import Flowable, Operator
 from rxpipe.metrics import StageStatistics
 from rxpipe.stage import EMPTY_SUBSCRIPTION, LINK_SLOTS, QueueDrainSubscription, SerialLoop, UpstreamLink, discard_all
 
+from ._affinity import RoutingPolicy
 from ._failover import Failover
 from ._merge import DEFAULT_MERGE_PREFETCH, MergeFlowable
 
@@ -68,10 +69,14 @@ class BalanceFlowable(Flowable[Any]):
     kind = "balance"
 
     def __init__(self, source: Flowable[Any], branches: tuple[Operator, ...], retry_unstarted: bool,
-                 name: str | None) -> None:
+                 name: str | None, retry_started: bool = False, affinity: RoutingPolicy | None = None) -> None:
         super().__init__(name=name, upstreams=(source,))
         self.source = source
         self.retry_unstarted = retry_unstarted
+        self.retry_started = retry_started
+        self.affinity = affinity
+        if affinity is not None:
+            affinity.bind(len(branches))
         self.ports = tuple(PortFlowable(self, k) for k in range(len(branches)))
         outputs = []
         for branch, port in zip(branches, self.ports, strict=True):
@@ -230,11 +235,27 @@ class BalanceRun(UpstreamLink):
         engine = self.stage.port_engines[port.k]
         return engine is None or engine.available
 
-    def choose(self, excluded: frozenset[int] | set[int] = frozenset()) -> PortSubscription | None:
+    def choose(self, excluded: frozenset[int] | set[int] = frozenset(), item: Any = None) -> PortSubscription | None:
         """The eligible port with the most demand; among equal demand the first at or after
-        ``cursor`` (round-robin). None when no port is eligible."""
+        ``cursor`` (round-robin). With the stage's ``affinity`` and an ``item``, the affinity
+        picks among the eligible ports. None when no port is eligible."""
         ports = self.ports
         n = len(ports)
+        affinity = self.stage.affinity
+        if affinity is not None and item is not None:
+            candidates = []
+            for step in range(n):
+                k = (self.cursor + step) % n
+                port = ports[k]
+                if k not in excluded and self._eligible(port):
+                    candidates.append((k, port.demand))  # type: ignore[union-attr]
+            if not candidates:
+                return None
+            chosen = affinity.choose(item, candidates)
+            if not any(k == chosen for k, _ in candidates):
+                raise ProtocolViolationError(f"{self.stage.name}: routing policy {affinity!r} chose branch "
+                                             f"{chosen!r}, not one of those with demand {candidates}")
+            return ports[chosen]
         best: PortSubscription | None = None
         best_demand = 0
         for step in range(n):
@@ -287,7 +308,7 @@ class BalanceRun(UpstreamLink):
         down = self._all_down()
         while pending:
             item, failover = pending[0]
-            port = self.choose(failover.tried if failover is not None else frozenset())
+            port = self.choose(failover.tried if failover is not None else frozenset(), item)
             if port is None:
                 if down and self._answer_unavailable(item, failover):
                     pending.popleft()

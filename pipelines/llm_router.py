@@ -11,9 +11,13 @@ The graph, with demand flowing right to left::
 Each backend's executor asks for as many requests as its engine has free in-flight slots (its
 window: ``max_in_flight``, cut on 429/503, or adaptive with ``auto``); ``balance`` gives each
 request to the backend with the most free slots, so the faster backend gets more work by
-construction. A backend whose circuit breaker is open (connection failures) gets nothing; a
-request it failed before its first token reached the client is sent to another backend; the
-edge answers 503 only when no backend is available. Deterministic requests (``temperature`` 0
+construction (``routing=least_loaded``, the default). ``routing=prefix`` sends a request to the
+backend that was sent the longest prefix of its prompt, among those with free slots, so the
+backends' prefix caches hit (``ops.prefix_affinity``); ``round_robin`` is for comparison. A
+backend whose circuit breaker is open (connection failures) gets nothing; a request it failed
+before its first token reached the client is sent to another backend, and a stream it failed
+after tokens reached the client goes on on another backend where it stopped
+(``retry_started``); the edge answers 503 only when no backend is available. Deterministic requests (``temperature`` 0
 or a ``seed``) are answered from the cache when the same request was answered within
 ``cache_ttl_s`` (``x-rxpipe-cache: hit``), and identical ones in flight share one backend call.
 
@@ -25,6 +29,7 @@ Settings (``--set key=value``, values parsed as JSON, else strings; each type-ch
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from typing import Any
 
 from rxpipe import operators as ops
@@ -41,6 +46,8 @@ from rxpipe.gateway import (
 )
 from rxpipe.runtime import DRAIN_TIMEOUT, Pipeline
 from rxpipe.settings import Schema, Setting, SettingError
+
+ROUTINGS = ("least_loaded", "prefix", "round_robin")
 
 
 def _urls(value: Any) -> list[str]:
@@ -87,6 +94,14 @@ SETTINGS = Schema(
     Setting("backend_api_key", "", "str", "bearer key sent to the backends; empty: RXPIPE_BACKEND_API_KEY, else none",
             secret=True),
     Setting("retry_unstarted", True, "bool", "a request a backend failed before its first token goes to another"),
+    Setting("retry_started", True, "bool", "a stream a backend failed after tokens were sent goes on on another, "
+                                           "where it stopped"),
+    Setting("routing", "least_loaded", "str", "least_loaded (most free slots), prefix (prefix-cache affinity among "
+                                              "backends with free slots) or round_robin", choices=ROUTINGS),
+    Setting("prefix_max_blocks", 16384, "int", "routing=prefix: prompt blocks of 64 characters remembered per "
+                                               "backend (LRU)", minimum=1),
+    Setting("prefix_balance_abs", 8, "int", "routing=prefix: a backend more than this many free slots behind the "
+                                            "freest (and 1.5x) is passed over", minimum=0),
     Setting("cache_max_entries", 1024, "int", "answers kept by the response cache; 0 turns the cache off", minimum=0),
     Setting("cache_ttl_s", 300.0, "number", "a cached answer is served this long after it was made (s)", minimum=0,
             exclusive_minimum=True),
@@ -146,8 +161,29 @@ def build(s: dict[str, Any], backends: list[OpenAIEngine]) -> Pipeline:
     if s["cache_max_entries"] > 0:
         stages.append(ops.cache(s["cache_max_entries"], s["cache_ttl_s"], name="cache"))
     stages.append(ops.balance(*(ops.execute(e, name=f"executor_{e.name}") for e in backends),
-                              retry_unstarted=s["retry_unstarted"], name="balance"))
+                              retry_unstarted=s["retry_unstarted"], retry_started=s["retry_started"],
+                              affinity=routing_policy(s), name="balance"))
     return Pipeline(gateway, *stages, name="llm_router", drain_timeout_s=s["drain_timeout_s"])
+
+
+def routing_policy(s: dict[str, Any]) -> Any:
+    """The balance's routing policy for ``s["routing"]``: None (least loaded: the most free
+    slots), ``ops.prefix_affinity`` or :class:`RoundRobin`."""
+    if s["routing"] == "prefix":
+        return ops.prefix_affinity(max_blocks=s["prefix_max_blocks"], balance_abs=s["prefix_balance_abs"])
+    if s["routing"] == "round_robin":
+        return RoundRobin()
+    return None
+
+
+class RoundRobin:
+    """Round-robin among the backends with free slots (for comparison: blind to how many)."""
+
+    def bind(self, branches: int) -> None:
+        pass
+
+    def choose(self, item: Any, candidates: Sequence[tuple[int, int]]) -> int:
+        return candidates[0][0]  # the first with demand after the last one served
 
 
 def _tenant(item: CompletionRequest) -> str | None:

@@ -239,6 +239,22 @@ def balance(block: Block) -> None:
     assert sorted(out.values) == items and out.completed
 
 
+def prefix_affinity(block: Block) -> None:
+    pub = TestPublisher[str]()
+    got: dict[str, list[str]] = {"x": [], "y": []}
+    demand = {label: int(n) for label, n in re.findall(r"(\w) demand (\d+)", block["branches"])}
+
+    def branch(label: str) -> Callable[[Any], Any]:
+        return lambda f: f.pipe(ops.limit_rate(demand[label], demand[label]), ops.tap(got[label].append))
+
+    pub.pipe(ops.balance(branch("x"), branch("y"), affinity=ops.prefix_affinity())).subscribe(
+        TestSubscriber[str](initial_request=UNBOUNDED))
+    items = [t for t in _tokens(block["source"]) if t != "|"]
+    pub.emit(*[t[0] * 128 + t for t in items]).complete()  # A1: a 128-character prefix of A's, then "A1"
+    for label in ("x", "y"):
+        assert [p[128:] for p in got[label]] + ["|"] == _tokens(block[f"{label} gets"])
+
+
 def cache(block: Block) -> None:
     async def main() -> None:
         loop = asyncio.get_running_loop()
@@ -361,6 +377,7 @@ RUNNERS: dict[tuple[str, int], Callable[[Block], None]] = {
     ("ops.execute", 0): execute,
     ("ops.fair_queue", 0): fair_queue,
     ("ops.balance", 0): balance,
+    ("ops.prefix_affinity", 0): prefix_affinity,
     ("ops.cache", 0): cache,
     ("rx.from_observable", 0): from_observable,
     ("testing.assert_marbles", 0): kit(lambda: ops.map(lambda x: x * 2)),

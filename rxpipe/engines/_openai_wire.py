@@ -331,11 +331,14 @@ class _HTTPCall(_OpenAIState):
             call.tokens += 1
             call.parts.append(text)
             call.completion.push(text, 1)
-        elif isinstance(text, str) and not reason:
+        elif isinstance(text, str) and not reason and not (call.chat and "role" in (choice.get("delta") or {})):
             # A streamed token whose text is empty (llama.cpp sends those for the bytes of a
-            # multi-byte character split across tokens): still one token generated. The final
-            # chunk (finish_reason, empty text) is none; without usage these counts are used.
+            # multi-byte character split across tokens): still one token generated, and pushed
+            # as such, so the consumer's count is the server's (mid-stream failover continues
+            # from it). The final chunk (finish_reason, empty text) is none; without usage these
+            # counts are used. Nor is a chat stream's opening delta (its role, and empty content).
             call.tokens += 1
+            call.completion.push("", 1)
 
     async def _await_credit(self, call: _Call) -> bool:
         """Park until the consumer grants credit; False (finished ``"stalled"``) after ``stall_timeout_s``."""

@@ -39,11 +39,14 @@ SIMULATED_SETTINGS = Schema(
             minimum=0, maximum=1),
     _seconds("stall_s", 5.0, "how long a stalled sequence hangs (s)"),
     Setting("step_log", 0, "int", "steps kept in step_log", minimum=0),
+    Setting("prefix_cache_blocks", 0, "int", "engine prefix cache: unpinned blocks of block_tokens tokens kept "
+                                             "(LRU); 0: no prefix caching", minimum=0),
+    Setting("block_tokens", 16, "int", "tokens per prefix-cache block (vLLM's default block size)", minimum=1),
 )
 
 #: the SimulatedEngine arguments the gateway pipelines take as settings (and build it from)
 SIMULATED_PIPELINE = ("max_num_seqs", "max_num_batched_tokens", "step_overhead_s", "prefill_s_per_token",
-                      "decode_s_per_seq", "stall_timeout_s")
+                      "decode_s_per_seq", "stall_timeout_s", "prefix_cache_blocks")
 
 
 def simulated_kwargs(s: dict[str, Any]) -> dict[str, Any]:

@@ -24,6 +24,7 @@ NOT_OPERATORS = {
     "Retry": "a policy object for map_async(retry=)",
     "CircuitBreaker": "a policy object for map_async(breaker=)",
     "GroupedFlowable": "the type of the groups group_by emits",
+    "prefix_affinity": "a routing policy object for balance(affinity=)",
 }
 
 
