@@ -10,11 +10,13 @@ Marble legend: ``-`` time, letters items, ``|`` completion, ``#`` error, ``^n`` 
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING, Any, Awaitable, Callable, Hashable, Mapping, TypeVar
 
 from rxpipe._fusion import fuse
 from rxpipe.flowable import DEFAULT_PREFETCH, Flowable, Operator
 from rxpipe.resilience import CircuitBreaker, Retry
+from rxpipe.settings import check_int, check_number
 
 from ._batch import BatchFlowable
 from ._broadcast import BroadcastFlowable
@@ -29,9 +31,11 @@ from ._timeout import TIMEOUT_MODES, timeout_stage
 if TYPE_CHECKING:
     from rxpipe.engines import Engine
 
+    from ._affinity import PrefixAffinity, RoutingPolicy
+
 __all__ = ["map", "filter", "scan", "take", "skip", "tap", "buffer", "limit_rate", "batch", "rate_limit",
            "map_async", "timeout", "merge", "broadcast", "group_by", "Retry", "CircuitBreaker",
-           "GroupedFlowable", "execute", "fair_queue", "balance", "cache"]
+           "GroupedFlowable", "execute", "fair_queue", "balance", "prefix_affinity", "cache"]
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -43,8 +47,7 @@ def _check_callable(op: str, fn: object) -> None:
 
 
 def _check_count(op: str, n: object) -> None:
-    if not isinstance(n, int) or isinstance(n, bool) or n < 0:
-        raise ValueError(f"{op}(n) needs an int n >= 0 items, got {n!r}")
+    check_int(n, f"{op}(n)", minimum=0)
 
 
 def map(fn: Callable[[T], R], *, name: str | None = None) -> Operator:  # noqa: A001
@@ -142,13 +145,13 @@ def tap(on_next: Callable[[T], Any] | None = None, on_error: Callable[[BaseExcep
 
 # -- flow control: buffer, limit_rate, batch, rate_limit ------------------------------------------
 def _check_int(op: str, arg: str, value: object, minimum: int) -> None:
-    if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
-        raise ValueError(f"{op}({arg}) needs an int >= {minimum}, got {value!r}")
+    """``op(arg)`` must be an int >= ``minimum`` (never a bool): :class:`~rxpipe.settings.SettingError`."""
+    check_int(value, f"{op}({arg})", minimum=minimum)
 
 
 def _check_positive(op: str, arg: str, value: object) -> None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < float("inf"):
-        raise ValueError(f"{op}({arg}) needs a finite number > 0, got {value!r}")
+    """``op(arg)`` must be a finite number > 0 (seconds, a rate, a weight; never a bool)."""
+    check_number(value, f"{op}({arg})", minimum=0, exclusive_minimum=True)
 
 
 def buffer(capacity: int, overflow: str = "backpressure", *, name: str | None = None) -> Operator:
@@ -299,16 +302,6 @@ def rate_limit(rate: float, burst: int = 1, *, name: str | None = None) -> Opera
 
 
 # -- concurrency, fan-in/out and resilience: map_async, timeout, merge, broadcast, group_by -------
-def _check_int_min(op: str, arg: str, value: object, minimum: int) -> None:
-    if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
-        raise ValueError(f"{op}({arg}) needs an int >= {minimum}, got {value!r}")
-
-
-def _check_seconds(op: str, arg: str, value: object) -> None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < float("inf"):
-        raise ValueError(f"{op}({arg}) needs a finite number of seconds > 0, got {value!r}")
-
-
 def map_async(fn: Callable[[T], Awaitable[R]], concurrency: int = 1, ordered: bool = True,
               retry: Retry | None = None, breaker: CircuitBreaker | None = None, *,
               name: str | None = None) -> Operator:
@@ -346,7 +339,7 @@ def map_async(fn: Callable[[T], Awaitable[R]], concurrency: int = 1, ordered: bo
     """
     if not callable(fn):
         raise TypeError(f"map_async() needs an async callable, got {fn!r}")
-    _check_int_min("map_async", "concurrency", concurrency, 1)
+    _check_int("map_async", "concurrency", concurrency, 1)
     if retry is not None and not isinstance(retry, Retry):
         raise TypeError(f"map_async(retry=) needs a Retry, got {retry!r}")
     if breaker is not None and not isinstance(breaker, CircuitBreaker):
@@ -392,7 +385,7 @@ def timeout(seconds: float, mode: str = "idle", *, name: str | None = None) -> O
     Anchor: Reactor ``timeout(Duration)`` (idle), Akka ``idleTimeout`` / ``completionTimeout``,
     Akka ``mapAsync`` with an ask timeout (item).
     """
-    _check_seconds("timeout", "seconds", seconds)
+    _check_positive("timeout", "seconds", seconds)
     if mode not in TIMEOUT_MODES:
         raise ValueError(f"timeout(mode=) must be one of {', '.join(TIMEOUT_MODES)}; got {mode!r}")
     seconds = float(seconds)
@@ -431,7 +424,7 @@ def merge(*others: Flowable[Any], prefetch: int = DEFAULT_MERGE_PREFETCH, name: 
     for other in others:
         if not isinstance(other, Flowable):
             raise TypeError(f"merge() needs Flowables, got {other!r}")
-    _check_int_min("merge", "prefetch", prefetch, 1)
+    _check_int("merge", "prefetch", prefetch, 1)
     return lambda source: MergeFlowable((source, *others), prefetch, name)
 
 
@@ -457,7 +450,7 @@ def broadcast(n: int, *, name: str | None = None) -> Operator:
     an upstream emitting beyond demand signals ``MissingBackpressureError`` and is cancelled.
     Anchor: Akka ``Broadcast`` (backpressures on the slowest), Reactor ``publish().autoConnect(n)``.
     """
-    _check_int_min("broadcast", "n", n, 1)
+    _check_int("broadcast", "n", n, 1)
     return lambda source: BroadcastFlowable(source, n, name)
 
 
@@ -496,8 +489,8 @@ def group_by(key: Callable[[T], Hashable], max_groups: int, *, prefetch: int = D
     """
     if not callable(key):
         raise TypeError(f"group_by() needs a key callable, got {key!r}")
-    _check_int_min("group_by", "max_groups", max_groups, 1)
-    _check_int_min("group_by", "prefetch", prefetch, 1)
+    _check_int("group_by", "max_groups", max_groups, 1)
+    _check_int("group_by", "prefetch", prefetch, 1)
     return lambda source: GroupByFlowable(source, key, max_groups, prefetch, name)
 
 
@@ -638,7 +631,8 @@ def fair_queue(capacity: int, *, tenant: Callable[[Any], Hashable] | None = None
     return lambda source: FairQueueFlowable(source, capacity, tenant, weight, cost, priority, name, departure)
 
 
-def balance(*branches: Operator, retry_unstarted: bool = True, name: str | None = None) -> Operator:
+def balance(*branches: Operator, retry_unstarted: bool = True, retry_started: bool = False,
+            affinity: RoutingPolicy | None = None, name: str | None = None) -> Operator:
     """Send each item to one branch that has demand, the one with the most first; merge the outputs.
 
         source:  -a-b-c-d-|
@@ -660,8 +654,23 @@ def balance(*branches: Operator, retry_unstarted: bool = True, name: str | None 
     slot and more than one branch): a request failed by its engine (``EngineError``) before its
     first token reached the client (a stream with no token relayed; any non-streamed request) is
     sent again, ahead of the items held, to a branch it has not tried; once it streamed a token
-    its client gets the error (an error event), never a duplicate. The client's Completion is a
-    relay of the current attempt's; the stage's output carries the attempts' own Completions.
+    its client gets the error (an error event), never a duplicate — unless ``retry_started``.
+    Mid-stream failover (``retry_started``, default False): a streamed request whose engine
+    failed it after tokens reached the client is continued on a branch it has not tried, as a
+    new request of the prompt plus the text already sent (chat: the messages plus a final
+    ``assistant`` message holding that text, which the backend continues) and ``max_tokens``
+    less the tokens sent; the client's stream goes on where it stopped — no repeated and no
+    missing text, one end, and a result whose ``completion_tokens`` and text are the whole
+    answer's (its ``prompt_tokens``, queue time and time to first token the first attempt's).
+    The client's Completion is a relay of the current attempt's; the stage's output carries the
+    attempts' own Completions.
+    Affinity (``affinity=ops.prefix_affinity(...)``): among the branches with demand, the one
+    that was sent the longest prefix of the request's prompt, unless its demand lags the best
+    one's by more than the affinity's threshold (see :func:`prefix_affinity`). Affinity never
+    sends an item to a branch without demand. Any object with ``bind(branches)`` and
+    ``choose(item, candidates) -> branch`` is such a routing policy: ``candidates`` are the
+    ``(branch, demand)`` pairs of the eligible branches, in round-robin order from the branch
+    after the last one served (so ``candidates[0][0]`` is round-robin among those with demand).
     The stage's ``engine`` is a view of the replicas: available while any one is.
     Signals: TypeError (raised here) without branches or for a branch that is not callable, and
     for a branch returning no Flowable. An upstream error reaches every branch at once (the items
@@ -678,7 +687,59 @@ def balance(*branches: Operator, retry_unstarted: bool = True, name: str | None 
         raise TypeError("balance() needs at least one branch operator")
     for branch in branches:
         _check_callable("balance", branch)
-    return lambda source: BalanceFlowable(source, branches, retry_unstarted, name)
+    if affinity is not None:
+        if not (callable(getattr(affinity, "choose", None)) and callable(getattr(affinity, "bind", None))):
+            raise TypeError(f"balance(affinity=) needs ops.prefix_affinity(...) or another routing policy "
+                            f"(bind(branches), choose(item, candidates) -> branch), got {affinity!r}")
+        affinity.bind(len(branches))
+    return lambda source: BalanceFlowable(source, branches, retry_unstarted, name, retry_started, affinity)
+
+
+def prefix_affinity(block_chars: int = 64, max_blocks: int = 16384, *, balance_abs: int = 8,
+                    balance_rel: float = 1.5, min_match: float = 0.3,
+                    text: Callable[[Any], str | None] | None = None) -> PrefixAffinity:
+    """Prefix-cache affinity for ``balance(..., affinity=)``: requests sharing a prompt prefix go
+    to the branch that was sent it, whose replica likely holds it in its prefix cache.
+
+        branches:  x demand 4, y demand 4
+        source:    -A1-B1-A2-B2-A3-|     A*, B*: prompts with the shared prefixes A and B
+        x gets:    -A1----A2----A3-|     A1 to x (most demand, round-robin), then A follows A
+        y gets:    ----B1----B2----|
+
+    The index: per branch, the prompt prefixes it was sent, as chains of blocks of
+    ``block_chars`` characters (each block named by a hash of its text and of the block before),
+    an LRU of at most ``max_blocks`` blocks per branch, built from the balance's own routing
+    history (an approximation of each replica's cache, as SGLang's cache-aware router and the
+    Gateway API inference extension's approximate prefix scorer keep; no replica reports).
+    Choice among the branches with demand (never one without: affinity does not override "no
+    demand, no work"): a branch whose demand lags the most demand by more than ``balance_abs``
+    and by a factor over ``balance_rel`` is passed over (SGLang's ``balance_abs_threshold`` /
+    ``balance_rel_threshold``, here on exact demand: a hot prefix does not pile onto one replica
+    while others idle); of the rest, the one matching the most leading blocks, if that covers at
+    least ``min_match`` of the prompt's blocks (SGLang's ``cache_threshold``), ties to the most
+    demand; else the most demand, as without affinity. The prompt's blocks are recorded for the
+    chosen branch.
+    Args: block_chars (characters, >= 1; 64 ≈ 16 tokens, vLLM's block); max_blocks (blocks per
+        branch, >= 1); balance_abs (items of demand, >= 0); balance_rel (factor, >= 1);
+        min_match (fraction of the prompt's blocks, 0-1); text (item -> str or None, the text the
+        prefix is taken from; default: a CompletionRequest's prompt, or its messages as
+        ``role:content`` lines; a str item itself; None: no affinity for that item).
+    Memory: at most ``max_blocks`` entries per branch. One affinity per balance stage.
+    Signals: ValueError (raised here) for bounds out of range; TypeError for a non-callable text.
+    """
+    from ._affinity import PrefixAffinity, request_text
+
+    _check_int("prefix_affinity", "block_chars", block_chars, 1)
+    _check_int("prefix_affinity", "max_blocks", max_blocks, 1)
+    _check_int("prefix_affinity", "balance_abs", balance_abs, 0)
+    if isinstance(balance_rel, bool) or not isinstance(balance_rel, (int, float)) or not 1 <= balance_rel < math.inf:
+        raise ValueError(f"prefix_affinity(balance_rel=) needs a number >= 1, got {balance_rel!r}")
+    if isinstance(min_match, bool) or not isinstance(min_match, (int, float)) or not 0 <= min_match <= 1:
+        raise ValueError(f"prefix_affinity(min_match=) needs a fraction in [0, 1], got {min_match!r}")
+    if text is not None:
+        _check_callable("prefix_affinity", text)
+    return PrefixAffinity(block_chars, max_blocks, balance_abs, float(balance_rel), float(min_match),
+                          text or request_text)
 
 
 def cache(max_entries: int, ttl_s: float, *, name: str | None = None) -> Operator:
@@ -708,8 +769,8 @@ def cache(max_entries: int, ttl_s: float, *, name: str | None = None) -> Operato
     """
     from ._cache import CacheFlowable
 
-    _check_int_min("cache", "max_entries", max_entries, 1)
-    _check_seconds("cache", "ttl_s", ttl_s)
+    _check_int("cache", "max_entries", max_entries, 1)
+    _check_positive("cache", "ttl_s", ttl_s)
     return lambda source: CacheFlowable(source, max_entries, ttl_s, name)
 
 
@@ -1137,8 +1198,8 @@ def flat_map(fn: Callable[[T], Any], max_concurrency: int = 16, prefetch: int = 
     from ._flatten import flat_map_stage, mapper
 
     fn = mapper("flat_map", fn)
-    _check_int_min("flat_map", "max_concurrency", max_concurrency, 1)
-    _check_int_min("flat_map", "prefetch", prefetch, 1)
+    _check_int("flat_map", "max_concurrency", max_concurrency, 1)
+    _check_int("flat_map", "prefetch", prefetch, 1)
     return flat_map_stage(fn, max_concurrency, prefetch, name=name)
 
 
@@ -1171,7 +1232,7 @@ def concat_map(fn: Callable[[T], Any], prefetch: int = 1, *, name: str | None = 
     from ._flatten import concat_map_stage
 
     _check_callable("concat_map", fn)
-    _check_int_min("concat_map", "prefetch", prefetch, 0)
+    _check_int("concat_map", "prefetch", prefetch, 0)
     return concat_map_stage(fn, prefetch, name=name)
 
 
@@ -1231,7 +1292,7 @@ def zip(*others: Flowable[Any], prefetch: int = DEFAULT_INNER_PREFETCH,  # noqa:
     Anchor: Reactor ``Flux.zip`` (prefetch per source), Akka ``Zip``; reactivex ``zip``.
     """
     _check_sources("zip", others)
-    _check_int_min("zip", "prefetch", prefetch, 1)
+    _check_int("zip", "prefetch", prefetch, 1)
     from ._combine import zip_stage
 
     return zip_stage(others, prefetch, name=name)
@@ -1262,7 +1323,7 @@ def combine_latest(*others: Flowable[Any], prefetch: int = DEFAULT_INNER_PREFETC
     ``combine_latest``.
     """
     _check_sources("combine_latest", others)
-    _check_int_min("combine_latest", "prefetch", prefetch, 1)
+    _check_int("combine_latest", "prefetch", prefetch, 1)
     from ._combine import combine_latest_stage
 
     return combine_latest_stage(others, prefetch, name=name)
@@ -1319,3 +1380,167 @@ def concat(*others: Flowable[Any], name: str | None = None) -> Operator:
     from ._combine import concat_stage
 
     return concat_stage(others, name=name)
+# -- second round: time operators (debounce, sample, throttle_first, delay) -----------------------
+__all__ += ["debounce", "sample", "throttle_first", "delay"]
+
+
+def _check_duration(op: str, arg: str, value: object, *, zero: bool = False) -> None:
+    """Seconds on the loop's clock: a finite int or float, > 0 (>= 0 with ``zero``)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        hint = (" (seconds on the loop's clock: pass a number, e.g. td.total_seconds(); an absolute "
+                "datetime is not supported)") if hasattr(value, "total_seconds") or hasattr(value, "tzinfo") else ""
+        raise TypeError(f"{op}({arg}) needs a number of seconds, got {value!r}{hint}")
+    if not (0 <= value if zero else 0 < value) or not value < float("inf"):
+        raise ValueError(f"{op}({arg}) needs a finite number of seconds {'>=' if zero else '>'} 0, got {value!r}")
+
+
+def debounce(duration_s: float, *, name: str | None = None) -> Operator:
+    """Emit an item only once ``duration_s`` seconds passed without a newer one.
+
+        source:    -a-b------c--------d-|
+        upstream:  ^*
+        demand:    ^1             ^2
+        output:    ------b--------c-----(d|)     debounce(0.03): one column = 10 ms
+
+    ``b`` arrives within ``a``'s quiet period (``a`` dropped); ``b`` is due at frame 6; ``c`` is
+    due at frame 13, finds no demand and is kept until the request at frame 15; ``d`` goes out
+    with the completion, its quiet period cut short (as reactivex does).
+    Demand: lossy by definition. Upstream is requested without bound (``UNBOUNDED``) and at most
+    one item is held. An item whose quiet period ends while downstream has no demand is kept and
+    delivered at the next ``request``; a newer item arriving meanwhile replaces it. Dropped items
+    are counted, ``rxpipe_stage_dropped_total{reason}``: ``"superseded"`` (a newer item came
+    within the quiet period), ``"no_demand"`` (due, but replaced before downstream asked),
+    ``"error"``; each is told ``on_discard(reason)`` if it has one.
+    Time: ``loop.time()`` and one timer, re-armed only when it fires early (never per item). A
+    quiet period ending at the very instant the next item (or an error) arrives counts as
+    elapsed: its item is due first (delivered ahead of that error when downstream asked).
+    Args: duration_s (seconds, > 0).
+    Signals: TypeError/ValueError (raised here) for a bad duration; an upstream error is
+        signalled at once and the held item is dropped (reason ``"error"``); the completion
+        follows the held item; cancel travels upstream and stops the timer.
+    Anchor: reactivex ``debounce(duetime)`` (same values and times under unbounded demand);
+        Reactor ``sampleTimeout`` / RxJava ``debounce``, which fail with an overflow error where
+        rxpipe keeps the one item for the next request.
+    """
+    from ._time import debounce_stage
+
+    _check_duration("debounce", "duration_s", duration_s)
+    return debounce_stage(float(duration_s), name=name)
+
+
+def sample(interval_s: float | Flowable[Any] | None = None, *, sampler: Flowable[Any] | None = None,
+           name: str | None = None) -> Operator:
+    """Emit the newest item, if a new one came, every ``interval_s`` seconds (or at each item of
+    a ``sampler`` Flowable).
+
+        source:    -ab---c--de------|
+        upstream:  ^*
+        demand:    ^2            ^1
+        output:    ----b---c-------e---|     sample(0.04): ticks at frames 4, 8, 12, 16, 20
+
+    Ticks at 4 and 8 emit ``b`` and ``c`` (``a`` and ``d`` superseded); the tick at 12 finds no
+    demand and is skipped, ``e`` waits for the tick at 16; the completion goes out at the first
+    tick after upstream completed (reactivex).
+    ``sample(sampler)`` (a Flowable, positionally as in reactivex, or ``sampler=``): each item of
+    ``sampler`` is a tick (its values are ignored; it is requested without bound). When the
+    sampler completes, the newest item is emitted and the stream completes (upstream
+    cancelled); reactivex would stay subscribed without ever sampling again. A sampler error
+    fails the stream.
+    Demand: lossy by definition. Upstream is requested without bound (``UNBOUNDED``) and at most
+    one item is held. A tick that finds no downstream demand is skipped (as ``rx.interval``
+    skips it) and the item waits for the next tick; a newer item replaces it. Dropped items are
+    counted, ``rxpipe_stage_dropped_total{reason}``: ``"superseded"`` (a newer item came before
+    a tick), ``"no_demand"`` (a tick was skipped while it waited), ``"error"``.
+    Time: ticks at ``start + k * interval_s`` (fixed rate; ticks missed by a busy loop are
+    skipped) on ``loop.time()``, one timer. A tick due at the very instant an upstream signal
+    arrives comes before it (an item then waits for the next tick; so does a completion).
+    A sampler's items and upstream's come in the order the loop delivers them.
+    Args: interval_s (seconds, > 0) or sampler (a Flowable or Publisher): exactly one.
+    Signals: TypeError/ValueError (raised here) for a bad interval, a sampler that is not a
+        Publisher, or both/neither given; an upstream error is signalled at once (the held item
+        dropped, reason ``"error"``); cancel travels upstream (and to the sampler) and stops
+        the timer.
+    Anchor: reactivex ``sample(sampler)`` with a number or an observable (same values and times
+        under unbounded demand); Reactor ``sample(Duration)`` / ``sample(Publisher)``.
+    """
+    from rxpipe._protocol import Publisher
+
+    from ._time import sample_stage
+
+    if isinstance(interval_s, Publisher):
+        if sampler is not None:
+            raise TypeError("sample() takes interval_s or a sampler, not both")
+        interval_s, sampler = None, interval_s
+    if sampler is not None:
+        if interval_s is not None:
+            raise TypeError("sample() takes interval_s or a sampler, not both")
+        if not isinstance(sampler, Publisher):
+            raise TypeError(f"sample(sampler=) needs a Flowable or Publisher, got {sampler!r}")
+        return sample_stage(None, sampler, name=name)
+    if interval_s is None:
+        raise TypeError("sample() needs interval_s (seconds) or a sampler Flowable")
+    _check_duration("sample", "interval_s", interval_s)
+    return sample_stage(float(interval_s), None, name=name)
+
+
+def throttle_first(window_s: float, *, name: str | None = None) -> Operator:
+    """Emit the first item of each window of ``window_s`` seconds; drop the others.
+
+        source:    -a-b-c-d--e----|
+        upstream:  ^*
+        demand:    ^2           ^1
+        output:    -a---c-------e-|      throttle_first(0.04): one column = 10 ms
+
+    ``a`` opens a window (frames 1 to 5): ``b`` is dropped; ``c`` at frame 5 opens the next
+    (a window ending at the very instant an item arrives has ended); ``d`` is dropped; ``e`` opens
+    a window without demand and is kept until the request at frame 13.
+    A window opens at the first item arriving after the previous window ended, whether or not
+    that item can be delivered.
+    Demand: lossy by definition. Upstream is requested without bound (``UNBOUNDED``) and at most
+    one item is held: a window's first item that finds no demand is kept for the next
+    ``request``; the next window's first item replaces it. Dropped items are counted,
+    ``rxpipe_stage_dropped_total{reason}``: ``"throttled"`` (inside a window), ``"no_demand"``
+    (kept, then replaced before downstream asked), ``"error"``.
+    Time: ``loop.time()`` read per item; no timer.
+    Args: window_s (seconds, > 0).
+    Signals: TypeError/ValueError (raised here) for a bad window; an upstream error is signalled
+        at once (the kept item dropped, reason ``"error"``); the completion follows the kept
+        item; cancel travels upstream.
+    Anchor: reactivex ``throttle_first(window_duration)`` (same values under unbounded demand);
+        RxJava ``throttleFirst``, which fails with MissingBackpressureException where rxpipe keeps
+        the item.
+    """
+    from ._time import throttle_first_stage
+
+    _check_duration("throttle_first", "window_s", window_s)
+    return throttle_first_stage(float(window_s), name=name)
+
+
+def delay(duration_s: float, *, name: str | None = None) -> Operator:
+    """Shift every item and the completion ``duration_s`` seconds later.
+
+        source:    -a-b-c---|
+        demand:    ^2     ^1
+        upstream:  ^2     ^1
+        output:    ----a-b---c-|       delay(0.03): one column = 10 ms
+
+    ``c`` is available at frame 5, but downstream's two requests are covered by ``a`` and ``b``
+    (on their way, delayed): upstream is asked for ``c`` only at the request at frame 7.
+    Demand: items being delayed count against downstream demand: upstream is requested only for
+    what downstream asked and no delayed item covers (upstream outstanding + delayed items +
+    items waiting <= downstream demand), so each item finds demand when it is due and nothing
+    queues. ``request(n)`` downstream becomes ``request(n)`` upstream.
+    Time: each item leaves ``duration_s`` after it arrived (``loop.time()``), in order; the
+    completion ``duration_s`` after upstream's; one timer for the earliest due.
+    Args: duration_s (seconds, >= 0).
+    Signals: TypeError/ValueError (raised here) for a bad duration (an absolute datetime, which
+        reactivex accepts, is refused: only the loop's clock counts). An upstream error is
+        signalled at once, ahead of the delayed items (dropped, reason ``"error"``, as reactivex
+        drops them); cancel travels upstream and stops the timer.
+    Anchor: reactivex ``delay(duetime)`` (same values and times under unbounded demand); Reactor
+        ``delaySequence``, Akka ``delay(of, DelayOverflowStrategy.backpressure)``.
+    """
+    from ._time import delay_stage
+
+    _check_duration("delay", "duration_s", duration_s, zero=True)
+    return delay_stage(float(duration_s), name=name)

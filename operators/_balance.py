@@ -10,7 +10,10 @@ asked for at most the sum of the eligible ports' demand minus the items the run 
 goes to the eligible port with the most demand; among equal demand, round-robin (the first at or
 after the port after the one served last). A port is eligible when it is live, has demand, and
 the engine of its branch (an ``execute`` stage inside it, if any) is ``available``: a replica
-whose circuit breaker is open has no demand.
+whose circuit breaker is open has no demand. When no replica is available at all, a request with
+a reply slot is answered at once with ``EngineUnavailableError`` (the edge's 503) instead of being
+held, and upstream is still asked for the ports' demand, so what is queued behind is answered too
+(as ``execute`` does for one engine that is down).
 
 With ``retry_unstarted``, a :class:`~rxpipe.engines.CompletionRequest` with a reply slot gets a
 failover reply per attempt (:mod:`operators._failover`): a request whose engine failed it before
@@ -24,11 +27,12 @@ from typing import Any, Callable
 
 from rxpipe._protocol import UNBOUNDED, Subscriber
 from rxpipe.engines import CompletionRequest
-from rxpipe.errors import MissingBackpressureError, ProtocolViolationError
+from rxpipe.errors import EngineUnavailableError, MissingBackpressureError, ProtocolViolationError
 from rxpipe.flowable import Flowable, Operator
 from rxpipe.metrics import StageStatistics
 from rxpipe.stage import EMPTY_SUBSCRIPTION, LINK_SLOTS, QueueDrainSubscription, SerialLoop, UpstreamLink, discard_all
 
+from ._affinity import RoutingPolicy
 from ._failover import Failover
 from ._merge import DEFAULT_MERGE_PREFETCH, MergeFlowable
 
@@ -65,10 +69,14 @@ class BalanceFlowable(Flowable[Any]):
     kind = "balance"
 
     def __init__(self, source: Flowable[Any], branches: tuple[Operator, ...], retry_unstarted: bool,
-                 name: str | None) -> None:
+                 name: str | None, retry_started: bool = False, affinity: RoutingPolicy | None = None) -> None:
         super().__init__(name=name, upstreams=(source,))
         self.source = source
         self.retry_unstarted = retry_unstarted
+        self.retry_started = retry_started
+        self.affinity = affinity
+        if affinity is not None:
+            affinity.bind(len(branches))
         self.ports = tuple(PortFlowable(self, k) for k in range(len(branches)))
         outputs = []
         for branch, port in zip(branches, self.ports, strict=True):
@@ -227,11 +235,27 @@ class BalanceRun(UpstreamLink):
         engine = self.stage.port_engines[port.k]
         return engine is None or engine.available
 
-    def choose(self, excluded: frozenset[int] | set[int] = frozenset()) -> PortSubscription | None:
+    def choose(self, excluded: frozenset[int] | set[int] = frozenset(), item: Any = None) -> PortSubscription | None:
         """The eligible port with the most demand; among equal demand the first at or after
-        ``cursor`` (round-robin). None when no port is eligible."""
+        ``cursor`` (round-robin). With the stage's ``affinity`` and an ``item``, the affinity
+        picks among the eligible ports. None when no port is eligible."""
         ports = self.ports
         n = len(ports)
+        affinity = self.stage.affinity
+        if affinity is not None and item is not None:
+            candidates = []
+            for step in range(n):
+                k = (self.cursor + step) % n
+                port = ports[k]
+                if k not in excluded and self._eligible(port):
+                    candidates.append((k, port.demand))  # type: ignore[union-attr]
+            if not candidates:
+                return None
+            chosen = affinity.choose(item, candidates)
+            if not any(k == chosen for k, _ in candidates):
+                raise ProtocolViolationError(f"{self.stage.name}: routing policy {affinity!r} chose branch "
+                                             f"{chosen!r}, not one of those with demand {candidates}")
+            return ports[chosen]
         best: PortSubscription | None = None
         best_demand = 0
         for step in range(n):
@@ -243,6 +267,29 @@ class BalanceRun(UpstreamLink):
             if port.demand > best_demand:
                 best, best_demand = port, port.demand
         return best
+
+    def _all_down(self) -> bool:
+        """True when every live port has an engine and none is available (circuits open, paused
+        by their backends): then nothing is held for them (see :meth:`_answer_unavailable`)."""
+        engines = self.stage.port_engines
+        live = [k for k, p in enumerate(self.ports) if p is not None and not p.cancelled]
+        return bool(live) and all(engines[k] is not None and not engines[k].available for k in live)
+
+    def _answer_unavailable(self, item: Any, failover: Failover | None) -> bool:
+        """No replica is available: a request with a reply slot is answered now (the edge's 503,
+        Retry-After from the replicas' pauses) instead of waiting — possibly an hour — for one;
+        and upstream keeps being asked for the ports' demand, so what is queued behind is answered
+        too. False for an item without a reply slot (it waits for a replica)."""
+        error = EngineUnavailableError(f"{self.stage.name}: no replica is available")
+        if failover is not None:
+            failover.fail(error)
+        elif isinstance(item, CompletionRequest) and item.reply is not None:
+            if not item.reply.done():
+                item.reply.set_exception(error)
+        else:
+            return False
+        self.counters.drop("unavailable")
+        return True
 
     def can_retry(self, excluded: set[int]) -> bool:
         """True while a live port outside ``excluded`` may still take a request."""
@@ -258,10 +305,14 @@ class BalanceRun(UpstreamLink):
     def _pump_pass(self) -> None:
         pending = self.pending
         retry = self.stage.retry_unstarted and len(self.ports) > 1
+        down = self._all_down()
         while pending:
             item, failover = pending[0]
-            port = self.choose(failover.tried if failover is not None else frozenset())
+            port = self.choose(failover.tried if failover is not None else frozenset(), item)
             if port is None:
+                if down and self._answer_unavailable(item, failover):
+                    pending.popleft()
+                    continue
                 break
             pending.popleft()
             self.cursor = (port.k + 1) % len(self.ports)
@@ -288,7 +339,7 @@ class BalanceRun(UpstreamLink):
             return
         want = 0
         for port in self.ports:
-            if self._eligible(port):
+            if self._eligible(port) or (down and port is not None and not port.cancelled and not port.finished):
                 assert port is not None
                 want += port.demand
                 if want >= UNBOUNDED:

@@ -9,9 +9,19 @@ the replica's Completion: tokens (streaming: credit forwarded; non-streaming: co
 handed over at the end), result, cancel. When the replica's Completion fails with an
 :class:`~rxpipe.EngineError` and nothing has reached the client yet — a streamed request with
 no token relayed, or any non-streamed request — the request goes back to the balance, ahead of
-the items held there; otherwise the relay fails with the error (the edge ends the stream with
+the items held there (not after a backend's 4xx passed on to the client, ``BackendError.client_fault``:
+the request itself is at fault); otherwise the relay fails with the error (the edge ends the stream with
 an error event: never a duplicate token). A request that has tried every live replica fails
 with the last error.
+
+Mid-stream failover (``balance(retry_started=True)``): when tokens of a streamed request did
+reach the client, the request is *continued* instead: the next attempt is a copy of the request
+whose prompt is the prompt plus the text already relayed (chat: the messages plus a final
+``assistant`` message holding that text, with vLLM's ``continue_final_message`` and
+``add_generation_prompt`` fields so the backend continues that message instead of starting a
+new one) and whose ``max_tokens`` is what was left. The relay keeps its Completion: the client's
+stream simply goes on, and its result is the whole answer's (text and ``completion_tokens``
+over every attempt; prompt tokens, queue time and time to first token of the first).
 """
 
 from __future__ import annotations
@@ -68,6 +78,8 @@ class Failover:
         self.request = request
         self.client: asyncio.Future[Completion] = request.reply
         self.loop = self.client.get_loop()
+        #: what each attempt copies: the request, or its continuation after a mid-stream failure
+        self.attempt_request = request
         #: ports this request was dispatched to
         self.tried: set[int] = set()
         self.relay: _Relay | None = None
@@ -84,7 +96,7 @@ class Failover:
         """The attempt to send to ``port``: a copy of the request with its own reply slot."""
         self.tried.add(port)
         self.attempts += 1
-        return dataclasses.replace(self.request, reply=AttemptReply(self, port, self.loop))
+        return dataclasses.replace(self.attempt_request, reply=AttemptReply(self, port, self.loop))
 
     def admitted(self, completion: Completion, port: int) -> None:
         relay = self.relay
@@ -103,15 +115,45 @@ class Failover:
             if self.relay is not None:
                 self.relay.finish_cancelled()
             return
-        if isinstance(error, EngineError) and self.run.can_retry(self.tried):
+        # a backend's 4xx passed on (client_fault) is the request's own: every replica says the same
+        if isinstance(error, EngineError) and not getattr(error, "client_fault", False) \
+                and self.run.can_retry(self.tried):
             self.run.counters.drop("retried")
-            self.run.redispatch(self.request, self)
+            self.run.redispatch(self.attempt_request, self)
             return
+        self.fail(error)
+
+    def fail(self, error: BaseException) -> None:
+        """No further attempt: the client's Completion (or its reply) fails with ``error``."""
         relay = self.relay
         if relay is not None:
             relay.completion.fail(error)
         elif not self.client.done():
             self.client.set_exception(error)
+
+
+    def resume(self, error: BaseException, text: str, tokens: int) -> bool:
+        """A streamed attempt failed after ``tokens`` tokens (``text``) reached the client:
+        continue the request on another replica (True), or say it cannot be (False)."""
+        if not (self.run.stage.retry_started and isinstance(error, EngineError) and self.run.can_retry(self.tried)):
+            return False
+        request = self.request
+        left = None if request.max_tokens is None else request.max_tokens - tokens
+        relay = self.relay
+        assert relay is not None
+        if left is not None and left <= 0:  # it had every token; only the end was lost
+            relay.finish_resumed(None)
+            return True
+        if request.messages is not None:
+            messages = [*request.messages, {"role": "assistant", "content": text}]
+            sampling = {**request.sampling, "continue_final_message": True, "add_generation_prompt": False}
+            follow_up = dataclasses.replace(request, messages=messages, max_tokens=left, sampling=sampling)
+        else:
+            follow_up = dataclasses.replace(request, prompt=(request.prompt or "") + text, max_tokens=left)
+        self.attempt_request = follow_up
+        self.run.counters.drop("resumed")
+        self.run.redispatch(follow_up, self)
+        return True
 
 
 class _Relay(InternalSubscriber):
@@ -126,8 +168,17 @@ class _Relay(InternalSubscriber):
         self.port = -1
         self.parts: list[str] = []
         self.tokens = 0
+        #: streamed: the text relayed to the client over every attempt, and its tokens, and those
+        #: of the attempts before the current one
+        self.sent: list[str] = []
+        self.before_tokens = 0
+        self.before_text = ""
+        self.first_token_s: float | None = None
+        self.started_s: float | None = None
 
     def follow(self, source: Completion, port: int) -> None:
+        if self.started_s is None:
+            self.started_s = self.failover.loop.time()  # the first attempt's admission
         self.source, self.port = source, port
         self.subscription, self.asked, self.parts, self.tokens = None, 0, [], 0
         if self.completion.cancel_requested:
@@ -145,15 +196,25 @@ class _Relay(InternalSubscriber):
     def on_next(self, chunk: TokenChunk) -> None:
         if self.failover.request.stream:
             self.asked -= 1
+            if self.first_token_s is None:
+                self.first_token_s = self.failover.loop.time()
+            self.sent.append(chunk.text)
             self.completion.push(chunk.text, chunk.tokens)
         else:
             self.parts.append(chunk.text)
             self.tokens += chunk.tokens
 
     def on_error(self, error: BaseException) -> None:
-        relayed = self.failover.request.stream and self.completion.generated_tokens > 0
-        if relayed or self.completion.cancel_requested:
-            self.completion.fail(error)
+        completion = self.completion
+        relayed = self.failover.request.stream and completion.generated_tokens > 0
+        if completion.cancel_requested:
+            completion.fail(error)
+        elif relayed:
+            text = "".join(self.sent)
+            self.sent = [text]
+            self.before_text, self.before_tokens = text, completion.generated_tokens
+            if not self.failover.resume(error, text, completion.generated_tokens):
+                completion.fail(error)
         else:
             self.failover.failed(error, self.port)
 
@@ -163,8 +224,27 @@ class _Relay(InternalSubscriber):
         outcome = source.outcome
         if self.parts:
             self.completion.push("".join(self.parts), self.tokens)
-        if outcome is not None:
+        if outcome is None:
+            return
+        if self.before_tokens:
+            self.finish_resumed(outcome)
+        else:
             self.completion.finish(outcome)
+
+    def finish_resumed(self, outcome: CompletionResult | None) -> None:
+        """Finish a continued stream: the whole answer's text and tokens over every attempt; the
+        request's prompt tokens, its queue time until its first attempt was admitted, and the
+        time its first token reached the relay."""
+        request = self.failover.request
+        now = self.failover.loop.time()
+        arrival = request.arrival_s if request.arrival_s is not None else now
+        started = self.started_s if self.started_s is not None else now
+        first = self.first_token_s
+        self.completion.finish(CompletionResult(
+            self.before_text + (outcome.text if outcome is not None else ""),
+            outcome.finish_reason if outcome is not None else "length", request.prompt_tokens,
+            self.before_tokens + (outcome.completion_tokens if outcome is not None else 0),
+            max(0.0, started - arrival), None if first is None else first - arrival, now - arrival))
 
     def _forward_credit(self) -> None:
         sub = self.subscription

@@ -10,15 +10,14 @@ into one call per item and runs inside the source's drain loop.
 
 import rxpipe as rx
 from rxpipe import operators as ops
+from rxpipe.settings import Schema, Setting
+
+#: its one setting (``--set count=3``; ``rxpipe run pipelines/hello.py --help-settings``)
+SETTINGS = Schema(Setting("count", 10, "int", "how many lines to print", minimum=0))
 
 
 def pipeline(config: dict) -> rx.Flowable:
-    unknown = sorted(set(config) - {"count"})
-    if unknown:
-        raise ValueError(f"unknown setting(s) {', '.join(unknown)}; hello takes only count")
-    count = config.get("count", 10)
-    if isinstance(count, bool) or not isinstance(count, int) or count < 0:
-        raise ValueError(f"count must be an int >= 0, got {count!r}")
+    count = SETTINGS.resolve(config)["count"]
     return rx.range(0, 20).pipe(
         ops.map(lambda x: x * x, name="square"),
         ops.filter(lambda x: x % 2 == 1, name="odd"),

@@ -20,7 +20,8 @@ request only while demand is > 0 and otherwise answers 429 with Retry-After at o
 
 Settings (``--set key=value``; values parse as JSON, else strings; each is type-checked and a
 wrong one stops the start with a one-line error naming it). Defaults and meanings are in
-``SCHEMA`` below and in README.md's table; the graph's bounds: ``queue_capacity`` (requests
+``SETTINGS`` below (``rxpipe run pipelines/llm_gateway.py --help-settings`` prints them; README.md's
+table is generated from it); the graph's bounds: ``queue_capacity`` (requests
 admitted and not running, counting what ``batch`` holds), ``max_num_seqs``, ``rate``/``burst``;
 the edge's: ``max_model_len``, ``max_body_bytes``, ``max_connections``, ``keepalive_timeout_s``,
 ``header_timeout_s``, ``latency_budget_s``, ``key_rate``/``key_burst``; tenants: ``tenants_file``
@@ -29,7 +30,10 @@ prefer the ``RXPIPE_API_KEYS`` environment variable (a command line is readable 
 user).
 
 With ``broker_url`` (``redis://…`` or ``nats://…``) the gateway forwards to workers on other
-hosts (``pipelines/llm_worker.py`` with the same ``broker_url``) instead of a local engine::
+hosts (``pipelines/llm_worker.py`` with the same ``broker_url``) instead of a local engine; the
+settings ``with broker_url`` (``stream``, ``group``, ``max_backlog``, ``refresh_interval_s``,
+``credit_window``), the edge's and ``stall_timeout_s`` apply then, the queue's and the engine's
+do not::
 
     gateway ─> broker sink(max_backlog) ══ Redis stream / NATS JetStream ══> workers
             <── replies (token chunks with sequence numbers, results); cancels and credit ══>
@@ -40,119 +44,68 @@ The engine's step costs are in the range of a 7B model on one modern GPU (see
 
 from __future__ import annotations
 
-import os
+import dataclasses
 from typing import Any
 
 from rxpipe import operators as ops
-from rxpipe.engines import CompletionRequest, Engine, SimulatedEngine
+from rxpipe.engines import SIMULATED_PIPELINE, SIMULATED_SETTINGS, CompletionRequest, Engine, SimulatedEngine
 from rxpipe.flowable import Operator
 from rxpipe.gateway import (
+    EDGE_SETTINGS,
+    QUEUE_CAPACITY,
     Gateway,
-    GatewayConfig,
     TenantsFileError,
     edge_queue,
-    parse_api_keys,
+    gateway_config,
     reply_departure,
     vtc_cost,
 )
-from rxpipe.loader import PipelineLoadError
-from rxpipe.runtime import Pipeline
-from rxpipe.transport import transport_sink
+from rxpipe.runtime import DRAIN_TIMEOUT, Pipeline
+from rxpipe.settings import Schema, Setting, SettingError
+from rxpipe.transport import BROKER_URL, TRANSPORT_SETTINGS, transport_sink
 
-#: key: (default, type, minimum (None: no bound), None allowed, what it is)
-SCHEMA: dict[str, tuple[Any, str, float | None, bool, str]] = {
-    "queue_capacity": (100, "int", 1, False, "requests admitted and not yet running, at most"),
-    "rate": (1000.0, "number", 0, False, "shaping token bucket of the graph: requests/s (> 0)"),
-    "burst": (100, "int", 1, False, "shaping token bucket of the graph: requests"),
-    "key_rate": (None, "number", 0, True, "per-API-key policing at the edge: requests/s (> 0); null: off"),
-    "key_burst": (10, "int", 1, False, "per-API-key bucket size: requests"),
-    "max_num_seqs": (256, "int", 1, False, "engine sequence slots (vLLM's default)"),
-    "max_num_batched_tokens": (8192, "int", 1, False, "engine token budget per step (vLLM's default)"),
-    "batch_max_size": (None, "int", 1, True, "requests per upstream batch; null: max(1, max_num_seqs // 8)"),
-    "batch_max_delay_s": (0.002, "number", 0, True, "a partial batch leaves this long after its first request (s)"),
-    "step_overhead_s": (0.006, "number", 0, False, "engine step cost: fixed part (s)"),
-    "prefill_s_per_token": (0.00005, "number", 0, False, "engine step cost per prefilled prompt token (s)"),
-    "decode_s_per_seq": (0.0001, "number", 0, False, "engine step cost per decoding sequence (s)"),
-    "model": ("sim", "str", None, False, "the model id served"),
-    "api_keys": ("", "str", None, False, "comma-separated bearer keys; empty: RXPIPE_API_KEYS, else no auth"),
-    "latency_budget_s": (None, "number", 0, True, "refuse (429 deadline) when the estimated time to answer "
-                                                  "exceeds it (s); null: off"),
-    "drain_timeout_s": (30.0, "number", 0, False, "on SIGINT/SIGTERM, in-flight requests get this long (s)"),
-    "stall_timeout_s": (10.0, "number", 0, True, "a stream whose reader gives no credit this long is aborted (s)"),
-    "max_body_bytes": (1 << 20, "int", 1, False, "larger request bodies get 413 (bytes)"),
-    "max_model_len": (8192, "int", 1, False, "context length: prompt + max_tokens over it → 400 (tokens)"),
-    "default_max_tokens": (None, "int", 1, True, "cap of the max_tokens given to a request without one "
-                                                  "(tokens); null: what remains of max_model_len"),
-    "max_connections": (4096, "int", 1, False, "open HTTP connections at most (within ulimit -n)"),
-    "keepalive_timeout_s": (75.0, "number", 0, False, "an idle keep-alive connection is closed after it (s)"),
-    "header_timeout_s": (10.0, "number", 0, False, "a new connection without a complete request head by then "
-                                                    "is closed (s)"),
-    "tenants_file": (None, "str", None, True, "tenants (JSON or TOML): per-tenant fair queue, priority, rpm/tpm; "
-                                              "null: one tenant"),
-    "broker_url": (None, "str", None, True, "redis://… or nats://…: forward to workers (pipelines/llm_worker.py) "
-                                            "through this broker instead of a local engine; null: local engine"),
-    "stream": ("rxpipe:requests", "str", None, False, "with broker_url: the request queue shared with the workers"),
-    "group": ("workers", "str", None, False, "with broker_url: the workers' consumer group"),
-    "max_backlog": (1000, "int", 1, False, "with broker_url: requests queued and not yet taken by a worker, at most"),
-    "refresh_interval_s": (0.25, "number", 0, False, "with broker_url: how often the backlog is re-read (s)"),
-    "credit_window": (8, "int", 1, False, "with broker_url: token chunks a worker may send ahead of a streamed "
-                                          "answer's reader"),
-}
+#: the broker's settings: ``broker_url`` turns the gateway into one in front of workers; the
+#: others apply with it (those of :class:`~rxpipe.transport.TransportSettings`)
+BROKER_SETTINGS = Schema(
+    dataclasses.replace(BROKER_URL, doc="redis://… or nats://…: forward to workers (pipelines/llm_worker.py) "
+                                        "through this broker instead of a local engine; null: local engine"),
+    *(dataclasses.replace(s, doc=f"with broker_url: {s.doc}") for s in TRANSPORT_SETTINGS.pick(
+        "stream", "group", "max_backlog", "refresh_interval_s", "credit_window").values()),
+)
 
-DEFAULTS: dict[str, Any] = {key: spec[0] for key, spec in SCHEMA.items()}
+#: every setting (``--set key=value``; ``rxpipe run pipelines/llm_gateway.py --help-settings``)
+SETTINGS = Schema(
+    QUEUE_CAPACITY,
+    Setting("rate", 1000.0, "number", "shaping token bucket of the graph: requests/s", minimum=0,
+            exclusive_minimum=True),
+    Setting("burst", 100, "int", "shaping token bucket of the graph: requests", minimum=1),
+    Setting("batch_max_size", None, "int", "requests per upstream batch; null: max(1, max_num_seqs // 8)", minimum=1,
+            nullable=True),
+    Setting("batch_max_delay_s", 0.002, "number", "a partial batch leaves this long after its first request (s)",
+            minimum=0, nullable=True),
+    SIMULATED_SETTINGS.pick(*SIMULATED_PIPELINE),
+    EDGE_SETTINGS,
+    BROKER_SETTINGS,
+    DRAIN_TIMEOUT,
+)
 
-
-class SettingError(PipelineLoadError, ValueError):
-    """A ``--set`` value of the wrong type or range; the message names the key (one line)."""
-
-
-#: number settings where 0 is meaningful (no delay, no cost, no drain wait); the others need > 0
-_ZERO_ALLOWED = {"batch_max_delay_s", "step_overhead_s", "prefill_s_per_token", "decode_s_per_seq", "drain_timeout_s"}
-
-
-def _check(key: str, value: Any) -> None:
-    _, kind, minimum, nullable, _ = SCHEMA[key]
-    if value is None:
-        if nullable:
-            return
-        raise SettingError(f"setting {key} must not be null")
-    if key == "api_keys":  # a string, a list of strings, or an integer key typed bare (JSON parses it)
-        ok = (isinstance(value, str) or type(value) is int
-              or (isinstance(value, list) and all(isinstance(k, str) for k in value)))
-        expected = "a string of comma-separated keys"
-    elif kind == "str":
-        ok, expected = isinstance(value, str) and bool(value), "a non-empty string"
-    elif kind == "int":
-        ok = type(value) is int and value >= (minimum or 0)
-        expected = f"an integer >= {minimum:g}"
-    elif key in _ZERO_ALLOWED:
-        ok, expected = type(value) in (int, float) and 0 <= value < float("inf"), "a number >= 0"
-    else:
-        ok, expected = type(value) in (int, float) and 0 < value < float("inf"), "a number > 0"
-    if not ok:
-        raise SettingError(f"setting {key} must be {expected}{' or null' if nullable else ''}, got {value!r} "
-                           f"({type(value).__name__})")
+DEFAULTS: dict[str, Any] = SETTINGS.defaults()
 
 
 def settings(config: dict[str, Any]) -> dict[str, Any]:
-    """``DEFAULTS`` overridden by ``config``, each value type- and range-checked.
+    """Every setting: ``config``'s value, else the default, each type- and range-checked.
 
-    Raises :class:`SettingError` (a ValueError; the CLI prints it as one line) for an unknown
-    key (naming the known ones) or a value of the wrong type, e.g. ``api_keys=true`` (JSON
-    ``true``, not a string: it must not enable a key named "True") or ``drain_timeout_s="x"``.
+    Raises :class:`~rxpipe.settings.SettingError` (a ValueError; the CLI prints it as one line)
+    for an unknown key (naming the known ones) or a value of the wrong type, e.g. ``api_keys=true``
+    (JSON ``true``, not a string: it must not enable a key named "True") or ``drain_timeout_s="x"``.
     """
-    unknown = sorted(set(config) - set(DEFAULTS))
-    if unknown:
-        raise SettingError(f"unknown setting(s) {', '.join(unknown)}; known: {', '.join(sorted(DEFAULTS))}")
-    merged = {**DEFAULTS, **config}
-    for key, value in merged.items():
-        _check(key, value)
+    merged = SETTINGS.resolve(config)
     if merged["batch_max_size"] is None:
         merged["batch_max_size"] = max(1, merged["max_num_seqs"] // 8)
     if merged["batch_max_size"] > merged["max_num_seqs"]:
         raise SettingError(f"setting batch_max_size ({merged['batch_max_size']}) must not exceed max_num_seqs "
                            f"({merged['max_num_seqs']}): the executor asks for a batch only when it has "
-                           f"room for a whole one")
+                           f"room for a whole one", "batch_max_size")
     return merged
 
 
@@ -160,15 +113,7 @@ def pipeline(config: dict[str, Any]) -> Pipeline:
     s = settings(config)
     if s["broker_url"] is not None:
         return forward(s)
-    engine = SimulatedEngine(
-        max_num_seqs=s["max_num_seqs"],
-        max_num_batched_tokens=s["max_num_batched_tokens"],
-        step_overhead_s=s["step_overhead_s"],
-        prefill_s_per_token=s["prefill_s_per_token"],
-        decode_s_per_seq=s["decode_s_per_seq"],
-        stall_timeout_s=s["stall_timeout_s"],
-        model=s["model"],
-    )
+    engine = SimulatedEngine(model=s["model"], **{name: s[name] for name in SIMULATED_PIPELINE})
     return build(s, engine)
 
 
@@ -176,35 +121,17 @@ def forward(s: dict[str, Any], *, name: str = "llm_gateway") -> Pipeline:
     """The gateway in front of workers on other hosts (``broker_url``; DESIGN §8): the edge, then
     the broker's sink (demand = room under ``max_backlog``); the queue and the engines are the
     workers'. ``stall_timeout_s`` ends a stalled stream here and on its worker."""
-    try:
-        sink = transport_sink(s["broker_url"], name="broker", stream=s["stream"], group=s["group"],
-                              max_backlog=s["max_backlog"], refresh_interval_s=s["refresh_interval_s"],
-                              credit_window=s["credit_window"], stall_timeout_s=s["stall_timeout_s"])
-    except ValueError as exc:
-        raise SettingError(f"setting broker_url: {exc}") from exc
+    sink = transport_sink(s["broker_url"], name="broker", stream=s["stream"], group=s["group"],
+                          max_backlog=s["max_backlog"], refresh_interval_s=s["refresh_interval_s"],
+                          credit_window=s["credit_window"], stall_timeout_s=s["stall_timeout_s"])
     return Pipeline(_gateway(s), sink, name=name, drain_timeout_s=s["drain_timeout_s"])
 
 
 def _gateway(s: dict[str, Any]) -> Gateway:
-    api_keys = parse_api_keys(s["api_keys"]) or parse_api_keys(os.environ.get("RXPIPE_API_KEYS"))
-    config = GatewayConfig(
-        model=s["model"],
-        api_keys=api_keys,
-        key_rate=s["key_rate"],
-        key_burst=s["key_burst"],
-        latency_budget_s=s["latency_budget_s"],
-        max_body_bytes=s["max_body_bytes"],
-        max_model_len=s["max_model_len"],
-        default_max_tokens=s["default_max_tokens"],
-        max_connections=s["max_connections"],
-        keepalive_timeout_s=s["keepalive_timeout_s"],
-        header_timeout_s=s["header_timeout_s"],
-        tenants_file=s["tenants_file"],
-    )
     try:
-        return Gateway(config, name="gateway")
+        return Gateway(gateway_config(s), name="gateway")
     except TenantsFileError as exc:
-        raise SettingError(f"setting tenants_file: {exc}") from exc
+        raise SettingError(f"setting tenants_file: {exc}", "tenants_file") from exc
 
 
 def build(s: dict[str, Any], engine: Engine, *, queue: Operator | None = None,

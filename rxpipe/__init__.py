@@ -11,6 +11,7 @@ The protocol is Reactive Streams 1.0.4 (``request(n)`` demand; DESIGN §2). Oper
 """
 
 from ._async_sources import from_async_iterable, interval
+from ._loop_sources import from_future, never, timer
 from ._protocol import UNBOUNDED, Processor, Publisher, Subscriber, Subscription
 from .errors import (
     BufferOverflowError,
@@ -64,6 +65,9 @@ __all__ = [
     "Retry",
     "CircuitBreaker",
 ]
+
+# -- second round: sources (issue 22) --
+__all__ += ["timer", "never", "from_future"]
 
 __version__ = "0.1.0"
 

@@ -6,17 +6,26 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gc
+import logging
+import re
 import signal
 import sys
+import time
 import traceback
+from types import ModuleType
 from typing import Any, Callable
 
 import click
 
-from .loader import PipelineLoadError, load_pipeline, locate_error, parse_settings, split_spec
+from .errors import StartError
+from .loader import PipelineLoadError, build_pipeline, load_module, locate_error, parse_settings, split_spec
+from .logs import LOG_FORMATS, LOG_LEVELS, configure_logging, event, public_url
 from .runtime import Pipeline, walk
+from .settings import Schema, SettingError
 
 __all__ = ["main"]
+
+log = logging.getLogger("rxpipe")
 
 
 def _loop_factory(name: str) -> Callable[[], asyncio.AbstractEventLoop]:
@@ -31,7 +40,7 @@ def _fail(error: BaseException, spec: str, show_traceback: bool) -> None:
     path = str(split_spec(spec)[0])
     if show_traceback:
         traceback.print_exception(error, file=sys.stderr)
-    if isinstance(error, PipelineLoadError):
+    if isinstance(error, (PipelineLoadError, StartError)) or (isinstance(error, SettingError) and error.key):
         click.echo(f"rxpipe: error: {error}", err=True)
     else:
         where = locate_error(error, path)
@@ -40,9 +49,13 @@ def _fail(error: BaseException, spec: str, show_traceback: bool) -> None:
     sys.exit(1)
 
 
-def _load(spec: str, settings: tuple[str, ...], show_traceback: bool) -> Pipeline:
+def _load(spec: str, settings: tuple[str, ...], show_traceback: bool) -> tuple[ModuleType, Pipeline, dict[str, Any]]:
+    """The pipeline file's module, its Pipeline and the parsed ``--set`` values; on error, one
+    line (and the location) on stderr and exit status 1."""
     try:
-        return load_pipeline(spec, parse_settings(settings))
+        config = parse_settings(settings)
+        module, name = load_module(spec)
+        return module, build_pipeline(module, name, config, path=split_spec(spec)[0]), config
     except Exception as error:
         _fail(error, spec, show_traceback)
         raise  # unreachable
@@ -69,39 +82,102 @@ def _tune_gc() -> None:
     gc.set_threshold(max(youngest, GC_THRESHOLD), middle, oldest)
 
 
-async def _serve(pipeline: Pipeline, host: str, port: int) -> None:
+async def _serve(pipeline: Pipeline, host: str, port: int, start_fields: dict[str, Any] | None = None) -> None:
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
 
-    def on_signal() -> None:
+    def on_signal(signum: int) -> None:
+        name = signal.Signals(signum).name
         if stop.is_set():  # a second signal: stop waiting for in-flight work
-            click.echo("rxpipe: stopping now (in-flight work is cancelled)", err=True)
+            event(log, logging.WARNING, f"{name} again: stopping now (in-flight work is cancelled)", signal=name)
             for service in pipeline.services:
                 service.abort()
+        else:
+            event(log, logging.INFO, f"{name}: draining in-flight work (drain_timeout_s="
+                  f"{pipeline.drain_timeout_s:g}; a second signal stops at once)", signal=name,
+                  drain_timeout_s=pipeline.drain_timeout_s)
         stop.set()
 
+    def on_hangup() -> None:
+        # SIGHUP's default action ends the process (exit 129): here it reloads what can be reloaded
+        if not [service for service in pipeline.services if service.reload()]:
+            event(log, logging.INFO, "SIGHUP: nothing to reload (no tenants_file); ignored", signal="SIGHUP")
+
+    for service in pipeline.services:
+        if hasattr(service, "handle_sighup"):
+            service.handle_sighup = False  # this handler calls its reload()
     for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, on_signal)
+        loop.add_signal_handler(sig, on_signal, sig)
+    loop.add_signal_handler(signal.SIGHUP, on_hangup)
     try:
         on_item = None if pipeline.serves_http else _print_item
         async with pipeline.start(host=host, port=port, on_item=on_item) as running:
             if pipeline.serves_http:
                 _tune_gc()  # the serving path's cycles are known to be cut; a user's graph's are not
             if running.url is not None:
-                click.echo(f"rxpipe: {pipeline.name} serving on {running.url}")
-                sys.stdout.flush()
+                _log_start(pipeline, running.url, start_fields or {})
             assert running.task is not None
             stopper = loop.create_task(stop.wait())
             await asyncio.wait({running.task, stopper}, return_when=asyncio.FIRST_COMPLETED)
             stopper.cancel()
             if running.task.done():
                 await running.wait()  # raises the pipeline's error
-            else:
-                click.echo("rxpipe: stopping (draining in-flight work)", err=True)
+            stopping = time.monotonic()
+        if running.url is not None:
+            event(log, logging.INFO, f"{pipeline.name} stopped ({time.monotonic() - stopping:.1f} s to drain)",
+                  pipeline=pipeline.name)
     finally:
-        for sig in (signal.SIGINT, signal.SIGTERM):
+        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
             loop.remove_signal_handler(sig)
         sys.stdout.flush()
+
+
+def _log_start(pipeline: Pipeline, url: str, fields: dict[str, Any]) -> None:
+    """The one start line: URL, pipeline, engines, metrics port, settings that differ from the
+    defaults (a secret shown as ``(hidden)``: :meth:`~rxpipe.settings.Schema.changed`)."""
+    engines = describe_engines(pipeline)
+    parts = [f"{pipeline.name} serving on {url}"]
+    if engines:
+        parts.append("engines: " + ", ".join(engines))
+    if fields.get("metrics_port") is not None:
+        parts.append(f"metrics port {fields['metrics_port']}")
+    settings = fields.get("settings") or {}
+    if settings:
+        parts.append("settings: " + " ".join(f"{k}={_shown(v)}" for k, v in settings.items()))
+    event(log, logging.INFO, "; ".join(parts), pipeline=pipeline.name, url=url, engines=engines,
+          metrics_port=fields.get("metrics_port"), settings=settings)
+    every = fields.get("all_settings")
+    if every:
+        event(log, logging.DEBUG, "settings in force: " + " ".join(f"{k}={_shown(v)}" for k, v in every.items()),
+              settings=every)
+
+
+def _shown(value: Any) -> str:
+    import orjson
+
+    return value if isinstance(value, str) and value and " " not in value else orjson.dumps(value).decode()
+
+
+def describe_engines(pipeline: Pipeline) -> list[str]:
+    """``name (Kind at public URL)`` of every engine and broker behind ``pipeline`` (replicas of a
+    ``balance`` one by one); URLs without their credentials."""
+    from .engines import Engine
+
+    shown: list[str] = []
+    for stage in pipeline.stages:
+        engine = getattr(stage, "engine", None)
+        engines = getattr(engine, "engines", None) if engine is not None else None
+        for e in (engines if engines is not None else [engine] if engine is not None else []):
+            if not isinstance(e, Engine):
+                continue
+            where = getattr(e, "base_url", None)
+            kind = type(e).__name__
+            shown.append(f"{e.name} ({kind}{' at ' + public_url(where) if where else ''})")
+        settings = getattr(stage, "settings", None)
+        url = getattr(settings, "url", None)
+        if isinstance(url, str):
+            shown.append(f"{stage.name} ({stage.kind} at {public_url(url)})")
+    return shown
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -117,7 +193,7 @@ def main() -> None:
 @click.argument("spec", metavar="FILE[:NAME]")
 @click.option("--set", "settings", multiple=True, metavar="KEY=VALUE",
               help="Configuration for a pipeline factory; VALUE is parsed as JSON, else a string. "
-                   "Repeatable.")
+                   "Repeatable; --help-settings lists the keys.")
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address of the HTTP edge.")
 @click.option("--port", default=8000, show_default=True, type=click.IntRange(0, 65535),
               help="Port of the HTTP edge (0 picks a free one).")
@@ -125,9 +201,19 @@ def main() -> None:
               show_default=True, help="Event loop implementation.")
 @click.option("--metrics-port", type=click.IntRange(0, 65535), default=None,
               help="Also serve Prometheus metrics on this port (the HTTP edge serves /metrics anyway).")
+@click.option("--log-level", type=click.Choice(LOG_LEVELS), default="info", show_default=True,
+              help="Least severe log records written to stderr.")
+@click.option("--log-format", type=click.Choice(LOG_FORMATS), default="text", show_default=True,
+              help="text: one readable line per record; json: one JSON object per line.")
+@click.option("--access-log", is_flag=True,
+              help="Log one line per completion request (status, tokens, queue and total time, tenant; "
+                   "never a key or a prompt).")
+@click.option("--help-settings", "help_settings", is_flag=True,
+              help="Print the pipeline's settings (name, type, default, meaning) and exit.")
 @click.option("--traceback", "show_traceback", is_flag=True, help="Print full tracebacks on error.")
 def run(spec: str, settings: tuple[str, ...], host: str, port: int, loop_name: str,
-        metrics_port: int | None, show_traceback: bool) -> None:
+        metrics_port: int | None, log_level: str, log_format: str, access_log: bool, help_settings: bool,
+        show_traceback: bool) -> None:
     """Run the pipeline defined in FILE (attribute NAME, default `pipeline`).
 
     The attribute is a rxpipe.Pipeline, a Flowable, or a factory `def pipeline(config: dict)`
@@ -140,19 +226,58 @@ def run(spec: str, settings: tuple[str, ...], host: str, port: int, loop_name: s
     Examples:
       rxpipe run pipelines/hello.py
       rxpipe run pipelines/llm_gateway.py --port 8000 --set queue_capacity=20
+      rxpipe run pipelines/llm_gateway.py --log-format json --access-log
     """
-    pipeline = _load(spec, settings, show_traceback)
+    if help_settings:
+        _print_settings(spec, show_traceback)
+        return
+    configure_logging(log_level, log_format)
+    module, pipeline, config = _load(spec, settings, show_traceback)
+    if access_log:
+        for service in pipeline.services:
+            if hasattr(service, "access_log"):
+                service.access_log = True
+    schema = _schema_of(module)
+    fields: dict[str, Any] = {"metrics_port": metrics_port, "settings": {}, "all_settings": {}}
+    if schema is not None:
+        fields["settings"] = schema.changed(config)
+        fields["all_settings"] = schema.shown(schema.resolve(config))
     try:
         if metrics_port is not None:
             from prometheus_client import start_http_server
 
-            start_http_server(metrics_port, addr=host)
+            try:
+                start_http_server(metrics_port, addr=host)
+            except OSError as error:
+                raise StartError(f"cannot serve metrics on {host}:{metrics_port}: {error.strerror or error}; "
+                                 f"pick another --metrics-port") from error
         with asyncio.Runner(loop_factory=_loop_factory(loop_name)) as runner:
-            runner.run(_serve(pipeline, host, port))
+            runner.run(_serve(pipeline, host, port, fields))
     except Exception as error:
         _fail(error, spec, show_traceback)
     except KeyboardInterrupt:
         sys.exit(130)
+
+
+def _schema_of(module: ModuleType) -> Schema | None:
+    schema = getattr(module, "SETTINGS", None)
+    return schema if isinstance(schema, Schema) else None
+
+
+def _print_settings(spec: str, show_traceback: bool) -> None:
+    """``--help-settings``: the table of the pipeline file's ``SETTINGS``."""
+    try:
+        module, name = load_module(spec)
+    except Exception as error:
+        _fail(error, spec, show_traceback)
+    schema = _schema_of(module)
+    if schema is None:
+        path = split_spec(spec)[0]
+        takes = "no settings" if not callable(getattr(module, name)) or isinstance(getattr(module, name), type) \
+            else "settings its docstring describes"
+        click.echo(f"{path}: declares no SETTINGS schema (rxpipe.settings.Schema); {name!r} takes {takes}")
+        return
+    click.echo(schema.table("text"), nl=False)
 
 
 @main.command()
@@ -162,34 +287,64 @@ def run(spec: str, settings: tuple[str, ...], host: str, port: int, loop_name: s
               show_default=True)
 @click.option("--traceback", "show_traceback", is_flag=True, help="Print full tracebacks on error.")
 def graph(spec: str, settings: tuple[str, ...], fmt: str, show_traceback: bool) -> None:
-    """Print the stages of the pipeline in FILE, upstream first."""
-    pipeline = _load(spec, settings, show_traceback)
+    """Print the stages of the pipeline in FILE, upstream first (the branches of a balance, one
+    per replica, under it; an engine's stage names its engine)."""
+    _, pipeline, _ = _load(spec, settings, show_traceback)
     stages = _expand(pipeline)
     if fmt == "text":
-        for name, kind, _ in stages:
-            click.echo(f"{name}  ({kind})")
+        for name, kind, _, depth in stages:
+            click.echo(f"{'  ' * depth}{name}  ({kind})")
         return
     click.echo("graph LR")
-    for name, kind, ups in stages:
-        click.echo(f'  {name}["{name}<br/>{kind}"]')
+    for name, kind, ups, _ in stages:
+        click.echo(f'  {_node(name)}["{name}<br/>{kind}"]')
         for up in ups:
-            click.echo(f"  {up} --> {name}")
+            click.echo(f"  {_node(up)} --> {_node(name)}")
 
 
-def _expand(pipeline: Pipeline) -> list[tuple[str, str, list[str]]]:
-    """(name, kind, upstream names) per stage, with fused chains shown stage by stage."""
+def _node(name: str) -> str:
+    """A Mermaid node id for a stage name (``balance[0]`` → ``balance_0_``)."""
+    return re.sub(r"\W", "_", name)
+
+
+def _expand(pipeline: Pipeline) -> list[tuple[str, str, list[str], int]]:
+    """(name, kind, upstream names, depth) per stage, with fused chains shown stage by stage and
+    the branches of a stage that has them (``balance``: ``ports`` and ``outputs``) under it."""
     from ._fusion import FusedFlowable
+    from .engines import Engine
 
-    rows: list[tuple[str, str, list[str]]] = []
-    for stage in walk(pipeline.flowable):
-        ups = [u.name for u in stage.upstreams]
+    rows: list[tuple[str, str, list[str], int]] = []
+
+    def add(stage: Any, ups: list[str], depth: int) -> None:
         if isinstance(stage, FusedFlowable):
             for fused in stage.stages:
-                rows.append((fused.name, f"{fused.kind}, fused", ups))
+                rows.append((fused.name, f"{fused.kind}, fused", ups, depth))
                 ups = [fused.name]
-        else:
-            rows.append((stage.name, stage.kind, ups))
+            return
+        kind = stage.kind
+        engine = getattr(stage, "engine", None)
+        if isinstance(engine, Engine):
+            where = getattr(engine, "base_url", None)
+            kind += f"; engine {engine.name}: {type(engine).__name__}{' at ' + public_url(where) if where else ''}"
+        rows.append((stage.name, kind, ups, depth))
+        for port, output in zip(getattr(stage, "ports", ()), getattr(stage, "outputs", ()), strict=False):
+            add(port, [stage.name], depth + 1)
+            for inner in _between(port, output):
+                add(inner, [u.name for u in inner.upstreams], depth + 1)
+
+    for stage in walk(pipeline.flowable):
+        add(stage, [u.name for u in stage.upstreams], 0)
     return rows
+
+
+def _between(port: Any, output: Any) -> list[Any]:
+    """The stages of a branch from ``port`` (excluded) to ``output``, upstream first."""
+    chain: list[Any] = []
+    node = output
+    while node is not port and node is not None:
+        chain.append(node)
+        node = node.upstreams[0] if node.upstreams else None
+    return chain[::-1] if node is port else []
 
 
 def _add_load_command() -> None:

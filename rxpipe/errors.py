@@ -12,6 +12,8 @@ __all__ = [
     "TooManyGroupsError",
     "EngineError",
     "EngineUnavailableError",
+    "BackendError",
+    "StartError",
     "SequenceContainsNoElementsError",
 ]
 
@@ -75,6 +77,33 @@ class EngineUnavailableError(EngineError):
     """
 
 
+class BackendError(EngineError):
+    """A backend answered a request with an error the gateway passes on (DESIGN §4): its client
+    gets ``status`` and OpenAI's error body ``{"error": {"message": client_message, "type",
+    "code", "param"}}``. ``str()`` is the whole story for the log (the backend's URL, status and
+    message); ``client_message`` has no address or other internal detail.
+
+    Attributes: status (what the client gets: the backend's 4xx, or 502), backend_status (what
+    the backend answered), client_message, type, code, param (OpenAI's error fields).
+    ``client_fault``: True for a 4xx passed on — the same request fails on every replica, so it
+    is not retried on another.
+    """
+
+    def __init__(self, message: str, *, status: int, backend_status: int, client_message: str,
+                 type: str, code: str | None = None, param: str | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.backend_status = backend_status
+        self.client_message = client_message
+        self.type = type
+        self.code = code
+        self.param = param
+
+    @property
+    def client_fault(self) -> bool:
+        return 400 <= self.status < 500
+
+
 class DroppedError(RxPipeError):
     """A stage dropped an accepted item: shed by an overflow strategy (``reason`` is the strategy,
     e.g. ``"drop_oldest"``) or left behind when the stage failed (``"error"``).
@@ -87,6 +116,11 @@ class DroppedError(RxPipeError):
     def __init__(self, message: str, reason: str) -> None:
         super().__init__(message)
         self.reason = reason
+
+
+class StartError(RxPipeError):
+    """A service of a pipeline could not start (its port is in use, say); the message says which
+    and what to do, in one line (``rxpipe run`` prints it as is)."""
 
 
 class SequenceContainsNoElementsError(RxPipeError):

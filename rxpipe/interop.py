@@ -25,6 +25,7 @@ from ._protocol import Subscriber
 from .errors import BufferOverflowError
 from .flowable import Flowable
 from .metrics import StageCounters, StageStatistics, track
+from .settings import check_int
 
 if TYPE_CHECKING:
     import reactivex
@@ -206,8 +207,7 @@ def from_observable(obs: reactivex.Observable[T], capacity: int, overflow: str =
     if overflow not in OBSERVABLE_OVERFLOW:
         raise ValueError(f"from_observable(overflow={overflow!r}): expected one of "
                          f"{', '.join(OBSERVABLE_OVERFLOW)}")
-    if not isinstance(capacity, int) or isinstance(capacity, bool) or capacity < 1:
-        raise ValueError(f"from_observable(capacity) needs an int >= 1 items, got {capacity!r}")
+    check_int(capacity, "from_observable(capacity)", minimum=1)
     if not callable(getattr(obs, "subscribe", None)):
         raise TypeError(f"from_observable() needs a reactivex Observable, got {obs!r}")
     return _ObservableFlowable(obs, capacity, overflow, name)

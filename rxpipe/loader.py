@@ -16,7 +16,8 @@ import orjson
 from .flowable import Flowable
 from .runtime import Pipeline
 
-__all__ = ["PipelineLoadError", "parse_settings", "split_spec", "load_pipeline", "locate_error"]
+__all__ = ["PipelineLoadError", "parse_settings", "split_spec", "load_pipeline", "load_module", "build_pipeline",
+           "locate_error"]
 
 
 class PipelineLoadError(Exception):
@@ -83,11 +84,26 @@ def load_pipeline(spec: str, config: dict[str, Any] | None = None) -> Pipeline:
     to report them);
     a missing or unusable attribute raises PipelineLoadError.
     """
+    module, name = load_module(spec)
+    return build_pipeline(module, name, config, path=split_spec(spec)[0])
+
+
+def load_module(spec: str) -> tuple[ModuleType, str]:
+    """Import the file of ``FILE[:NAME]``; return the module and NAME (default ``pipeline``).
+    Raises PipelineLoadError for a missing file or one without that attribute."""
     path, name = split_spec(spec)
     module = _import_file(path)
     if not hasattr(module, name):
         raise PipelineLoadError(f"{path}: defines no {name!r} (a Pipeline, a Flowable, or a "
                                 f"factory taking a config dict)")
+    return module, name
+
+
+def build_pipeline(module: ModuleType, name: str, config: dict[str, Any] | None = None, *,
+                   path: Path | str | None = None) -> Pipeline:
+    """The Pipeline of attribute ``name`` of a module :func:`load_module` imported (see
+    :func:`load_pipeline`); ``path`` is the file as the user named it (for messages)."""
+    path = path if path is not None else getattr(module, "__file__", None) or module.__name__
     obj = getattr(module, name)
     config = dict(config or {})
     if isinstance(obj, (Pipeline, Flowable)):

@@ -18,6 +18,7 @@ import random
 from typing import Any, Awaitable, Callable, TypeVar
 
 from .errors import CircuitOpenError
+from .settings import check_int, check_number
 
 __all__ = ["Retry", "CircuitBreaker", "resilient_call", "retry_after_of"]
 
@@ -63,12 +64,9 @@ class Retry:
     def __init__(self, attempts: int, base_s: float, cap_s: float, *,
                  retry_on: type[BaseException] | tuple[type[BaseException], ...] = Exception,
                  rng: random.Random | None = None) -> None:
-        if not isinstance(attempts, int) or isinstance(attempts, bool) or attempts < 1:
-            raise ValueError(f"Retry(attempts) needs an int >= 1 (calls in total), got {attempts!r}")
-        if not base_s >= 0:
-            raise ValueError(f"Retry(base_s) needs seconds >= 0, got {base_s!r}")
-        if not cap_s >= base_s:
-            raise ValueError(f"Retry(cap_s) needs seconds >= base_s ({base_s!r}), got {cap_s!r}")
+        check_int(attempts, "Retry(attempts)", minimum=1)
+        check_number(base_s, "Retry(base_s)", minimum=0)
+        check_number(cap_s, "Retry(cap_s)", minimum=base_s)
         self.attempts = attempts
         self.base_s = float(base_s)
         self.cap_s = float(cap_s)
@@ -128,10 +126,8 @@ class CircuitBreaker:
 
     def __init__(self, failure_threshold: int, reset_timeout_s: float, *,
                  clock: Callable[[], float] | None = None) -> None:
-        if not isinstance(failure_threshold, int) or isinstance(failure_threshold, bool) or failure_threshold < 1:
-            raise ValueError(f"CircuitBreaker(failure_threshold) needs an int >= 1, got {failure_threshold!r}")
-        if not reset_timeout_s >= 0:
-            raise ValueError(f"CircuitBreaker(reset_timeout_s) needs seconds >= 0, got {reset_timeout_s!r}")
+        check_int(failure_threshold, "CircuitBreaker(failure_threshold)", minimum=1)
+        check_number(reset_timeout_s, "CircuitBreaker(reset_timeout_s)", minimum=0)
         self.failure_threshold = failure_threshold
         self.reset_timeout_s = float(reset_timeout_s)
         self._clock = clock

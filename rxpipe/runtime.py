@@ -10,8 +10,13 @@ from ._demand import log
 from ._link import LINK_SLOTS, UpstreamLink
 from .errors import MissingBackpressureError
 from .flowable import Flowable, Operator
+from .settings import Setting
 
-__all__ = ["Pipeline", "RunningPipeline", "Service", "walk"]
+__all__ = ["Pipeline", "RunningPipeline", "Service", "walk", "DRAIN_TIMEOUT"]
+
+#: ``Pipeline(drain_timeout_s=)`` as the pipelines take it (``--set drain_timeout_s=...``)
+DRAIN_TIMEOUT = Setting("drain_timeout_s", 30.0, "number", "on SIGINT/SIGTERM, in-flight requests get this long (s)",
+                        minimum=0)
 
 
 class Service:
@@ -19,7 +24,8 @@ class Service:
 
     A :class:`Pipeline` starts every service found in its graph before subscribing, and on stop
     drains them (``drain``: refuse new work, let accepted work finish within a timeout) and then
-    stops them. ``start`` returns the service's URL, or None.
+    stops them. ``start`` returns the service's URL, or None. ``rxpipe run`` calls ``reload`` on
+    SIGHUP.
     """
 
     def attach(self, pipeline: Pipeline) -> None:
@@ -33,6 +39,11 @@ class Service:
 
     def abort(self) -> None:
         """Stop waiting in :meth:`drain` now (a second SIGINT/SIGTERM)."""
+
+    def reload(self) -> bool:
+        """SIGHUP: read again what the service reads from files (a gateway's tenants file); True
+        when it had something to reload (whether that succeeded or not: it logs either way)."""
+        return False
 
     async def stop(self) -> None:
         """Release everything; called once after ``drain``."""
@@ -72,8 +83,7 @@ class Pipeline:
                  drain_timeout_s: float = 30.0) -> None:
         if not isinstance(source, Flowable):
             raise TypeError(f"Pipeline needs a Flowable source, got {source!r}")
-        if drain_timeout_s < 0:
-            raise ValueError(f"drain_timeout_s must be >= 0 seconds, got {drain_timeout_s!r}")
+        DRAIN_TIMEOUT.check(drain_timeout_s, "Pipeline(drain_timeout_s=)")
         self.flowable: Flowable[Any] = source.pipe(*operators)
         self.name = name
         self.drain_timeout_s = drain_timeout_s

@@ -139,3 +139,18 @@ def test_a_pipeline_without_an_http_edge_keeps_the_gc_settings() -> None:
     saved, frozen = gc.get_threshold(), gc.get_freeze_count()
     asyncio.run(_serve(Pipeline(from_iterable(range(3))), "127.0.0.1", 0))
     assert (gc.get_threshold(), gc.get_freeze_count()) == (saved, frozen)
+
+
+def test_graph_shows_the_routers_backends_one_branch_each(tmp_path: Path) -> None:
+    code, out, err = rxpipe(tmp_path, "graph", "pipelines/llm_router.py", "--set",
+                            "backends=http://127.0.0.1:8001,http://user:pw@127.0.0.1:8002", "--set", "model=m")
+    assert (code, err) == (0, "")
+    assert out.splitlines() == [
+        "gateway  (gateway)", "queue  (edge_queue)", "cache  (cache)", "balance  (balance)",
+        "  balance[0]  (balance_port)",
+        "  executor_backend0  (execute; engine backend0: OpenAIEngine at http://127.0.0.1:8001/v1)",
+        "  balance[1]  (balance_port)",
+        "  executor_backend1  (execute; engine backend1: OpenAIEngine at http://user@127.0.0.1:8002/v1)"]
+    code, out, _ = rxpipe(tmp_path, "graph", "pipelines/llm_router.py", "--set", "backends=http://127.0.0.1:8001",
+                          "--set", "model=m", "--format", "mermaid")
+    assert code == 0 and "  balance --> balance_0_" in out.splitlines() and "  balance_0_ --> executor_backend0" in out

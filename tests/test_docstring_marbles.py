@@ -239,6 +239,22 @@ def balance(block: Block) -> None:
     assert sorted(out.values) == items and out.completed
 
 
+def prefix_affinity(block: Block) -> None:
+    pub = TestPublisher[str]()
+    got: dict[str, list[str]] = {"x": [], "y": []}
+    demand = {label: int(n) for label, n in re.findall(r"(\w) demand (\d+)", block["branches"])}
+
+    def branch(label: str) -> Callable[[Any], Any]:
+        return lambda f: f.pipe(ops.limit_rate(demand[label], demand[label]), ops.tap(got[label].append))
+
+    pub.pipe(ops.balance(branch("x"), branch("y"), affinity=ops.prefix_affinity())).subscribe(
+        TestSubscriber[str](initial_request=UNBOUNDED))
+    items = [t for t in _tokens(block["source"]) if t != "|"]
+    pub.emit(*[t[0] * 128 + t for t in items]).complete()  # A1: a 128-character prefix of A's, then "A1"
+    for label in ("x", "y"):
+        assert [p[128:] for p in got[label]] + ["|"] == _tokens(block[f"{label} gets"])
+
+
 def cache(block: Block) -> None:
     async def main() -> None:
         loop = asyncio.get_running_loop()
@@ -311,6 +327,29 @@ def streams(build: Callable[..., Any], *, values: dict[str, Any] | None = None,
 
 _PAIRS = {"w": ("a", 1), "x": ("a", 2), "y": ("b", 2), "z": ("c", 2)}
 
+
+# -- second round (issue 22): sources timer, never, from_future ----------------------------------------
+def source_runner(make: Callable[[], Any]) -> Callable[[Block], None]:
+    """Play a source's diagram: its ``source:`` line is what the subscriber gets under ``demand:``."""
+    def run(block: Block) -> None:
+        async def main() -> None:
+            (await Marbles().run(make(), demand=block["demand"])).expect(block["source"])
+        run_virtual(main())
+    return run
+
+
+def from_future(block: Block) -> None:
+    (frame, value), = [(i, c) for i, c in enumerate(block["future"]) if c != "-"]
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[str] = loop.create_future()
+        loop.call_at(loop.time() + frame * 0.01, future.set_result, value)
+        (await Marbles().run(rx.from_future(future), demand=block["demand"])).expect(block["source"])
+        assert future.done()
+    run_virtual(main())
+
+
 RUNNERS: dict[tuple[str, int], Callable[[Block], None]] = {
     ("ops.map", 0): kit(lambda: ops.map(lambda x: x * 2)),
     ("ops.filter", 0): kit(lambda: ops.filter(lambda x: x % 2 == 0)),
@@ -338,6 +377,7 @@ RUNNERS: dict[tuple[str, int], Callable[[Block], None]] = {
     ("ops.execute", 0): execute,
     ("ops.fair_queue", 0): fair_queue,
     ("ops.balance", 0): balance,
+    ("ops.prefix_affinity", 0): prefix_affinity,
     ("ops.cache", 0): cache,
     ("rx.from_observable", 0): from_observable,
     ("testing.assert_marbles", 0): kit(lambda: ops.map(lambda x: x * 2)),
@@ -376,6 +416,15 @@ RUNNERS: dict[tuple[str, int], Callable[[Block], None]] = {
     ("rx.concat", 0): streams(lambda s, fn, other: rx.concat(s, other), subscribed_later=True),
     ("rx.combine_latest", 0): streams(lambda s, fn, other: rx.combine_latest(s, other),
                                       values={"w": ("a", 1), "x": ("b", 1), "y": ("b", 2)}),
+    # -- second round (issue 22): time operators and sources --
+    ("ops.debounce", 0): kit(lambda: ops.debounce(0.03)),
+    ("ops.sample", 0): kit(lambda: ops.sample(0.04)),
+    ("ops.throttle_first", 0): kit(lambda: ops.throttle_first(0.04)),
+    ("ops.delay", 0): kit(lambda: ops.delay(0.03)),
+    ("rx.timer", 0): source_runner(lambda: rx.timer(0.03)),
+    ("rx.timer", 1): source_runner(lambda: rx.timer(0.03, 0.02)),
+    ("rx.never", 0): source_runner(rx.never),
+    ("rx.from_future", 0): from_future,
 }
 
 FOUND = {(name, k): block for name, doc in _public_docs().items() for k, block in enumerate(diagrams(doc))}

@@ -38,6 +38,9 @@ DESIGN_3["rxpipe"] |= {"SequenceContainsNoElementsError"}
 DESIGN_3["rxpipe.operators"] |= {"pairwise", "distinct", "distinct_until_changed", "take_while", "skip_while",
                                  "take_until", "first", "last", "reduce", "count", "to_list", "start_with",
                                  "catch", "retry"}
+# -- second round (issue 22): time operators and sources --
+DESIGN_3["rxpipe"] |= {"timer", "never", "from_future"}
+DESIGN_3["rxpipe.operators"] |= {"debounce", "sample", "throttle_first", "delay"}
 
 
 def documented() -> dict[str, set[str]]:

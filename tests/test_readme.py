@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import re
 import subprocess
 import sys
@@ -136,10 +137,10 @@ def test_beyond_one_machine_commands_run_as_written(broker: str, tmp_path: Path)
         pytest.skip("README's commands use the checkout's .venv")
     start = README.index(f"<!-- beyond-one-machine: {broker} -->")
     (block,) = re.findall(r"```sh\n(.*?)```", README[start:README.index("```\n", start) + 4], re.S)
-    ports = {"6379": str(free_port()), "4222": str(free_port()), "8000": str(free_port())}
-    replacements = {**ports, "/tmp/rxpipe-redis": str(tmp_path / "redis"), "/tmp/rxpipe-nats": str(tmp_path / "nats"),
-                    "nats.conf": str(tmp_path / "nats.conf")}
-    (tmp_path / "redis").mkdir()
+    ports = {"6380": str(free_port()), "4222": str(free_port()), "8000": str(free_port())}
+    # the longest first: /tmp/rxpipe-nats.conf before /tmp/rxpipe-nats
+    replacements = {**ports, "/tmp/rxpipe-nats.conf": str(tmp_path / "nats.conf"),
+                    "/tmp/rxpipe-redis": str(tmp_path / "redis"), "/tmp/rxpipe-nats": str(tmp_path / "nats")}
     started: list[subprocess.Popen[bytes]] = []
 
     def wait_port(port: str) -> None:
@@ -153,7 +154,7 @@ def test_beyond_one_machine_commands_run_as_written(broker: str, tmp_path: Path)
         raise AssertionError(f"nothing listens on {port}")
 
     try:
-        for n, line in enumerate(block.strip().splitlines()):
+        for n, line in enumerate(block.replace("\\\n", " ").strip().splitlines()):
             command = line.split("  #")[0].strip()
             for old, new in replacements.items():
                 command = command.replace(old, new)
@@ -165,7 +166,7 @@ def test_beyond_one_machine_commands_run_as_written(broker: str, tmp_path: Path)
                                             start_new_session=True))
             log.close()
             if "rxpipe run" not in command:
-                wait_port(ports["6379" if broker == "redis" else "4222"])
+                wait_port(ports["6380" if broker == "redis" else "4222"])
             else:
                 deadline = time.monotonic() + 30
                 while "serving on" not in (tmp_path / f"{n}.log").read_text():
@@ -200,3 +201,108 @@ def test_beyond_the_gateway_is_the_pipeline_file_and_its_output(tmp_path: Path) 
     code, output = run([sys.executable, "-m", "rxpipe", "run", "pipelines/embed_documents.py"], ROOT, tmp_path)
     assert code == 0, output
     assert output == shown
+
+
+# -- the commands of the README, as a new user pastes them -------------------------------------------
+def sh_commands() -> list[str]:
+    """Every command line of README's ``sh`` blocks (``\\``-continued lines joined, comments cut)."""
+    commands = []
+    for block in re.findall(r"```sh\n(.*?)```", README, re.S):
+        for command in block.replace("\\\n", " ").splitlines():
+            command = re.sub(r"\s+#.*$", "", command).strip()
+            if command and not command.startswith("#"):
+                commands.append(command)
+    return commands
+
+
+def test_every_command_calls_the_venvs_programs_by_the_path_the_install_gives_them() -> None:
+    venv_bin = Path(sys.executable).parent
+    assert (venv_bin / "rxpipe").is_file()  # what `pip install -e .` put there, and nowhere on PATH
+    words = [word for command in sh_commands() for part in command.split("&&") for word in part.split()[:2]]
+    assert not [w for w in words if w in ("rxpipe", "pip", "python")], "a bare rxpipe/pip/python in README's sh blocks"
+    assert ". .venv/bin/activate" in README
+
+
+def test_every_rxpipe_run_line_of_the_readme_builds_its_pipeline() -> None:
+    import shlex
+
+    from rxpipe.engines import Engine
+    from rxpipe.loader import load_pipeline, parse_settings
+
+    built = 0
+    for block in re.findall(r"```sh\n(.*?)```", README, re.S):
+        models = {}  # pipeline file -> the model ids it serves, for the gateways and workers of one block
+        for line in block.replace("\\\n", " ").splitlines():
+            if ".venv/bin/rxpipe run" not in line:
+                continue
+            argv = shlex.split(re.sub(r"\s+#.*$", "", line).split("&&")[-1].rstrip("& "))
+            args = argv[argv.index("run") + 1:]
+            pairs = [args[i + 1] for i, a in enumerate(args) if a == "--set"]
+            pipeline = load_pipeline(str(ROOT / args[0]), parse_settings(pairs))
+            built += 1
+            served = {getattr(stage, "config", None).model for stage in pipeline.stages  # type: ignore[union-attr]
+                      if stage.kind == "gateway"}
+            for stage in pipeline.stages:
+                engine = getattr(stage, "engine", None)
+                for e in getattr(engine, "engines", [engine]):
+                    if isinstance(e, Engine):
+                        served.add(e.model)
+            models.setdefault(Path(args[0]).name, set()).update(served)
+        for gateway in ("llm_gateway_redis.py", "llm_gateway.py"):
+            if gateway in models and "llm_worker.py" in models:
+                # a worker's clients reach it through the gateway: both serve one model id
+                assert models[gateway] == models["llm_worker.py"], block
+    assert built >= 12
+
+
+def test_the_llama_section_names_what_the_llama_extra_installs() -> None:
+    start = README.index("In front of two llama.cpp servers")
+    section = README[start:README.index("\n## ", start)]
+    (block,) = re.findall(r"```sh\n(.*?)```", section, re.S)
+    assert "pip install -e '.[llama]'" in block and "llama-server" not in block
+    servers = [line for line in block.splitlines() if "-m llama_cpp.server" in line]
+    assert len(servers) == 2
+    if importlib.util.find_spec("llama_cpp") is None:
+        pytest.skip("the llama extra is not installed: its server's flags cannot be checked")
+    out = subprocess.run([sys.executable, "-m", "llama_cpp.server", "--help"], capture_output=True, text=True,
+                         timeout=120).stdout
+    for flag in set(re.findall(r"(--\w+)", " ".join(servers))):
+        assert flag in out, flag
+
+
+def test_the_redis_example_neither_takes_port_6379_nor_writes_into_the_current_directory(tmp_path: Path) -> None:
+    import shutil
+    import socket
+    import time
+
+    if shutil.which("redis-server") is None:
+        pytest.skip("redis-server is not installed (apt-get install redis-server)")
+    (line,) = [c for c in sh_commands() if "redis-server" in c]
+    assert "--port 6380" in line and "--dir /tmp/rxpipe-redis" in line and "6379" not in line
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    # the README's line as is, but on a free port and a data directory of this test's
+    command = line.replace("6380", str(port)).replace("/tmp/rxpipe-redis", str(tmp_path / "data"))
+    cwd = tmp_path / "cwd"
+    cwd.mkdir()
+    with (tmp_path / "redis.log").open("wb") as log:  # exec: the shell becomes redis-server (killed below)
+        proc = subprocess.Popen(["sh", "-c", command.replace("redis-server", "exec redis-server")], cwd=cwd,
+                                stdout=log, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                with socket.create_connection(("127.0.0.1", port), timeout=1) as sock:
+                    sock.sendall(b"SET k v\r\n")
+                    if sock.recv(64).startswith(b"+OK"):
+                        break
+            except OSError:
+                pass
+            assert time.monotonic() < deadline, (tmp_path / "redis.log").read_text()
+            time.sleep(0.05)
+    finally:
+        proc.kill()
+        proc.wait(timeout=10)
+    assert list(cwd.iterdir()) == []
+    assert [p.name for p in (tmp_path / "data").iterdir()]  # its append-only files are there

@@ -15,7 +15,8 @@
 - :func:`execute`: the executor stage (also ``rxpipe.operators.execute``).
 """
 
-from ..errors import EngineError, EngineUnavailableError
+from ..errors import BackendError, EngineError, EngineUnavailableError
+from ._settings import OPENAI_SETTINGS, SIMULATED_PIPELINE, SIMULATED_SETTINGS
 from .base import Engine
 from .batch_function import BatchFunctionEngine, BatchRecord, request_text
 from .executor import ExecuteFlowable, execute
@@ -43,4 +44,8 @@ __all__ = [
     "ExecuteFlowable",
     "EngineError",
     "EngineUnavailableError",
+    "BackendError",
+    "SIMULATED_SETTINGS",
+    "SIMULATED_PIPELINE",
+    "OPENAI_SETTINGS",
 ]

@@ -10,6 +10,9 @@ name are summed.
   (``OpenAIEngine``: fixed and cut on 429/503, or adaptive with ``max_in_flight="auto"``).
 - ``rxpipe_engine_batch_tokens{engine}`` / ``rxpipe_engine_step_duration_seconds{engine}``:
   histograms observed once per engine step (never per token), through :func:`observe_step`.
+- ``rxpipe_engine_prefix_cache_queries_total{engine}`` / ``..._hits_total{engine}``: prompt
+  tokens looked up in an engine's prefix cache and found there (vLLM's counters), counted once
+  per step through :func:`count_prefix_cache`.
 """
 
 from __future__ import annotations
@@ -22,13 +25,14 @@ from typing import TYPE_CHECKING, Any, Iterator
 from prometheus_client.core import REGISTRY
 from prometheus_client.registry import Collector
 
-from .._loop_metrics import LoopHistogram
+from .._loop_metrics import LoopCounter, LoopHistogram
 from ..metrics import gauge_by
 
 if TYPE_CHECKING:
     from .base import Engine
 
-__all__ = ["register", "live_engines", "observe_step", "STEP_DURATION", "BATCH_TOKENS"]
+__all__ = ["register", "live_engines", "observe_step", "count_prefix_cache", "STEP_DURATION", "BATCH_TOKENS",
+           "PREFIX_CACHE_QUERIES", "PREFIX_CACHE_HITS"]
 
 _lock = threading.Lock()  # the collector runs on prometheus_client's HTTP thread
 _engines: weakref.WeakSet[Any] = weakref.WeakSet()
@@ -42,6 +46,14 @@ BATCH_TOKENS = LoopHistogram(
 
 # (step duration child, batch tokens child) per engine name: one dict lookup per step
 _step_children: dict[str, tuple[Any, Any]] = {}
+
+PREFIX_CACHE_QUERIES = LoopCounter(
+    "rxpipe_engine_prefix_cache_queries", "Prompt tokens looked up in the engine's prefix cache (vLLM's "
+    "vllm:prefix_cache_queries).", ["engine"])
+PREFIX_CACHE_HITS = LoopCounter(
+    "rxpipe_engine_prefix_cache_hits", "Prompt tokens found in the engine's prefix cache, not prefilled "
+    "(vLLM's vllm:prefix_cache_hits).", ["engine"])
+_prefix_children: dict[str, tuple[Any, Any]] = {}
 
 
 def register(engine: Engine) -> None:
@@ -64,6 +76,16 @@ def observe_step(engine: Engine, duration_s: float, tokens: int) -> None:
                                                   BATCH_TOKENS.labels(engine=engine.name))
     children[0].observe(duration_s)
     children[1].observe(tokens)
+
+
+def count_prefix_cache(engine: Engine, queried_tokens: int, hit_tokens: int) -> None:
+    """Count prompt tokens looked up in ``engine``'s prefix cache and, of them, found (once per step)."""
+    children = _prefix_children.get(engine.name)
+    if children is None:
+        children = _prefix_children[engine.name] = (PREFIX_CACHE_QUERIES.labels(engine=engine.name),
+                                                    PREFIX_CACHE_HITS.labels(engine=engine.name))
+    children[0].inc(queried_tokens)
+    children[1].inc(hit_tokens)
 
 
 class EngineCollector(Collector):

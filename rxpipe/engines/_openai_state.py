@@ -5,7 +5,6 @@ argument checks."""
 from __future__ import annotations
 
 import asyncio
-import math
 import random
 from typing import TYPE_CHECKING, Any, Mapping
 
@@ -24,7 +23,7 @@ class _Call:
 
     __slots__ = ("completion", "request", "chat", "state", "task", "response", "parts", "tokens", "started_s",
                  "first_token_s", "throttles", "trial", "settled", "waiter", "finish_reason", "usage",
-                 "not_before", "expires_s", "timed_out", "stall_s")
+                 "not_before", "asked_s", "expires_s", "timed_out", "stall_s")
 
     def __init__(self, completion: Completion, chat: bool) -> None:
         self.completion = completion
@@ -47,26 +46,14 @@ class _Call:
         self.usage: dict[str, Any] | None = None
         #: loop time before which a refused (429) call must not be sent again; None: not held
         self.not_before: float | None = None
+        #: the wait its latest 429/503 asked for (seconds; None: no usable Retry-After)
+        self.asked_s: float | None = None
         #: loop time at which this attempt's total_timeout_s ends (None: no limit); timed_out:
         #: it ended so (its task was cancelled for it)
         self.expires_s: float | None = None
         self.timed_out = False
         #: loop time at which this call, parked without credit, is stalled (None: not parked)
         self.stall_s: float | None = None
-
-
-def _seconds(name: str, value: object) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < math.inf:
-        raise ValueError(f"OpenAIEngine({name}=) needs seconds > 0, got {value!r}")
-    return float(value)
-
-
-def _optional_seconds(name: str, value: object) -> float | None:
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < math.inf:
-        raise ValueError(f"OpenAIEngine({name}=) needs seconds > 0 or None, got {value!r}")
-    return float(value)
 
 
 def _wake(waiter: asyncio.Future[None]) -> None:
@@ -102,8 +89,13 @@ class _OpenAIState(Engine):
     _pause: asyncio.TimerHandle | None
     _pause_until: float
     _pause_status: int
+    #: the pause is a backend's wait over retry_after_cap_s: unavailable, nominal free slots
+    _pause_long: bool
     _streak: int
     _breaker_timer: asyncio.TimerHandle | None
+    #: loop time the backend went down (circuit opened) / the engine paused; None: it is not
+    _down_since: float | None
+    _paused_since: float | None
     _limit: ConcurrencyLimit
     _calls: set[_Call]
     _own_request_id: bool
@@ -113,6 +105,9 @@ class _OpenAIState(Engine):
         def _start_waiting(self) -> None: ...
         def _release(self, call: _Call, requeue: bool) -> None: ...
         def _end(self, call: _Call, reason: str) -> None: ...
-        def _settle(self, call: _Call, ok: bool | None) -> None: ...
+        def _settle(self, call: _Call, ok: bool | None, why: str | None = None) -> None: ...
+        @property
+        def paused(self) -> bool: ...
         def _throttled(self, call: _Call, status: int, headers: Mapping[str, str]) -> bool: ...
         def _arm_deadline(self, when: float) -> None: ...
+        def _fail_held(self, error: BaseException) -> None: ...

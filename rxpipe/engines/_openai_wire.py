@@ -13,7 +13,8 @@ from typing import Any, Mapping
 import aiohttp
 import orjson
 
-from ..errors import EngineError, EngineUnavailableError
+from ..errors import EngineUnavailableError
+from ._openai_errors import backend_error, broken_answer
 from ._openai_state import _Call, _OpenAIState
 from .records import estimate_tokens
 
@@ -85,18 +86,18 @@ class _HTTPCall(_OpenAIState):
                 # cancelled by the engine's deadline timer, not by its owner: a failed call; with
                 # no answer yet the server counts as unreachable (as for a connection timeout)
                 asyncio.current_task().uncancel()  # type: ignore[union-attr]
-                self._settle(call, False)
-                kind = EngineUnavailableError if call.response is None else EngineError
-                call.completion.fail(kind(
-                    f"{self.base_url}: request {call.request.id} timed out after total_timeout_s="
-                    f"{self._total_timeout_s} s ({call.tokens} tokens)"))
+                self._settle(call, False, f"no answer within total_timeout_s={self._total_timeout_s:g} s")
+                message = (f"{self.base_url}: request {call.request.id} timed out after total_timeout_s="
+                           f"{self._total_timeout_s} s ({call.tokens} tokens)")
+                call.completion.fail(EngineUnavailableError(message) if call.response is None
+                                     else broken_answer(message, timeout=True))
                 return
             self._settle(call, None)
             self._end(call, "cancelled")
             raise
         except Exception as error:  # not an HTTP failure: a malformed answer or a bug; this call only
-            self._settle(call, False)
-            call.completion.fail(EngineError(f"{self.base_url}: request {call.request.id} failed: {error!r}"))
+            self._settle(call, False, f"a malformed answer: {error}")
+            call.completion.fail(broken_answer(f"{self.base_url}: request {call.request.id} failed: {error!r}"))
         finally:
             self._close_response(call)
             self._release(call, requeue)
@@ -115,7 +116,7 @@ class _HTTPCall(_OpenAIState):
                 headers = {**headers, "X-Request-Id": wire_request_id(request.id)}
             response = await session.post(url, data=self._body(call), headers=headers, **options)
         except (aiohttp.ClientError, OSError) as error:
-            self._settle(call, False)
+            self._settle(call, False, f"unreachable: {error or repr(error)}")
             completion.fail(EngineUnavailableError(f"{url} unreachable: {error!r}"))
             return False
         call.response = response
@@ -124,9 +125,9 @@ class _HTTPCall(_OpenAIState):
             self._settle(call, True)  # it answered: up, only busy
             return self._throttled(call, status, response.headers)
         if status >= 300:
-            message = await self._error_message(response)
-            self._settle(call, status < 500)
-            completion.fail(EngineError(f"{url} answered {status} to {request.id}: {message}"))
+            body = await self._error_body(response)
+            self._settle(call, status < 500, f"answered {status}")
+            completion.fail(backend_error(status, body, response.content_type, url, request.id))
             return False
         self._streak = 0
         try:
@@ -144,9 +145,9 @@ class _HTTPCall(_OpenAIState):
                 self._settle(call, None)
                 self._end(call, "cancelled")
                 return False
-            self._settle(call, False)
-            completion.fail(EngineError(f"{url}: the answer to {request.id} broke after {call.tokens} "
-                                        f"tokens: {error!r}"))
+            self._settle(call, False, f"an answer broke: {error!r}")
+            completion.fail(broken_answer(f"{url}: the answer to {request.id} broke after {call.tokens} "
+                                          f"tokens: {error!r}"))
             return False
         if completion.cancel_requested:  # its consumer cancelled it inside on_next
             self._settle(call, None)
@@ -330,11 +331,14 @@ class _HTTPCall(_OpenAIState):
             call.tokens += 1
             call.parts.append(text)
             call.completion.push(text, 1)
-        elif isinstance(text, str) and not reason:
+        elif isinstance(text, str) and not reason and not (call.chat and "role" in (choice.get("delta") or {})):
             # A streamed token whose text is empty (llama.cpp sends those for the bytes of a
-            # multi-byte character split across tokens): still one token generated. The final
-            # chunk (finish_reason, empty text) is none; without usage these counts are used.
+            # multi-byte character split across tokens): still one token generated, and pushed
+            # as such, so the consumer's count is the server's (mid-stream failover continues
+            # from it). The final chunk (finish_reason, empty text) is none; without usage these
+            # counts are used. Nor is a chat stream's opening delta (its role, and empty content).
             call.tokens += 1
+            call.completion.push("", 1)
 
     async def _await_credit(self, call: _Call) -> bool:
         """Park until the consumer grants credit; False (finished ``"stalled"``) after ``stall_timeout_s``."""
@@ -364,21 +368,12 @@ class _HTTPCall(_OpenAIState):
         finally:
             call.stall_s = None
 
-    async def _error_message(self, response: aiohttp.ClientResponse) -> str:
+    async def _error_body(self, response: aiohttp.ClientResponse) -> bytes:
+        """The first ``_ERROR_BODY_BYTES`` of an error answer (empty if unreadable)."""
         try:
-            raw = await response.content.read(_ERROR_BODY_BYTES)
-        except (aiohttp.ClientError, OSError) as error:
-            return f"(body unreadable: {error!r})"
-        try:
-            data = orjson.loads(raw)
-        except orjson.JSONDecodeError:
-            data = None
-        detail = data.get("error") if isinstance(data, dict) else None
-        if isinstance(detail, dict) and isinstance(detail.get("message"), str):
-            return str(detail["message"])
-        if isinstance(detail, str):
-            return detail
-        return raw.decode("utf-8", "replace")
+            return await response.content.read(_ERROR_BODY_BYTES)
+        except (aiohttp.ClientError, OSError):
+            return b""
 
     def _close_response(self, call: _Call) -> None:
         response = call.response

@@ -82,6 +82,8 @@ class _ContinuousBatching(_SimState):
             batch.append(seq)
         # 2. waiting sequences, first come first served
         expired: list[_Seq] | None = None
+        prefix = self.prefix_cache
+        cached = queried = 0
         waiting = self._waiting
         slots = self.max_num_seqs - self._n_running
         if waiting and budget > 0 and slots > 0:
@@ -108,12 +110,20 @@ class _ContinuousBatching(_SimState):
                 slots -= 1
                 running.append(seq)
                 seq.started_s = now
+                if prefix is not None:
+                    # cached leading blocks are pinned and not prefilled (vLLM's get_computed_blocks)
+                    hit = prefix.admit(seq.blocks, seq.prompt_tokens)
+                    seq.pinned = hit
+                    seq.prefilled = hit * prefix.block_tokens
+                    cached += seq.prefilled
+                    queried += seq.prompt_tokens
                 if seq.stall_s:
                     seq.stall_until = now + seq.stall_s  # hung: holds its slot, not stepped
                     if seq.stall_until < wake:
                         wake = seq.stall_until
                     continue
-                n = seq.prompt_tokens if seq.prompt_tokens < budget else budget
+                left = seq.prompt_tokens - seq.prefilled
+                n = left if left < budget else budget
                 seq.step_prefill = n
                 prefill += n
                 budget -= n
@@ -127,13 +137,15 @@ class _ContinuousBatching(_SimState):
             if self.step_log.maxlen:
                 self.step_log.append(StepRecord(self.steps, start, duration, len(batch), prefill, decode_tokens,
                                                 decode_seqs, self._n_running, self._n_waiting,
-                                                tuple(s.request.id for s in batch)))
+                                                tuple(s.request.id for s in batch), cached))
             _metrics.observe_step(self, duration, prefill + decode_tokens)
             self._stepping = True
             self._step_end = start + duration
             self._timer = loop.call_at(self._step_end, self._end_step)
         elif wake < math.inf:
             self._timer = loop.call_at(wake, self._start_step)
+        if queried:
+            _metrics.count_prefix_cache(self, queried, cached)
         if expired:
             self._busy = True
             try:
@@ -164,6 +176,11 @@ class _ContinuousBatching(_SimState):
                     continue
                 if seq.step_prefill:
                     seq.prefilled += seq.step_prefill
+                    if seq.blocks:  # blocks this chunk completed are cached (and pinned) from now on
+                        done = min(len(seq.blocks), seq.prefilled // self.block_tokens)
+                        if done > seq.pinned:
+                            self.prefix_cache.pin(seq.blocks, seq.pinned, done)  # type: ignore[union-attr]
+                            seq.pinned = done
                     if seq.prefilled < seq.prompt_tokens:
                         continue
                     n = seq.max_out if seq.max_out < tps else tps  # the prefill step samples token 1

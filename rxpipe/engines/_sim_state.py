@@ -14,6 +14,7 @@ from collections import deque
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable
 
+from ._sim_prefix import PrefixCache
 from .base import Engine
 from .records import Completion
 
@@ -43,6 +44,8 @@ class StepRecord:
     sequences in the batch; prefill_tokens / decode_tokens: tokens of each kind in it (their sum
     is ``batch_tokens`` <= max_num_batched_tokens); decode_seqs: sequences decoding. running /
     waiting: the engine's counts when the step started. request_ids: the batch, in order.
+    cached_tokens: prompt tokens of the sequences started in this step found in the prefix
+    cache (not prefilled, not in ``prefill_tokens``).
     """
 
     index: int
@@ -55,6 +58,7 @@ class StepRecord:
     running: int
     waiting: int
     request_ids: tuple[str, ...]
+    cached_tokens: int = 0
 
     @property
     def batch_tokens(self) -> int:
@@ -67,7 +71,7 @@ class _Seq:
     __slots__ = ("completion", "request", "no", "state", "prompt_tokens", "max_out", "capped", "offset",
                  "prefilled", "generated", "arrival_s", "started_s", "first_token_s", "parked_at",
                  "stall_s", "stall_until", "fail_at", "in_step", "step_prefill", "step_tokens",
-                 "needs_credit", "awaiting_credit", "per_token_s")
+                 "needs_credit", "awaiting_credit", "per_token_s", "blocks", "pinned", "words")
 
     def __init__(self, completion: Completion, no: int, prompt_tokens: int, max_out: int, capped: bool,
                  offset: int, arrival_s: float) -> None:
@@ -95,27 +99,14 @@ class _Seq:
         self.needs_credit = self.request.stream
         self.awaiting_credit = False
         self.per_token_s = 0.0
+        #: its prompt's full blocks (prefix caching), and how many of the first ones it pins
+        self.blocks: tuple[int, ...] = ()
+        self.pinned = 0
+        #: a greedy (temperature 0) sequence's tokens, made in advance; None: sampled
+        self.words: list[str] | None = None
 
     def __lt__(self, other: _Seq) -> bool:  # heap ties (never reached: entries carry ``no``)
         return self.no < other.no
-
-
-def _check_int(name: str, value: object, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ValueError(f"SimulatedEngine({name}=) needs an int >= {minimum}, got {value!r}")
-    return value
-
-
-def _check_seconds(name: str, value: object) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < math.inf:
-        raise ValueError(f"SimulatedEngine({name}=) needs seconds >= 0, got {value!r}")
-    return float(value)
-
-
-def _check_rate(name: str, value: object) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 1:
-        raise ValueError(f"SimulatedEngine({name}=) needs a probability in [0, 1], got {value!r}")
-    return float(value)
 
 
 class _SimState(Engine):
@@ -130,6 +121,8 @@ class _SimState(Engine):
     stall_timeout_s: float | None
     error_rate: float
     latency: LatencyModel | None
+    prefix_cache: PrefixCache | None
+    block_tokens: int
     _latency_rng: random.Random
     step_log: deque[StepRecord]
     steps: int

@@ -25,6 +25,7 @@ from functools import partial
 from typing import Any, Callable, Sequence
 
 from ..errors import EngineError, EngineUnavailableError
+from ..settings import check_int, check_number
 from . import _metrics
 from .base import Engine
 from .records import Completion, CompletionRequest, CompletionResult, estimate_tokens
@@ -138,13 +139,10 @@ class BatchFunctionEngine(Engine):
                  output: Callable[[Any], str] | None = None, batch_log: int = 0) -> None:
         if not callable(fn):
             raise TypeError(f"BatchFunctionEngine(fn=) needs a callable, got {fn!r}")
-        for name, value in (("max_batch_size", max_batch_size), ("workers", workers)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"BatchFunctionEngine({name}=) needs an int >= 1, got {value!r}")
-        if isinstance(max_delay_s, bool) or not isinstance(max_delay_s, (int, float)) or not 0 <= max_delay_s < 1e9:
-            raise ValueError(f"BatchFunctionEngine(max_delay_s=) needs seconds >= 0, got {max_delay_s!r}")
-        if isinstance(batch_log, bool) or not isinstance(batch_log, int) or batch_log < 0:
-            raise ValueError(f"BatchFunctionEngine(batch_log=) needs an int >= 0, got {batch_log!r}")
+        check_int(max_batch_size, "BatchFunctionEngine(max_batch_size=)", minimum=1)
+        check_int(workers, "BatchFunctionEngine(workers=)", minimum=1)
+        check_number(max_delay_s, "BatchFunctionEngine(max_delay_s=)", minimum=0)
+        check_int(batch_log, "BatchFunctionEngine(batch_log=)", minimum=0)
         super().__init__(model=model, max_num_seqs=max_batch_size * workers)
         self.fn = fn
         self.max_batch_size = max_batch_size

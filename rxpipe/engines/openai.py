@@ -39,11 +39,13 @@ import aiohttp
 
 from ..errors import CircuitOpenError, EngineUnavailableError
 from ..resilience import CircuitBreaker
+from ..settings import SettingError
 from ..stage import SerialLoop
 from ._concurrency import ConcurrencyLimit
 from ._openai_backoff import _Backoff
-from ._openai_state import _DONE, _RUNNING, _WAITING, _Call, _optional_seconds, _seconds, _wake
+from ._openai_state import _DONE, _RUNNING, _WAITING, _Call, _wake
 from ._openai_wire import _HTTPCall, parse_retry_after, wire_request_id
+from ._settings import OPENAI_SETTINGS
 from .records import Completion, CompletionRequest, CompletionResult
 
 __all__ = ["OpenAIEngine", "parse_retry_after", "wire_request_id", "AUTO_INITIAL_LIMIT", "AUTO_MAX_LIMIT"]
@@ -52,6 +54,11 @@ __all__ = ["OpenAIEngine", "parse_retry_after", "wire_request_id", "AUTO_INITIAL
 AUTO_INITIAL_LIMIT = 4
 #: ... and never exceeds this (calls; also ``max_num_seqs``, the executor's bound)
 AUTO_MAX_LIMIT = 256
+
+
+def _arg(name: str, value: Any) -> Any:
+    """A constructor argument checked by its setting (:data:`~rxpipe.engines._settings.OPENAI_SETTINGS`)."""
+    return OPENAI_SETTINGS.check(name, value, f"OpenAIEngine({name}=)")
 
 
 class OpenAIEngine(_HTTPCall, _Backoff):
@@ -78,7 +85,12 @@ class OpenAIEngine(_HTTPCall, _Backoff):
             total_timeout_s: seconds for the whole call (time parked without credit included).
             None disables one, explicitly. With a ``session`` of the user's, its own timeouts
             apply instead.
-        retry_after_cap_s: the longest wait (seconds) a 429/503 can cause.
+        retry_after_cap_s: the longest wait (seconds) a 429/503 can cause. A backend asking for
+            more (``Retry-After: 3600``) fails the call at once with ``EngineUnavailableError``
+            whose ``retry_after`` is that honest wait (the gateway's 503 says it, capped by its
+            ``retry_after_max_s``), and the engine is paused and unavailable that long: what
+            waits in it fails the same way, and ``free_slots`` stays nominal so ``execute``
+            answers what is queued behind it at once (``balance`` sends new work elsewhere).
         retry_after_jitter: the wait (of the refused call after a 429; of every call after a
             503) is ``min(cap, r + uniform(0, jitter * r))`` where ``r`` is the server's
             Retry-After (full jitter over ``jitter`` more windows: never earlier than the server
@@ -124,10 +136,13 @@ class OpenAIEngine(_HTTPCall, _Backoff):
 
     Errors (``await completion.result`` raises, the token stream signals): connection failures,
     no answer within ``total_timeout_s`` and a 429/503 past ``throttle_retries`` →
-    ``EngineUnavailableError``; other non-2xx answers, a
+    ``EngineUnavailableError`` (the gateway's 503 with Retry-After); other non-2xx answers, a
     broken or malformed stream or body, a 200 that is not an OpenAI answer (an HTML page, a JSON
-    body without ``choices``), timeouts → ``EngineError``. A 4xx other than 429 is the
-    request's fault: it does not count against the breaker.
+    body without ``choices``), an answer not finished within ``total_timeout_s`` →
+    :class:`~rxpipe.engines.BackendError` (an ``EngineError``) carrying what the client gets: a
+    backend's 4xx keeps its status and OpenAI error message (addresses removed), 401/403 and
+    5xx become 502, a timeout 504 (the table: :mod:`rxpipe.engines._openai_errors`). A 4xx other
+    than 429 is the request's fault: it does not count against the breaker.
 
     Cancelling a Completion (or its token stream) closes its HTTP connection at once, so the
     server sees the disconnect and frees its slot (vLLM aborts the sequence); the engine's slot
@@ -148,40 +163,35 @@ class OpenAIEngine(_HTTPCall, _Backoff):
                  include_usage: bool = True, max_answer_bytes: int = 16 * 2**20,
                  headers: Mapping[str, str] | None = None,
                  session: aiohttp.ClientSession | None = None, rng: random.Random | None = None) -> None:
+        max_in_flight = _arg("max_in_flight", max_in_flight)
         if max_in_flight == "auto":
             limit = ConcurrencyLimit(AUTO_INITIAL_LIMIT, AUTO_MAX_LIMIT, adaptive=True)
             max_in_flight = AUTO_MAX_LIMIT
-        elif isinstance(max_in_flight, int) and not isinstance(max_in_flight, bool) and max_in_flight >= 1:
-            limit = ConcurrencyLimit(max_in_flight, max_in_flight)
         else:
-            raise ValueError(f"OpenAIEngine(max_in_flight=) needs an int >= 1 calls or 'auto', got {max_in_flight!r}")
+            limit = ConcurrencyLimit(max_in_flight, max_in_flight)
         super().__init__(model=model, max_num_seqs=max_in_flight)
         self._limit = limit
         if not isinstance(base_url, str) or not base_url.startswith(("http://", "https://")):
-            raise ValueError(f"OpenAIEngine(base_url=) needs an http(s) URL, got {base_url!r}")
+            raise SettingError(f"OpenAIEngine(base_url=) must be an http(s) URL, got {base_url!r} "
+                               f"({type(base_url).__name__})")
         root = base_url.rstrip("/")
         if not root.endswith("/v1"):
             root += "/v1"
         self.base_url = root
         self.chat = chat
         self.timeout = aiohttp.ClientTimeout(
-            total=_optional_seconds("total_timeout_s", total_timeout_s),
-            sock_connect=_optional_seconds("connect_timeout_s", connect_timeout_s),
-            sock_read=_optional_seconds("read_timeout_s", read_timeout_s))
+            total=_arg("total_timeout_s", total_timeout_s),
+            sock_connect=_arg("connect_timeout_s", connect_timeout_s),
+            sock_read=_arg("read_timeout_s", read_timeout_s))
 
-        self.retry_after_cap_s = _seconds("retry_after_cap_s", retry_after_cap_s)
-        if isinstance(retry_after_jitter, bool) or not 0 <= retry_after_jitter < math.inf:
-            raise ValueError(f"OpenAIEngine(retry_after_jitter=) needs a number >= 0, got {retry_after_jitter!r}")
-        self.retry_after_jitter = float(retry_after_jitter)
-        if isinstance(throttle_retries, bool) or not isinstance(throttle_retries, int) or throttle_retries < 0:
-            raise ValueError(f"OpenAIEngine(throttle_retries=) needs an int >= 0, got {throttle_retries!r}")
-        self.throttle_retries = throttle_retries
+        self.retry_after_cap_s = float(_arg("retry_after_cap_s", retry_after_cap_s))
+        self.retry_after_jitter = float(_arg("retry_after_jitter", retry_after_jitter))
+        self.throttle_retries = _arg("throttle_retries", throttle_retries)
         self.breaker = breaker if breaker is not None else CircuitBreaker(5, 5.0)
-        self.stall_timeout_s = _optional_seconds("stall_timeout_s", stall_timeout_s)
-        self.include_usage = include_usage
-        if isinstance(max_answer_bytes, bool) or not isinstance(max_answer_bytes, int) or max_answer_bytes < 1:
-            raise ValueError(f"OpenAIEngine(max_answer_bytes=) needs an int >= 1 bytes, got {max_answer_bytes!r}")
-        self.max_answer_bytes = max_answer_bytes
+        stall_timeout_s = _arg("stall_timeout_s", stall_timeout_s)
+        self.stall_timeout_s = None if stall_timeout_s is None else float(stall_timeout_s)
+        self.include_usage = _arg("include_usage", include_usage)
+        self.max_answer_bytes = _arg("max_answer_bytes", max_answer_bytes)
         own = {"Content-Type": "application/json"}
         if api_key is not None:
             own["Authorization"] = f"Bearer {api_key}"
@@ -223,8 +233,11 @@ class OpenAIEngine(_HTTPCall, _Backoff):
         self._pause: asyncio.TimerHandle | None = None
         self._pause_until = 0.0
         self._pause_status = 429
+        self._pause_long = False
         self._streak = 0  # consecutive 429/503 answers (backoff without Retry-After)
         self._breaker_timer: asyncio.TimerHandle | None = None
+        self._down_since: float | None = None
+        self._paused_since: float | None = None
         #: 429/503 answers received; pauses started; calls that completed with a 2xx stream
         self.throttled = 0
         self.pauses = 0
@@ -257,7 +270,7 @@ class OpenAIEngine(_HTTPCall, _Backoff):
 
     @property
     def available(self) -> bool:
-        if self._closed or (self._pause is not None and self._pause_status == 503):
+        if self._closed or (self._pause is not None and (self._pause_status == 503 or self._pause_long)):
             return False
         return self._breaker_state() != "open"
 
@@ -269,7 +282,7 @@ class OpenAIEngine(_HTTPCall, _Backoff):
 
     @property
     def free_slots(self) -> int:
-        if self._closed or self.paused:
+        if self._closed or (self.paused and not self._pause_long):
             return 0
         held = len(self._calls) + self._n_waiting
         # the window bounds the calls running and ready; max_in_flight also bounds those waiting
@@ -510,6 +523,18 @@ class OpenAIEngine(_HTTPCall, _Backoff):
                 call.completion.fail(error)
                 self._freed = True
 
+    def _fail_held(self, error: BaseException) -> None:
+        """Fail every admitted call not running: those waiting for a slot and those held for a
+        429's Retry-After."""
+        self._fail_waiting(error)
+        for call, handle in list(self._delayed.items()):
+            handle.cancel()
+            call.state = _DONE
+            call.completion.fail(error)
+        if self._delayed:
+            self._delayed.clear()
+            self._freed = True
+
     def _release(self, call: _Call, requeue: bool) -> None:
         """The call's task ends: free its slot, or put it back at the head of the queue."""
         self._calls.discard(call)
@@ -533,6 +558,7 @@ class OpenAIEngine(_HTTPCall, _Backoff):
                     if self.paused:  # every call is held: restart in slow start
                         self.pauses += 1
                         self._limit.on_pause()
+                        self._log_paused(429, self.retry_after_s, call.asked_s)
                     self._freed = was_trial
                     self._start_waiting()
                     return
@@ -557,6 +583,8 @@ class OpenAIEngine(_HTTPCall, _Backoff):
         call.not_before = None
         self._waiting.appendleft(call)
         self._n_waiting += 1
+        if not self.paused:
+            self._log_resumed()
         self._freed = True
         self._start_waiting()
 
@@ -587,6 +615,8 @@ class OpenAIEngine(_HTTPCall, _Backoff):
     def _why_unavailable(self) -> str:
         if self._closed:
             return "closed"
+        if self._pause is not None and self._pause_long:
+            return f"paused for {self.retry_after_s:.3f} s (its backend asked for a wait over retry_after_cap_s)"
         if self._pause is not None and self._pause_status == 503:
             return f"answering 503 (paused for {self.retry_after_s:.3f} s)"
         return f"down: circuit open after connection failures to {self.base_url}"

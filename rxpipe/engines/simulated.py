@@ -28,11 +28,15 @@ import asyncio
 import heapq
 import random
 import threading
+import zlib
 from collections import deque
 from typing import Any
 
 from ..errors import EngineUnavailableError
+from ..settings import check_int, check_number
+from ._settings import SIMULATED_SETTINGS
 from ._sim_batching import _ContinuousBatching
+from ._sim_prefix import PrefixCache, prompt_bytes
 from ._sim_requests import _PerRequestService
 from ._sim_state import (
     _DONE,
@@ -41,14 +45,16 @@ from ._sim_state import (
     _WORDS,
     LatencyModel,
     StepRecord,
-    _check_int,
-    _check_rate,
-    _check_seconds,
     _Seq,
 )
 from .records import Completion, CompletionRequest, CompletionResult
 
 __all__ = ["SimulatedEngine", "StepRecord", "LatencyModel"]
+
+
+def _arg(name: str, value: Any) -> Any:
+    """A constructor argument checked by its setting (:data:`~rxpipe.engines._settings.SIMULATED_SETTINGS`)."""
+    return SIMULATED_SETTINGS.check(name, value, f"SimulatedEngine({name}=)")
 
 
 class SimulatedEngine(_ContinuousBatching, _PerRequestService):
@@ -95,10 +101,24 @@ class SimulatedEngine(_ContinuousBatching, _PerRequestService):
             ``step_log`` (0: keep none).
         latency: a per-request service model instead of batching (see the module docstring):
             ``latency(rng, output_tokens) -> (first_token_s, per_token_s)``.
+        prefix_cache_blocks: vLLM's automatic prefix caching (DESIGN §8b): a prompt is a chain
+            of blocks of ``block_tokens`` tokens (4 UTF-8 bytes a token); the blocks of running
+            sequences are pinned and at most this many others are kept, least recently used
+            evicted first; a sequence that starts skips the prefill of its cached leading
+            blocks (never its last prompt token), so its step is ``prefill_s_per_token`` ×
+            those tokens shorter. 0 (default): no caching. Not with ``latency=`` (ValueError).
+            State in ``prefix_cache`` (:class:`~rxpipe.engines._sim_prefix.PrefixCache`);
+            metrics ``rxpipe_engine_prefix_cache_queries_total{engine}`` and
+            ``rxpipe_engine_prefix_cache_hits_total{engine}``, in tokens, as vLLM's
+            ``vllm:prefix_cache_queries`` / ``vllm:prefix_cache_hits``.
+        block_tokens: tokens a cache block (vLLM's ``--block-size``, default 16).
 
     Token text is words from a seeded vocabulary, one word per token, each with a leading space.
     Sampling fields: ``seed`` makes a request's length and text depend only on the engine's seed,
-    the request's seed and its prompt (the same request gives the same answer); ``stop`` (a
+    the request's seed and its prompt (the same request gives the same answer); ``temperature``
+    0 is greedy decoding: each token follows from the two words before it (the prompt's last
+    two, then the answer's own), so the same prompt gives the same text, and a prompt extended
+    by the start of an answer continues that answer exactly; ``stop`` (a
     string or a list of them) ends the output, finish reason ``"stop"``, before the first token
     in which a stop string begins; the others are accepted and ignored. A ``max_tokens`` the
     edge filled in (``max_tokens_defaulted``) caps the drawn length instead of fixing it.
@@ -111,29 +131,33 @@ class SimulatedEngine(_ContinuousBatching, _PerRequestService):
                  decode_s_per_seq: float = 0.0001, stall_timeout_s: float | None = 10.0, seed: int = 0,
                  output_tokens: tuple[int, int] = (16, 256), error_rate: float = 0.0, stall_rate: float = 0.0,
                  stall_s: float = 5.0, down: bool = False, model: str = "sim", step_log: int = 0, *,
-                 latency: LatencyModel | None = None) -> None:
-        super().__init__(model=model, max_num_seqs=max_num_seqs)
-        self.max_num_batched_tokens = _check_int("max_num_batched_tokens", max_num_batched_tokens, 1)
-        self.tokens_per_step = _check_int("tokens_per_step", tokens_per_step, 1)
-        self.step_overhead_s = _check_seconds("step_overhead_s", step_overhead_s)
-        self.prefill_s_per_token = _check_seconds("prefill_s_per_token", prefill_s_per_token)
-        self.decode_s_per_seq = _check_seconds("decode_s_per_seq", decode_s_per_seq)
-        if stall_timeout_s is not None and not _check_seconds("stall_timeout_s", stall_timeout_s) > 0:
-            raise ValueError(f"SimulatedEngine(stall_timeout_s=) needs seconds > 0 or None, got {stall_timeout_s!r}")
+                 latency: LatencyModel | None = None, prefix_cache_blocks: int = 0, block_tokens: int = 16) -> None:
+        super().__init__(model=model, max_num_seqs=_arg("max_num_seqs", max_num_seqs))
+        self.max_num_batched_tokens = _arg("max_num_batched_tokens", max_num_batched_tokens)
+        self.tokens_per_step = _arg("tokens_per_step", tokens_per_step)
+        self.step_overhead_s = float(_arg("step_overhead_s", step_overhead_s))
+        self.prefill_s_per_token = float(_arg("prefill_s_per_token", prefill_s_per_token))
+        self.decode_s_per_seq = float(_arg("decode_s_per_seq", decode_s_per_seq))
+        stall_timeout_s = _arg("stall_timeout_s", stall_timeout_s)
         self.stall_timeout_s = None if stall_timeout_s is None else float(stall_timeout_s)
         lo, hi = output_tokens
-        _check_int("output_tokens", lo, 1)
-        if _check_int("output_tokens", hi, 1) < lo:
-            raise ValueError(f"SimulatedEngine(output_tokens=) needs (lo, hi) with 1 <= lo <= hi, "
-                             f"got {output_tokens!r}")
+        check_int(lo, "SimulatedEngine(output_tokens=)", minimum=1)
+        check_int(hi, "SimulatedEngine(output_tokens=)", minimum=lo)
         self.output_tokens = (lo, hi)
-        self.error_rate = _check_rate("error_rate", error_rate)
-        self.stall_rate = _check_rate("stall_rate", stall_rate)
-        self.stall_s = _check_seconds("stall_s", stall_s)
+        self.error_rate = float(_arg("error_rate", error_rate))
+        self.stall_rate = float(_arg("stall_rate", stall_rate))
+        self.stall_s = float(_arg("stall_s", stall_s))
         if latency is not None and not callable(latency):
             raise TypeError(f"SimulatedEngine(latency=) needs a callable, got {latency!r}")
         self.latency = latency
-        self.seed = seed
+        cache_blocks = _arg("prefix_cache_blocks", prefix_cache_blocks)
+        self.block_tokens = _arg("block_tokens", block_tokens)
+        if cache_blocks and latency is not None:
+            raise ValueError("SimulatedEngine(prefix_cache_blocks=) models continuous batching's prefill: "
+                             "not available with latency=")
+        #: the automatic prefix cache (None with ``prefix_cache_blocks=0``)
+        self.prefix_cache = PrefixCache(cache_blocks, self.block_tokens) if cache_blocks else None
+        self.seed = _arg("seed", seed)
         self._rng = random.Random(f"{seed}:content")
         self._fault_rng = random.Random(f"{seed}:faults")
         self._latency_rng = random.Random(f"{seed}:latency")
@@ -141,7 +165,7 @@ class SimulatedEngine(_ContinuousBatching, _PerRequestService):
         random.Random(f"{seed}:vocabulary").shuffle(words)
         self._words = tuple(words)
         #: the last ``step_log`` steps (empty when ``step_log=0``)
-        self.step_log: deque[StepRecord] = deque(maxlen=_check_int("step_log", step_log, 0))
+        self.step_log: deque[StepRecord] = deque(maxlen=_arg("step_log", step_log))
         #: steps run, sequences finished (any reason, failures included), tokens generated
         self.steps = 0
         self.finished = 0
@@ -181,8 +205,8 @@ class SimulatedEngine(_ContinuousBatching, _PerRequestService):
         ``[min_s, max_s]`` seconds (seeded), independent of the others; its tokens are spread
         evenly over it. Other keyword arguments go to the constructor.
         """
-        lo = _check_seconds("min_s", min_s)
-        hi = _check_seconds("max_s", max_s)
+        lo = float(check_number(min_s, "SimulatedEngine.fixed_latency(min_s=)", minimum=0))
+        hi = float(check_number(max_s, "SimulatedEngine.fixed_latency(max_s=)", minimum=0))
         if hi < lo:
             raise ValueError(f"fixed_latency needs min_s <= max_s, got {min_s!r} > {max_s!r}")
 
@@ -201,8 +225,8 @@ class SimulatedEngine(_ContinuousBatching, _PerRequestService):
 
         Capacity with the defaults: 8 / (0.02 + 0.002 * 40 mean tokens) = 80 requests/s.
         """
-        base = _check_seconds("base_s", base_s)
-        per_token = _check_seconds("per_token_s", per_token_s)
+        base = float(check_number(base_s, "SimulatedEngine.per_request(base_s=)", minimum=0))
+        per_token = float(check_number(per_token_s, "SimulatedEngine.per_request(per_token_s=)", minimum=0))
 
         def latency(rng: random.Random, output_tokens: int) -> tuple[float, float]:
             return base + per_token, per_token
@@ -313,11 +337,16 @@ class SimulatedEngine(_ContinuousBatching, _PerRequestService):
         else:
             max_out, capped = request.max_tokens, True
         offset = rng.randrange(len(self._words))
+        greedy = self._greedy(request, max_out) if sampling.get("temperature") == 0 else None
         stop = sampling.get("stop")
         if stop:
-            max_out, capped = self._stop_before(offset, max_out, capped, [stop] if isinstance(stop, str) else stop)
+            max_out, capped = self._stop_before(greedy or self._run_of(offset, max_out), max_out, capped,
+                                                [stop] if isinstance(stop, str) else stop)
         self._seq_no += 1
         seq = _Seq(completion, self._seq_no, request.prompt_tokens, max_out, capped, offset, arrival_s)
+        seq.words = greedy
+        if self.prefix_cache is not None:
+            seq.blocks = self.prefix_cache.chain(prompt_bytes(request))
         faults = self._fault_rng
         if self.error_rate and faults.random() < self.error_rate and max_out:
             seq.fail_at = faults.randrange(max_out)
@@ -325,17 +354,40 @@ class SimulatedEngine(_ContinuousBatching, _PerRequestService):
             seq.stall_s = self.stall_s
         return seq
 
-    def _stop_before(self, offset: int, max_out: int, capped: bool, stops: list[str]) -> tuple[int, bool]:
-        """Output length with ``stop`` strings honoured: the sequence ends (finish reason
-        ``"stop"``) before the first token in which one of them begins; the stop text itself is
-        never sent (as OpenAI's API does)."""
+    def _run_of(self, offset: int, count: int) -> list[str]:
+        """The ``count`` tokens of a sampled (not greedy) sequence starting at ``offset``."""
         words = self._words
         n = len(words)
+        return [words[(offset + i) % n] for i in range(count)]
+
+    def _greedy(self, request: CompletionRequest, count: int) -> list[str]:
+        """Greedy decoding (``temperature`` 0): each token is a function of the engine's seed and
+        of the two words before it — the prompt's last two, then the answer's own — so a request
+        whose prompt is another's plus the start of its answer goes on exactly as that answer
+        did, as a real model's greedy decoding does (what mid-stream failover relies on). Stable
+        across processes (CRC-32, not Python's salted ``hash``)."""
+        words = self._words
+        n = len(words)
+        context = prompt_bytes(request).split()
+        a = context[-2] if len(context) > 1 else b""
+        b = context[-1] if context else b""
+        seed = str(self.seed).encode()
+        out: list[str] = []
+        for _ in range(count):
+            word = words[zlib.crc32(b"|".join((seed, a, b))) % n]
+            out.append(word)
+            a, b = b, word[1:].encode()
+        return out
+
+    def _stop_before(self, run: list[str], max_out: int, capped: bool, stops: list[str]) -> tuple[int, bool]:
+        """Output length with ``stop`` strings honoured: the sequence ends (finish reason
+        ``"stop"``) before the first token in which one of them begins; the stop text itself is
+        never sent (as OpenAI's API does). ``run``: the sequence's first ``max_out`` tokens."""
         position = 0
         text: list[str] = []
         ends: list[int] = []
         for i in range(max_out):
-            word = words[(offset + i) % n]
+            word = run[i]
             text.append(word)
             position += len(word)
             ends.append(position)
@@ -348,6 +400,8 @@ class SimulatedEngine(_ContinuousBatching, _PerRequestService):
         return max(whole, 0), False
 
     def _text(self, seq: _Seq, start: int, count: int) -> str:
+        if seq.words is not None:
+            return "".join(seq.words[start:start + count])
         words = self._words
         n = len(words)
         first = seq.offset + start
@@ -376,6 +430,9 @@ class SimulatedEngine(_ContinuousBatching, _PerRequestService):
         if seq.state == _RUNNING:
             self._n_running -= 1
             self._running_dirty = True
+            if seq.pinned:
+                self.prefix_cache.release(seq.blocks, seq.pinned)  # type: ignore[union-attr]
+                seq.pinned = 0
         elif seq.state == _WAITING:
             self._n_waiting -= 1  # removed lazily from the deque
         seq.state = _DONE

@@ -4,11 +4,12 @@
     pipeline = Pipeline(Gateway(model="sim"), edge_queue(100), ops.execute(engine))
 """
 
-from ._config import GatewayConfig, parse_api_keys
+from ._config import EDGE_SETTINGS, QUEUE_CAPACITY, GatewayConfig, gateway_config, parse_api_keys
 from ._gateway import Gateway
 from ._queue import EdgeQueueFlowable, ReplyFuture, edge_queue, reply_departure
 from ._tenant_gate import vtc_cost
 from ._tenants import Tenant, Tenants, TenantsFileError
 
-__all__ = ["Gateway", "GatewayConfig", "EdgeQueueFlowable", "ReplyFuture", "Tenant", "Tenants", "TenantsFileError",
-           "edge_queue", "parse_api_keys", "reply_departure", "vtc_cost"]
+__all__ = ["Gateway", "GatewayConfig", "EDGE_SETTINGS", "QUEUE_CAPACITY", "gateway_config", "EdgeQueueFlowable",
+           "ReplyFuture", "Tenant", "Tenants", "TenantsFileError", "edge_queue", "parse_api_keys", "reply_departure",
+           "vtc_cost"]

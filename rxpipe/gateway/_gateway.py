@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import errno
 import hmac
 import logging
 import random
 import signal
+import socket
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -14,8 +16,9 @@ from aiohttp import web
 
 from .._protocol import UNBOUNDED, Subscriber
 from ..engines import Completion, CompletionRequest, CompletionResult
-from ..errors import EngineUnavailableError, RxPipeError
+from ..errors import EngineUnavailableError, RxPipeError, StartError
 from ..flowable import Flowable
+from ..logs import event
 from ..metrics import StageCounters, StageStatistics, track
 from ..runtime import Service
 from ..stage import EMPTY_SUBSCRIPTION, DrainSubscription
@@ -125,13 +128,19 @@ class Gateway(Flowable[CompletionRequest], Service):
     right after the gateway; behind any other stage, plain demand), then reserves
     ``prompt_tokens + max_tokens`` of the tenant's rpm/tpm quota, and emits, in one synchronous
     step: 429 ``queue_full`` (Retry-After: the reservation above) or ``rate_limited``
-    (Retry-After: the time until the reservation fits, clamped; a request over the tenant's
-    ``tpm`` alone is refused with a message saying so). Every answer to a tenant with limits
+    (Retry-After: the time until the reservation fits, clamped); a request that alone needs more
+    than the tenant's ``tpm`` can never be admitted: a final 400 ``request_over_tpm`` naming the
+    limit and its tokens, without Retry-After (SDKs do not retry it). Every answer to a tenant with limits
     carries ``x-ratelimit-{limit,remaining,reset}-{requests,tokens}`` as of its admission. At
     completion the quota and the queue's Virtual Token Counter are reconciled with the real token
     counts; a request that never started gives its reservation back. SIGHUP reloads the file
     (:meth:`reload_tenants`); a bad file is logged and the previous one stays in force.
     Raises :class:`~rxpipe.gateway.TenantsFileError` for a bad file at construction.
+
+    Access log: with ``access_log = True`` (``rxpipe run --access-log``) every answer of a
+    completion route is one INFO record on the logger ``rxpipe.access`` (:mod:`rxpipe.logs`):
+    method, route, status, error code, tenant, stream, token counts, finish reason, queue and
+    total time (seconds), request id — never a key or a prompt.
     """
 
     kind = "gateway"
@@ -167,9 +176,15 @@ class Gateway(Flowable[CompletionRequest], Service):
         self._keys: tuple[tuple[bytes, str], ...] = ()
         self._key_tenants: dict[str, str] = {}
         self._sighup = False
+        #: install a SIGHUP handler of its own when it serves with a tenants file (for a process that
+        #: embeds it); ``rxpipe run`` handles SIGHUP itself (:meth:`reload`) and sets this False
+        self.handle_sighup = True
         #: the loop serving (set by :meth:`start`): read instead of ``asyncio.get_running_loop()``,
         #: which costs a getpid() syscall per call on Python < 3.12
         self._loop: asyncio.AbstractEventLoop | None = None
+        #: write one access-log line per completion request (logger ``rxpipe.access``, INFO; ``rxpipe
+        #: run --access-log`` sets it): status, code, tenant, tokens, queue and total time, request id
+        self.access_log = False
         self._set_keys()
 
     # -- Flowable ------------------------------------------------------------------------------
@@ -304,11 +319,16 @@ class Gateway(Flowable[CompletionRequest], Service):
             gate = self.tenant_gate
             tpm = gate.tenants[decision.tenant].tpm if gate is not None else None
             max_tokens = request.max_tokens or 0
-            return Refusal(429, "rate_limited", cfg.retry_after_max_s,
-                           f"this request needs {request.prompt_tokens + max_tokens} tokens (prompt "
-                           f"{request.prompt_tokens} + max_tokens {max_tokens}), more than tenant "
-                           f"{decision.tenant!r}'s limit of {tpm} tokens per minute; lower max_tokens",
-                           decision.headers)
+            # never admissible as it is: a final 400 (no Retry-After; SDKs do not retry a 400),
+            # not a 429 its client would retry for minutes for nothing
+            need = request.prompt_tokens + max_tokens
+            room = (tpm or 0) - request.prompt_tokens
+            fits = f" (to at most {room})" if room > 0 else ""
+            return Refusal(400, "rate_limited", 0.0,
+                           f"this request needs {need} tokens (prompt {request.prompt_tokens} + max_tokens "
+                           f"{max_tokens}), more than tenant {decision.tenant!r}'s limit of {tpm} tokens per minute: "
+                           f"it can never be admitted; lower max_tokens{fits}",
+                           decision.headers, code="request_over_tpm", param="max_tokens")
         return Refusal(429, "rate_limited",
                        clamp_retry_after(max(decision.retry_after_s, self.engine_pause_s()), cfg.retry_after_min_s,
                                          cfg.retry_after_max_s),
@@ -355,6 +375,13 @@ class Gateway(Flowable[CompletionRequest], Service):
             self._set_keys()
             log.info("tenants file %s reloaded: %d tenants", self.config.tenants_file, len(gate.tenants))
         return error
+
+    def reload(self) -> bool:
+        """SIGHUP (:class:`~rxpipe.runtime.Service`): reload the tenants file; False without one."""
+        if self.tenant_gate is None:
+            return False
+        self.reload_tenants()
+        return True
 
     def _running_loop(self) -> asyncio.AbstractEventLoop:
         loop = self._loop
@@ -489,13 +516,19 @@ class Gateway(Flowable[CompletionRequest], Service):
                                   keepalive_timeout=cfg.keepalive_timeout_s, handler_cancellation=True,
                                   access_log=None, shutdown_timeout=2.0, logger=HTTP_LOG)
         await self._runner.setup()
-        site = web.TCPSite(self._runner, host, port if port is not None else 8000)
-        await site.start()
+        port = port if port is not None else 8000
+        site = web.TCPSite(self._runner, host, port)
+        try:
+            await site.start()
+        except OSError as error:
+            runner, self._runner = self._runner, None
+            await runner.cleanup()
+            raise StartError(f"cannot listen on {host}:{port}: {_why_not_listening(error)}") from error
         sockets = site._server.sockets if site._server is not None else []  # type: ignore[attr-defined]
         bound_host, bound_port = sockets[0].getsockname()[:2]
         shown = f"[{bound_host}]" if ":" in bound_host else bound_host
         self.url = f"http://{shown}:{bound_port}"
-        if self.tenant_gate is not None and not self._sighup:
+        if self.tenant_gate is not None and self.handle_sighup and not self._sighup:
             self._sighup = _on_sighup(self, True)
         return self.url
 
@@ -505,6 +538,8 @@ class Gateway(Flowable[CompletionRequest], Service):
         get 503 ``draining``) and complete the stream so the graph finishes."""
         self.draining = True
         started = asyncio.get_running_loop().time()
+        event(log, logging.INFO, f"{self.name}: draining, {len(self.pending)} requests in flight "
+              f"(new ones get 503 draining)", in_flight=len(self.pending))
         if self.pending:
             self._idle = asyncio.Event()
             if self._force is None:
@@ -527,6 +562,10 @@ class Gateway(Flowable[CompletionRequest], Service):
                     await asyncio.wait_for(self._idle.wait(), 2.0)
                 except TimeoutError:
                     pass
+            else:
+                event(log, logging.INFO, f"{self.name}: drained in "
+                      f"{asyncio.get_running_loop().time() - started:.2f} s", drain_s=round(
+                          asyncio.get_running_loop().time() - started, 3))
         if self._admission is not None:
             self._admission.finish()
 
@@ -543,6 +582,18 @@ class Gateway(Flowable[CompletionRequest], Service):
             runner, self._runner = self._runner, None
             await runner.cleanup()
         self._loop = None
+
+
+def _why_not_listening(error: OSError) -> str:
+    """What a failed bind means to the person who ran the command (not the event loop's source
+    location uvloop puts in its message)."""
+    if error.errno == errno.EADDRINUSE:
+        return "the address is in use (another server?); pick another with --port"
+    if error.errno == errno.EACCES:
+        return "permission denied (ports below 1024 need privileges); pick another with --port"
+    if error.errno in (errno.EADDRNOTAVAIL, errno.EAFNOSUPPORT) or isinstance(error, socket.gaierror):
+        return "no such local address; check --host"
+    return error.strerror or str(error)
 
 
 #: gateways serving with a tenants file: one SIGHUP reloads each of them

@@ -14,7 +14,8 @@ from aiohttp.http_exceptions import ContentEncodingError
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
 
 from ..engines import Completion, CompletionRequest, CompletionResult
-from ..errors import DroppedError, EngineError, EngineUnavailableError
+from ..errors import BackendError, DroppedError, EngineError, EngineUnavailableError
+from ..logs import ACCESS_LOG
 from ._metrics import REQUEST_DURATION, TIME_TO_FIRST_TOKEN, count_request
 from ._openai import (
     SSE_DONE,
@@ -42,6 +43,8 @@ log = logging.getLogger("rxpipe.gateway")
 
 _JSON = "application/json"
 _ITEM: web.RequestKey[CompletionRequest | None] = web.RequestKey("rxpipe_item", CompletionRequest)
+#: the answer's result, for the access log (None: refused, or failed before one)
+_RESULT: web.RequestKey[CompletionResult | None] = web.RequestKey("rxpipe_result", CompletionResult)
 _COMPLETIONS, _CHAT = "/v1/completions", "/v1/chat/completions"
 #: the fixed paths the edge serves: an answer on one of them is counted under its path (a 405
 #: too), any other under "other" (the route label stays a bounded set)
@@ -64,8 +67,10 @@ def _error(status: int, message: str, type: str, code: str, param: str | None = 
 
 
 def _refusal_response(refusal: Refusal) -> web.Response:
-    headers = {**retry_after_headers(refusal.retry_after_s), **refusal.headers}
-    return _error(refusal.status, refusal.message, _TYPES[refusal.status], refusal.reason, headers=headers)
+    retry = refusal.status in _TYPES  # 429/503 say when; any other refusal is final
+    headers = {**retry_after_headers(refusal.retry_after_s), **refusal.headers} if retry else refusal.headers
+    return _error(refusal.status, refusal.message, _TYPES.get(refusal.status, "invalid_request_error"), refusal.code,
+                  refusal.param, headers=headers)
 
 
 class _Edge:
@@ -96,10 +101,43 @@ class _Edge:
         except Exception as error:
             response = _unhandled(request, error)
         count_request(route, response.status)
-        REQUEST_DURATION.observe(time.perf_counter() - started)
+        elapsed = time.perf_counter() - started
+        REQUEST_DURATION.observe(elapsed)
         if not response.prepared:  # a stream set its headers before its status line went out
             _answer_headers(request, response)
+        if self.gateway.access_log:
+            self._access(request, route, response, elapsed)
         return response
+
+    def _access(self, request: web.Request, route: str, response: web.StreamResponse, elapsed_s: float) -> None:
+        """One access-log line (logger ``rxpipe.access``): status, the refusal or error code,
+        tenant, token counts, queue and total time, request id, never a key or a prompt."""
+        if not ACCESS_LOG.isEnabledFor(logging.INFO):
+            return
+        item: CompletionRequest | None = request[_ITEM]
+        result: CompletionResult | None = request[_RESULT]
+        tenant = item.tenant if item is not None else None
+        if tenant is None and self.gateway.tenant_gate is not None:
+            key_id = self.gateway.authenticate(request.headers.get("Authorization"))
+            if key_id is not None:
+                tenant = self.gateway.tenant_of(key_id, request.headers.get(TENANT_HEADER))
+        code = None
+        if response.status >= 400 and isinstance(response, web.Response) and response.body:
+            try:
+                code = orjson.loads(response.body)["error"]["code"]  # type: ignore[arg-type]
+            except (orjson.JSONDecodeError, KeyError, TypeError):
+                code = None
+        fields: dict[str, Any] = {
+            "method": request.method, "route": route, "status": response.status, "code": code, "tenant": tenant,
+            "stream": item.stream if item is not None else None,
+            "prompt_tokens": result.prompt_tokens if result is not None else None,
+            "completion_tokens": result.completion_tokens if result is not None else None,
+            "finish_reason": result.finish_reason if result is not None else None,
+            "queue_s": round(result.queue_time_s, 6) if result is not None else None,
+            "total_s": round(elapsed_s, 6),
+            "request_id": response.headers.get("x-request-id"),
+        }
+        ACCESS_LOG.info("%s %s %d", request.method, route, response.status, extra={"fields": fields})
 
     def _model(self) -> dict[str, object]:
         return {"id": self.config.model, "object": "model", "created": 0, "owned_by": "rxpipe"}
@@ -199,6 +237,19 @@ class _Edge:
                                     "the model backend is unavailable; retry after the indicated delay"),
                             item.tenant)
 
+    def _failed(self, item: CompletionRequest, error: EngineError) -> web.Response:
+        """The answer to a request the engine failed before any token went out: 503 with
+        Retry-After when it is unavailable; a backend's error as the engine mapped it (its 4xx
+        with its message, else 502/504: :class:`~rxpipe.engines.BackendError`); else 500."""
+        if isinstance(error, EngineUnavailableError):
+            return self._unavailable(item, error)
+        if isinstance(error, BackendError):
+            # a client's 4xx is no incident: the log says it at DEBUG (the access log has the status)
+            log.log(logging.DEBUG if error.client_fault else logging.WARNING, "request %s: %s", item.id, error)
+            return _error(error.status, error.client_message, error.type, error.code or "backend_error", error.param)
+        log.warning("request %s failed in the engine: %r", item.id, error)
+        return _error(500, "the model backend failed the request", "server_error", "engine_error")
+
     def _stopped_response(self, reason: str, tenant: str | None) -> web.Response:
         """The request was admitted, then cut off by the edge itself: draining past its timeout,
         or the graph behind it stopped."""
@@ -262,6 +313,7 @@ class _Edge:
                 result = await _result_of(completion)  # done already: no wait
             except EngineUnavailableError as error:
                 return self._unavailable(item, error)
+            request[_RESULT] = result
             if result.finish_reason == "cancelled":
                 return self._stopped_response("the request was cancelled while running", item.tenant)
             _observe(result)
@@ -272,8 +324,7 @@ class _Edge:
             reply.add_done_callback(_retrieve)
             raise
         except EngineError as error:
-            log.warning("request %s failed in the engine: %r", item.id, error)
-            return _error(500, "the model backend failed the request", "server_error", "engine_error")
+            return self._failed(item, error)
         finally:
             if not started:
                 reply.remove_done_callback(on_reply)
@@ -303,6 +354,12 @@ class _Edge:
 
         result_future.add_done_callback(abort_if_stalled)
         try:
+            # The status line waits for the first token (or the end): a backend that refuses the
+            # request (its 4xx, a 503) gets its own status to the client, not a 200 then an error event.
+            while not writer.pending and not writer.done:
+                await writer.wait()
+            if not writer.pending and isinstance(writer.error, EngineError):
+                return self._failed(item, writer.error)
             bound_socket_buffers(request, self.config.stream_buffer_bytes)
             _answer_headers(request, response)
             await response.prepare(request)
@@ -338,11 +395,15 @@ class _Edge:
                 # The status line is sent: the failure goes in the stream, as an error event
                 # (its detail only in the log: it may name the backend).
                 log.warning("request %s failed in the engine mid-stream: %r", item.id, error)
-                unavailable = isinstance(error, EngineUnavailableError)
-                await stream_error(response, "the model backend is unavailable" if unavailable
-                                    else "the model backend failed the request", "server_error",
-                                    "unavailable" if unavailable else "engine_error")
+                if isinstance(error, BackendError):
+                    await stream_error(response, error.client_message, error.type, error.code or "backend_error")
+                else:
+                    unavailable = isinstance(error, EngineUnavailableError)
+                    await stream_error(response, "the model backend is unavailable" if unavailable
+                                       else "the model backend failed the request", "server_error",
+                                       "unavailable" if unavailable else "engine_error")
                 return response
+            request[_RESULT] = result
             if result.finish_reason == "cancelled":
                 reason = "draining" if self.gateway.draining else "unavailable"
                 await stream_error(response, "the request was cancelled by the server", "overloaded_error", reason)
@@ -447,6 +508,7 @@ def _clear_answer_state(request: web.Request) -> None:
     """No admitted item and no ratelimit headers yet (set first, so reading them raises no
     KeyError: aiohttp's request mapping has only the ABC's exception-driven ``get``)."""
     request[_ITEM] = None
+    request[_RESULT] = None
     request[_RATELIMIT] = None
 
 

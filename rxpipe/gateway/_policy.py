@@ -106,6 +106,10 @@ class DrainMeter:
     def _promise(self, now: float, floor_s: float, low_s: float, high_s: float, rng: random.Random, *,
                  queue: bool) -> float:
         floor_s = max(low_s, floor_s)
+        if floor_s >= high_s:
+            # nothing can be promised before the horizon (an engine paused longer than it, say):
+            # the honest wait, capped by the edge's maximum; no slot is booked
+            return high_s
         rate = self.rate(now)
         if rate is None:
             return min(high_s, floor_s + rng.uniform(0.0, low_s))
@@ -141,17 +145,25 @@ def retry_after_headers(seconds: float) -> dict[str, str]:
 
 
 class Refusal:
-    """A refusal decided before expensive work: status, reason label, Retry-After seconds."""
+    """A refusal decided before expensive work: status, reason label, Retry-After seconds.
 
-    __slots__ = ("status", "reason", "retry_after_s", "message", "headers")
+    ``code``: the error body's ``code`` (default: the reason label); ``param`` its ``param``. A
+    429/503 says Retry-After; a 4xx of another status is final (the request can never be
+    admitted as it is) and says none, so no client retries it.
+    """
+
+    __slots__ = ("status", "reason", "retry_after_s", "message", "headers", "code", "param")
 
     def __init__(self, status: int, reason: str, retry_after_s: float, message: str,
-                 headers: dict[str, str] | None = None) -> None:
+                 headers: dict[str, str] | None = None, *, code: str | None = None,
+                 param: str | None = None) -> None:
         self.status = status
         self.reason = reason
         self.retry_after_s = retry_after_s
         self.message = message
         self.headers = headers or {}
+        self.code = code or reason
+        self.param = param
 
 
 class KeyBuckets:

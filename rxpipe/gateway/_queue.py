@@ -33,6 +33,7 @@ from typing import Any, Callable
 from .._protocol import Subscriber
 from ..flowable import Flowable, Operator
 from ..metrics import StageStatistics
+from ..settings import check_int
 from ..stage import LINK_SLOTS, DrainSubscription, UpstreamLink
 
 __all__ = ["edge_queue", "EdgeQueueFlowable", "ReplyFuture", "reply_departure"]
@@ -247,6 +248,5 @@ def edge_queue(capacity: int, *, name: str | None = None) -> Operator:
     Anchor: a credit-based admission window (one credit per departure), like TCP's receive
         window or Akka's ``buffer`` + ``throttle`` pair at an HTTP edge.
     """
-    if isinstance(capacity, bool) or not isinstance(capacity, int) or capacity < 1:
-        raise ValueError(f"edge_queue(capacity) needs an int >= 1 requests, got {capacity!r}")
+    check_int(capacity, "edge_queue(capacity)", minimum=1)
     return lambda source: EdgeQueueFlowable(source, capacity, name)

@@ -9,6 +9,7 @@ Every field is optional: ``keys`` (bearer keys naming this tenant; default none)
 default 0), ``rpm`` (requests per minute) and ``tpm`` (tokens per minute), each a positive int or
 null (no limit; default null). A tenant named ``default`` may be configured; if it is not, an
 implicit one (weight 1, priority 0, no limits, no keys) exists, because unknown callers share it.
+``other`` is reserved: it is the metric label of every name that is not configured.
 
 Errors are :class:`TenantsFileError` naming the file, the tenant and the field. Reload is pure:
 :meth:`Tenants.reload` returns a new object or raises, so the caller keeps the old one in force.
@@ -69,6 +70,9 @@ def _tenant(source: str, name: object, spec: object) -> Tenant:
     if not isinstance(name, str) or not name.strip():
         raise TenantsFileError(f"{source}: tenant names must be non-empty strings, got {name!r}")
     where = f"{source}: tenant {name!r}"
+    if name.strip() == OTHER_LABEL:
+        raise TenantsFileError(f"{where}: the name {OTHER_LABEL!r} is reserved (metrics label every unconfigured "
+                               f"caller {OTHER_LABEL!r}); give this tenant another name")
     if not isinstance(spec, Mapping):
         raise TenantsFileError(f"{where}: expected a table/object of fields, got {type(spec).__name__}")
     unknown = sorted(set(spec) - set(_FIELDS))

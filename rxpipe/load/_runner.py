@@ -4,6 +4,7 @@ scrape of the server's ``/metrics``, and the live progress line."""
 from __future__ import annotations
 
 import asyncio
+import errno
 import math
 import random
 import time
@@ -96,7 +97,15 @@ async def _first_model(session: aiohttp.ClientSession, base_url: str, headers: d
     except _ModelsRefused as refused:
         raise RuntimeError(f"{base_url}/v1/models answered HTTP {refused.status} ({refused.detail}); pass "
                            f"{'--api-key' if refused.status in (401, 403) else '--model'}") from None
-    except (aiohttp.ClientError, OSError, TimeoutError, ValueError, KeyError, IndexError, TypeError) as error:
+    except (aiohttp.ClientConnectionError, OSError, TimeoutError) as error:
+        # nothing answered: no --model would help
+        why = getattr(error, "os_error", None) or error
+        reason = ("connection refused" if getattr(why, "errno", None) == errno.ECONNREFUSED
+                  else "no answer in time" if isinstance(why, TimeoutError)
+                  else getattr(why, "strerror", None) or type(why).__name__)
+        raise RuntimeError(f"cannot reach {base_url} ({reason}): is the server running? (e.g. rxpipe run "
+                           f"pipelines/llm_gateway.py, then rxpipe load {base_url})") from None
+    except (aiohttp.ClientError, ValueError, KeyError, IndexError, TypeError) as error:
         raise RuntimeError(f"could not read the model id from {base_url}/v1/models ({type(error).__name__}: "
                            f"{error}); pass --model") from None
 

@@ -24,9 +24,9 @@ from ..engines import CompletionRequest
 from ..flowable import Flowable, Operator
 from ..transport import TransportSink, WorkerSource
 from ._adapter import NatsGatewayBroker, NatsWorkerBroker
-from ._settings import NatsSettings
+from ._settings import NATS_SETTINGS, NatsSettings
 
-__all__ = ["NatsSettings", "NatsSink", "nats_sink", "NatsSource"]
+__all__ = ["NatsSettings", "NATS_SETTINGS", "NatsSink", "nats_sink", "NatsSource"]
 
 
 class NatsSink(TransportSink):

@@ -19,7 +19,7 @@ also the subject prefix ``P``):
 - ``P_control`` (limits, ``max_age`` = ``cancel_memory_s``): cancels and credit on ``P.c``, read by
   every worker with an ordered consumer from its present end.
 - ``P_live`` (one message per subject): liveness on ``P.l.w.<worker>`` (payload: the engine's
-  pause) and ``P.l.g.<gateway>``; the stored message's server timestamp is the beat's time, and
+  pause and the model it serves) and ``P.l.g.<gateway>``; the stored message's server timestamp is the beat's time, and
   ``STREAM.INFO``'s ``ts`` the server's clock (never a host's).
 
 The server should run with ``jetstream { sync_interval: always }`` (an acknowledged write is on
@@ -89,6 +89,7 @@ def _ts(text: str) -> float:
 
 class _NatsBroker:
     transient = TRANSIENT
+    name = "NATS"
 
     def __init__(self, settings: NatsSettings) -> None:
         self.settings = settings
@@ -286,10 +287,13 @@ class NatsGatewayBroker(_NatsBroker, GatewayBroker):
                 gateways[subject[len(head_g):]] = at
             elif subject.startswith(head_w):
                 try:
-                    pause = float(orjson.loads(data).get("pause_s", 0.0)) if data else 0.0
+                    beat = orjson.loads(data) if data else {}
+                    pause = float(beat.get("pause_s", 0.0))
+                    model = beat.get("model")
                 except (orjson.JSONDecodeError, AttributeError, TypeError, ValueError):
-                    pause = 0.0
-                workers[subject[len(head_w):]] = WorkerBeat(at, at + pause if pause > 0 else 0.0)
+                    pause, model = 0.0, None
+                workers[subject[len(head_w):]] = WorkerBeat(at, at + pause if pause > 0 else 0.0,
+                                                            model if isinstance(model, str) and model else None)
         return Snapshot(int(info["state"]["messages"]), _ts(info["ts"]), gateways, workers, reset)
 
     async def read_replies(self, block_s: float) -> list[bytes]:
@@ -453,10 +457,11 @@ class NatsWorkerBroker(_NatsBroker, WorkerBroker):
             for i in indices:
                 results[i] = ack
 
-    async def heartbeat(self, consumer: str, pause_s: float, held: list[Delivery]) -> float:
+    async def heartbeat(self, consumer: str, pause_s: float, held: list[Delivery], model: str | None = None) -> float:
         if not self._ready:
             await self.open()
-        await self.js.publish(self.names.live_subject("w", consumer), orjson.dumps({"pause_s": pause_s}))
+        beat = orjson.dumps({"pause_s": pause_s, "model": model})
+        await self.js.publish(self.names.live_subject("w", consumer), beat)
         for delivery in held:
             await delivery.ref.in_progress()
         info = await self._info(self.names.live, "-")

@@ -3,22 +3,33 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import Any
 
-from ..transport._settings import TransportSettings
+from ..settings import Schema, schema_of, setting
+from ..transport._settings import SCHEMES, TransportSettings
 
-__all__ = ["NatsSettings"]
+__all__ = ["NatsSettings", "NATS_SETTINGS"]
+
+
+def _nats_url(value: Any) -> str:
+    if not isinstance(value, str) or not value.startswith(SCHEMES["nats"]):
+        raise ValueError("not a NATS URL")
+    return value
 
 
 @dataclass(frozen=True)
 class NatsSettings(TransportSettings):
-    """Settings of the NATS JetStream transport (DESIGN §8): every field of
-    :class:`~rxpipe.transport.TransportSettings`, with ``url`` a ``nats://host:port`` (``tls://``
-    for TLS) server URL. ``stream`` names the JetStream streams and the subject prefix
-    (characters other than letters, digits, ``_`` and ``-`` become ``_``); ``group`` the durable
-    pull consumer of the workers; ``visibility_timeout_s`` is its ``ack_wait``, ``max_deliveries
-    + 1`` its ``max_deliver`` and ``max_backlog`` its ``max_ack_pending``."""
+    """Settings of the NATS JetStream transport (DESIGN §8), each a typed setting
+    (``schema_of(NatsSettings)``): every field of :class:`~rxpipe.transport.TransportSettings`,
+    with ``url`` a ``nats://host:port`` (``tls://`` for TLS) server URL. ``stream`` names the
+    JetStream streams and the subject prefix (characters other than letters, digits, ``_`` and
+    ``-`` become ``_``); ``group`` the durable pull consumer of the workers;
+    ``visibility_timeout_s`` is its ``ack_wait``, ``max_deliveries + 1`` its ``max_deliver`` and
+    ``max_backlog`` its ``max_ack_pending``."""
 
-    schemes: ClassVar[tuple[str, ...]] = ("nats://", "tls://")
+    url: str = setting("nats://127.0.0.1:4222", "URL", "the NATS server (nats:// or tls://), JetStream enabled",
+                       parse=_nats_url, expected="a nats:// (or tls://) URL")
 
-    url: str = "nats://127.0.0.1:4222"
+
+#: :class:`NatsSettings` as a table (``rxpipe.settings``)
+NATS_SETTINGS: Schema = schema_of(NatsSettings)

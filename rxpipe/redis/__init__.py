@@ -17,10 +17,10 @@ Needs the ``redis`` extra (``pip install -e '.[redis]'``: redis-py >= 5, its asy
 """
 
 from ..transport import AckHandle, Backoff, RemoteRequest, default_consumer
-from ._connection import RedisSettings
+from ._connection import REDIS_SETTINGS, RedisSettings, redis_settings
 from ._features import Features
 from .sink import RedisSink, redis_sink
 from .source import RedisGroupSource
 
-__all__ = ["RedisSettings", "RedisSink", "redis_sink", "RedisGroupSource", "RemoteRequest", "AckHandle",
-           "Backoff", "Features", "default_consumer"]
+__all__ = ["RedisSettings", "REDIS_SETTINGS", "redis_settings", "RedisSink", "redis_sink", "RedisGroupSource",
+           "RemoteRequest", "AckHandle", "Backoff", "Features", "default_consumer"]

@@ -9,8 +9,9 @@
   stream expired is gone), read with ``XREAD BLOCK``.
 - control: the stream ``<stream>:control`` (field ``c``, capped at about 10,000 entries), read
   by every worker with ``XREAD BLOCK`` from its end at start.
-- liveness: the hashes ``<stream>:workers`` and ``<stream>:gateways``, written by a Lua script
-  that stamps them with Redis ``TIME`` (never a host's clock); the entry ids of the request and
+- liveness: the hashes ``<stream>:workers`` (a worker's beat: its engine's pause and model) and
+  ``<stream>:gateways``, written by a Lua script that stamps them with Redis ``TIME`` (never a
+  host's clock); the entry ids of the request and
   control streams are Redis times too.
 
 Every blocking reader has its own connection; see ``_connection`` for redis-py's traps.
@@ -50,14 +51,16 @@ local t = redis.call('TIME')
 redis.call('HSET', KEYS[1], ARGV[1], t[1] .. '.' .. string.format('%06d', t[2]))
 return t
 """
-# HSET KEYS[1] ARGV[1] {"at": TIME, "pause_until": TIME + ARGV[2] (0: no pause)}, returns TIME
+# HSET KEYS[1] ARGV[1] {"at": TIME, "pause_until": TIME + ARGV[2] (0: no pause), "model": ARGV[3]
+# ("": none)}, returns TIME
 _BEAT = """
 local t = redis.call('TIME')
 local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
 local pause = tonumber(ARGV[2])
 local untl = 0
 if pause > 0 then untl = now + pause end
-redis.call('HSET', KEYS[1], ARGV[1], string.format('{"at":%.6f,"pause_until":%.6f}', now, untl))
+redis.call('HSET', KEYS[1], ARGV[1],
+           string.format('{"at":%.6f,"pause_until":%.6f,"model":%s}', now, untl, cjson.encode(ARGV[3])))
 return t
 """
 
@@ -114,8 +117,10 @@ def _beats(raw: Any) -> dict[str, WorkerBeat]:
     for name, value in (raw or {}).items():
         try:
             beat = orjson.loads(value)
+            model = beat.get("model")
             beats[name.decode() if isinstance(name, bytes) else str(name)] = WorkerBeat(
-                float(beat.get("at", 0)), float(beat.get("pause_until", 0)))
+                float(beat.get("at", 0)), float(beat.get("pause_until", 0)),
+                model if isinstance(model, str) and model else None)
         except (orjson.JSONDecodeError, TypeError, ValueError, AttributeError):
             continue
     return beats
@@ -123,6 +128,7 @@ def _beats(raw: Any) -> dict[str, WorkerBeat]:
 
 class _RedisBroker:
     transient = TRANSIENT
+    name = "Redis"
 
     def __init__(self, settings: RedisSettings) -> None:
         self.settings = settings
@@ -356,13 +362,13 @@ class RedisWorkerBroker(_RedisBroker, WorkerBroker):
                     out.append((raw, _id_time(entry_id)))
         return out
 
-    async def heartbeat(self, consumer: str, pause_s: float, held: list[Delivery]) -> float:
+    async def heartbeat(self, consumer: str, pause_s: float, held: list[Delivery], model: str | None = None) -> float:
         s = self.settings
         if self.commands is None:
             await self.open()
         assert self.commands is not None
         pipe = self.commands.pipeline(transaction=False)
-        pipe.eval(_BEAT, 1, workers_key(s), consumer, repr(float(pause_s)))
+        pipe.eval(_BEAT, 1, workers_key(s), consumer, repr(float(pause_s)), model or "")
         if held:
             # idle time back to 0: a live worker's slow requests are not claimed by others
             pipe.xclaim(s.stream, s.group, consumer, 0, [d.key for d in held], justid=True)

@@ -10,10 +10,12 @@ from __future__ import annotations
 from typing import Any
 
 from ..engines import CompletionRequest, CompletionResult, TokenChunk
+from ..errors import BackendError
 from ..transport import _codec
+from ..transport._codec import error_from_fields
 
 __all__ = ["REQUEST_FIELD", "REPLY_FIELD", "CONTROL_FIELD", "encode_request", "decode_request", "start_message",
-           "chunk_message", "done_message", "error_message", "decode_reply"]
+           "chunk_message", "done_message", "error_message", "error_from_fields", "decode_reply"]
 
 REQUEST_FIELD = b"r"
 REPLY_FIELD = b"m"
@@ -44,8 +46,11 @@ def done_message(request_id: str, result: CompletionResult) -> dict[bytes, bytes
     return {REPLY_FIELD: _codec.done_payload(request_id, result)}
 
 
-def error_message(request_id: str, message: str, *, unavailable: bool) -> dict[bytes, bytes]:
-    return {REPLY_FIELD: _codec.error_payload(request_id, message, unavailable=unavailable)}
+def error_message(request_id: str, message: str, *, unavailable: bool,
+                  backend: BackendError | None = None) -> dict[bytes, bytes]:
+    """An error reply (``backend``: a backend's error passed on as it is; see
+    :func:`rxpipe.transport._codec.error_payload`)."""
+    return {REPLY_FIELD: _codec.error_payload(request_id, message, unavailable=unavailable, backend=backend)}
 
 
 def decode_reply(fields: dict[bytes, bytes]) -> dict[str, Any] | None:

@@ -17,46 +17,60 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass
-from typing import Any, Awaitable, Callable, ClassVar, TypeVar
+from typing import Any, Awaitable, Callable, Mapping, TypeVar
 
 from redis.asyncio import BlockingConnectionPool, Redis
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 
+from ..settings import Schema, schema_of, setting
 from ..transport._backoff import Backoff
-from ..transport._settings import TransportSettings, default_consumer, public_url
+from ..transport._settings import SCHEMES, TransportSettings, default_consumer, public_url
 
-__all__ = ["RedisSettings", "Backoff", "call", "make_client", "default_consumer", "public_url"]
+__all__ = ["RedisSettings", "REDIS_SETTINGS", "redis_settings", "Backoff", "call", "make_client", "default_consumer",
+           "public_url"]
 
 T = TypeVar("T")
 
 
+def _redis_url(value: object) -> str:
+    if not isinstance(value, str) or not value.startswith(SCHEMES["redis"]):
+        raise ValueError("not a Redis URL")
+    return value
+
+
 @dataclass(frozen=True)
 class RedisSettings(TransportSettings):
-    """Settings of the Redis Streams transport (DESIGN §8): every field of
-    :class:`~rxpipe.transport.TransportSettings` (url: ``redis://host:port/db``, redis-py's URL
-    syntax; ``rediss://`` for TLS) plus:
+    """Settings of the Redis Streams transport (DESIGN §8), each a typed setting
+    (``schema_of(RedisSettings)``; a wrong value raises :class:`~rxpipe.settings.SettingError`
+    naming the field): every field of :class:`~rxpipe.transport.TransportSettings` (url:
+    ``redis://host:port/db``, redis-py's URL syntax; ``rediss://`` for TLS) plus:
 
     pool_size: connections of the command pool per process (each blocking reader has its own).
     pool_timeout_s: how long a command waits for a free pooled connection (then ``ConnectionError``).
     trim_interval_s: a worker trims acknowledged entries off the stream this often (s).
     """
 
-    schemes: ClassVar[tuple[str, ...]] = ("redis://", "rediss://", "unix://")
+    url: str = setting("redis://127.0.0.1:6379/0", "URL", "the Redis server (redis://, rediss:// or unix://)",
+                       parse=_redis_url, expected="a redis:// (or rediss://, unix://) URL")
+    pool_size: int = setting(8, "int", "connections of the command pool per process", minimum=1)
+    pool_timeout_s: float = setting(5.0, "number", "how long a command waits for a pooled connection (s)",
+                                    minimum=0, exclusive_minimum=True)
+    trim_interval_s: float = setting(1.0, "number", "how often a worker trims acknowledged entries (s)", minimum=0,
+                                     exclusive_minimum=True)
 
-    url: str = "redis://127.0.0.1:6379/0"
-    pool_size: int = 8
-    pool_timeout_s: float = 5.0
-    trim_interval_s: float = 1.0
 
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        if isinstance(self.pool_size, bool) or not isinstance(self.pool_size, int) or self.pool_size < 1:
-            raise ValueError(f"pool_size must be an int >= 1, got {self.pool_size!r}")
-        for name in ("pool_timeout_s", "trim_interval_s"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
-                raise ValueError(f"{name} must be > 0 seconds, got {value!r}")
+#: :class:`RedisSettings` as the pipelines take them: ``url`` is ``redis_url`` there
+REDIS_SETTINGS: Schema = schema_of(RedisSettings).rename("url", "redis_url")
+
+
+def redis_settings(s: Mapping[str, Any]) -> RedisSettings:
+    """The :class:`RedisSettings` of resolved pipeline settings ``s`` (those of its keys that are
+    fields, ``redis_url`` for ``url``; a None ``consumer`` means the default, ``<host>-<pid>``)."""
+    values = {("url" if name == "redis_url" else name): s[name] for name in REDIS_SETTINGS if name in s}
+    if values.get("consumer", "") is None:
+        del values["consumer"]
+    return RedisSettings(**values)
 
 
 def make_client(settings: RedisSettings, *, connections: int, blocking: bool = False) -> Redis:

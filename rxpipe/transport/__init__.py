@@ -33,16 +33,22 @@ from ._backoff import Backoff
 from ._clock import BrokerClock
 from ._interface import Delivery, GatewayBroker, Snapshot, WorkerBeat, WorkerBroker
 from ._replies import ReplyRouter
-from ._settings import TransportSettings, default_consumer, public_url
+from ._settings import (
+    BROKER_URL,
+    SCHEMES,
+    TRANSPORT_SETTINGS,
+    TransportSettings,
+    broker_url,
+    default_consumer,
+    public_url,
+)
 from .sink import TransportSink
 from .source import WorkerSource
 
-__all__ = ["TransportSettings", "TransportSink", "WorkerSource", "GatewayBroker", "WorkerBroker", "Delivery",
-           "Snapshot", "WorkerBeat", "AckHandle", "RemoteRequest", "ReplyRouter", "BrokerClock", "Backoff",
-           "settings_for", "transport_sink", "transport_source", "default_consumer", "public_url", "SCHEMES"]
-
-#: URL schemes and the adapter that serves them
-SCHEMES = {"redis": ("redis://", "rediss://", "unix://"), "nats": ("nats://", "tls://")}
+__all__ = ["TransportSettings", "TRANSPORT_SETTINGS", "BROKER_URL", "TransportSink", "WorkerSource", "GatewayBroker",
+           "WorkerBroker", "Delivery", "Snapshot", "WorkerBeat", "AckHandle", "RemoteRequest", "ReplyRouter",
+           "BrokerClock", "Backoff", "settings_for", "transport_sink", "transport_source", "default_consumer",
+           "public_url", "SCHEMES", "broker_url"]
 
 
 def settings_for(url: str, **settings: Any) -> TransportSettings:

@@ -9,7 +9,9 @@ A reply (on the ``reply_to`` channel of one gateway): ``{"id", "k", ...}`` where
 ``"start"`` (a worker's engine admitted it; ``w``: the worker's consumer name), ``"chunk"``
 (``i``: sequence number of the chunk, 0, 1, ... per attempt; ``t``: text; ``n``: tokens),
 ``"done"`` (``r``: the result's fields) or ``"error"`` (``e``: message; ``u``: true when the
-engine was unavailable).
+engine was unavailable; ``b``: a backend's error the gateway passes on as it is — its client's
+status and OpenAI error fields, see :class:`~rxpipe.BackendError` — so a 4xx of a worker's backend
+reaches the client with its status and message, over every broker).
 
 A control message (gateway to every worker): ``{"k": "cancel", "id", "g"}`` (the client left;
 ``g``: seconds it spent at the gateway before being written) or ``{"k": "credit", "c": {id:
@@ -24,9 +26,11 @@ from typing import Any
 import orjson
 
 from ..engines import CompletionRequest, CompletionResult, TokenChunk
+from ..errors import BackendError, EngineError, EngineUnavailableError
 
 __all__ = ["encode_request", "decode_request", "start_payload", "chunk_payload", "done_payload", "error_payload",
-           "decode_reply", "result_from_fields", "cancel_payload", "credit_payload", "decode_control"]
+           "error_from_fields", "decode_reply", "result_from_fields", "cancel_payload", "credit_payload",
+           "decode_control"]
 
 
 def encode_request(request: CompletionRequest, reply_to: str, now_loop_s: float, *,
@@ -66,8 +70,30 @@ def done_payload(request_id: str, result: CompletionResult) -> bytes:
         "ttft_s": result.ttft_s, "e2e_s": result.e2e_s}})
 
 
-def error_payload(request_id: str, message: str, *, unavailable: bool) -> bytes:
-    return orjson.dumps({"id": request_id, "k": "error", "e": message, "u": unavailable})
+def error_payload(request_id: str, message: str, *, unavailable: bool, backend: BackendError | None = None) -> bytes:
+    """An error reply; ``backend``: a backend's error the gateway passes on as it is (its status
+    and client message, under ``"b"``)."""
+    fields: dict[str, Any] = {"id": request_id, "k": "error", "e": message, "u": unavailable}
+    if backend is not None:
+        fields["b"] = {"status": backend.status, "backend_status": backend.backend_status,
+                       "client_message": backend.client_message, "type": backend.type, "code": backend.code,
+                       "param": backend.param}
+    return orjson.dumps(fields)
+
+
+def error_from_fields(message: dict[str, Any]) -> EngineError:
+    """The error an ``error`` reply stands for: a :class:`~rxpipe.BackendError` with what the
+    client gets, else ``EngineUnavailableError`` (``"u"``) or ``EngineError``."""
+    text = str(message.get("e", "the worker failed the request"))
+    backend = message.get("b")
+    if isinstance(backend, dict):
+        try:
+            return BackendError(text, status=int(backend["status"]), backend_status=int(backend["backend_status"]),
+                                client_message=str(backend["client_message"]), type=str(backend["type"]),
+                                code=backend.get("code"), param=backend.get("param"))
+        except (KeyError, TypeError, ValueError):
+            pass  # a malformed one: the plain error below
+    return EngineUnavailableError(text) if message.get("u") else EngineError(text)
 
 
 def decode_reply(raw: bytes | None) -> dict[str, Any] | None:

@@ -46,11 +46,12 @@ class Delivery:
 
 @dataclass(frozen=True, slots=True)
 class WorkerBeat:
-    """A worker's last heartbeat, in broker time: when it beat, and until when its engine is
-    paused by its backend (0: not paused)."""
+    """A worker's last heartbeat, in broker time: when it beat, until when its engine is paused
+    by its backend (0: not paused), and the model its engine serves (None: not said)."""
 
     at_s: float
     pause_until_s: float
+    model: str | None = None
 
 
 @dataclass(slots=True)
@@ -85,6 +86,8 @@ class WriteOp:
 class _Broker(ABC):
     #: exception types meaning "the broker is unreachable now" (retry later)
     transient: tuple[type[BaseException], ...] = (OSError,)
+    #: the broker as logs name it ("Redis lost", "NATS is back")
+    name: str = "the broker"
 
     @abstractmethod
     async def open(self) -> None:
@@ -140,9 +143,10 @@ class WorkerBroker(_Broker):
         to ``block_s`` for the first. The first call starts at the channel's present end."""
 
     @abstractmethod
-    async def heartbeat(self, consumer: str, pause_s: float, held: list[Delivery]) -> float:
-        """Publish this worker's liveness and engine pause (``pause_s`` from now, on the broker's
-        clock), keep ``held`` deliveries from redelivery (in progress); return the broker's time."""
+    async def heartbeat(self, consumer: str, pause_s: float, held: list[Delivery], model: str | None = None) -> float:
+        """Publish this worker's liveness, engine pause (``pause_s`` from now, on the broker's
+        clock) and the model its engine serves; keep ``held`` deliveries from redelivery (in
+        progress); return the broker's time."""
 
     #: how often :meth:`housekeeping` runs (s)
     housekeeping_s: float = 1.0

@@ -31,8 +31,8 @@ import logging
 from typing import Any, Protocol
 
 from ..engines import Completion, CompletionRequest, CompletionResult
-from ..errors import EngineError, EngineUnavailableError
-from ._codec import result_from_fields
+from ..errors import EngineError
+from ._codec import error_from_fields, result_from_fields
 
 __all__ = ["ReplyRouter"]
 
@@ -175,8 +175,7 @@ class ReplyRouter:
             completion.finish(self._result(remote, result_from_fields(message["r"])))
         elif kind == "error":
             del self.waiting[remote.request.id]
-            text = str(message.get("e", "the worker failed the request"))
-            self._fail(remote, EngineUnavailableError(text) if message.get("u") else EngineError(text))
+            self._fail(remote, error_from_fields(message))
 
     def _start(self, remote: _Remote) -> Completion:
         request = remote.request

@@ -8,7 +8,9 @@ For each :class:`~rxpipe.transport.RemoteRequest` the worker's ``execute`` stage
   chunk is sent with its sequence number; then ``done`` with the result, then the ack;
 - with ``EngineUnavailableError`` or a shed (``DroppedError``): the request is run again here
   later (requeued; at most ``max_attempts`` runs, then an ``error`` message and the ack);
-- with another error (the engine refused the request): an ``error`` message, then the ack.
+- with another error (the engine refused the request): an ``error`` message, then the ack (a
+  backend's :class:`~rxpipe.BackendError` with its client's status and message, so the gateway
+  answers as the backend meant it).
 
 A request whose client left (a cancel from its gateway) is acknowledged without a reply: its
 engine aborted it, or it never started. A completion that ends ``"cancelled"`` otherwise was
@@ -26,7 +28,7 @@ import logging
 from .._loop_metrics import LoopCounter, LoopHistogram
 from .._protocol import UNBOUNDED, Subscription
 from ..engines import Completion, CompletionResult, TokenChunk
-from ..errors import DroppedError, EngineError, EngineUnavailableError
+from ..errors import BackendError, DroppedError, EngineError, EngineUnavailableError
 from ..gateway._metrics import count_finished
 from ..stage import InternalSubscriber
 from ._ack import AckHandle, RemoteRequest
@@ -177,7 +179,8 @@ class ReplyPublisher:
         self.errors += 1
         count_finished("error")
         self.send(request, error_payload(request.id, str(error) or type(error).__name__,
-                                         unavailable=isinstance(error, EngineUnavailableError)), terminal=True)
+                                         unavailable=isinstance(error, EngineUnavailableError),
+                                         backend=error if isinstance(error, BackendError) else None), terminal=True)
         handle.ack()
 
     def _stopped(self, request: RemoteRequest, handle: AckHandle) -> None:

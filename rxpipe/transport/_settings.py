@@ -1,14 +1,21 @@
-"""Settings every broker adapter shares (DESIGN §8); each broker subclasses them."""
+"""Settings every broker adapter shares (DESIGN §8), typed fields of :mod:`rxpipe.settings`;
+each broker subclasses them (``RedisSettings``, ``NatsSettings``)."""
 
 from __future__ import annotations
 
 import os
 import socket
-from dataclasses import dataclass, field
-from typing import ClassVar
-from urllib.parse import urlsplit, urlunsplit
+from dataclasses import dataclass
+from typing import Any
 
-__all__ = ["TransportSettings", "default_consumer", "public_url"]
+from ..logs import public_url
+from ..settings import Schema, Setting, check_fields, schema_of, setting
+
+__all__ = ["TransportSettings", "TRANSPORT_SETTINGS", "BROKER_URL", "SCHEMES", "broker_url", "default_consumer",
+           "public_url"]
+
+#: URL schemes and the adapter that serves them
+SCHEMES = {"redis": ("redis://", "rediss://", "unix://"), "nats": ("nats://", "tls://")}
 
 
 def default_consumer() -> str:
@@ -16,19 +23,19 @@ def default_consumer() -> str:
     return f"{socket.gethostname()}-{os.getpid()}"
 
 
-def public_url(url: str) -> str:
-    """``url`` without its password (for logs and the CLI's "serving on" line)."""
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    host = parts.hostname or ""
-    netloc = f"{parts.username + '@' if parts.username else ''}{host}{':' + str(parts.port) if parts.port else ''}"
-    return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
+def broker_url(value: Any) -> str:
+    """``value`` if it is a URL of a supported broker (a :class:`~rxpipe.settings.Setting` parser;
+    ValueError otherwise)."""
+    if not isinstance(value, str) or not value.startswith(tuple(s for schemes in SCHEMES.values() for s in schemes)):
+        raise ValueError("not a broker URL")
+    return value
 
 
 @dataclass(frozen=True)
 class TransportSettings:
-    """What gateways and workers on one broker agree on, and the bounds of both sides.
+    """What gateways and workers on one broker agree on, and the bounds of both sides; each field
+    a typed setting (``schema_of(RedisSettings)`` is their table; a wrong value raises
+    :class:`~rxpipe.settings.SettingError` naming the field).
 
     url: the broker (its scheme picks the adapter: ``redis://``, ``nats://``).
     stream: the request queue's name. group: the workers' consumer group (durable consumer).
@@ -58,50 +65,47 @@ class TransportSettings:
     cancel_memory_s: how long a worker remembers a cancel for a request it has not read (s).
     """
 
-    schemes: ClassVar[tuple[str, ...]] = ()
-
-    url: str = ""
-    stream: str = "rxpipe:requests"
-    group: str = "workers"
-    consumer: str = field(default_factory=default_consumer)
-    max_backlog: int = 1000
-    visibility_timeout_s: float = 30.0
-    block_ms: int | None = None
-    connect_timeout_s: float = 2.0
-    command_timeout_s: float = 5.0
-    refresh_interval_s: float = 0.25
-    backoff_base_s: float = 0.05
-    backoff_cap_s: float = 2.0
-    reply_ttl_s: float = 60.0
-    max_deliveries: int = 5
-    credit_window: int = 8
-    credit_resend_s: float = 0.5
-    stall_timeout_s: float | None = None
-    cancel_memory_s: float = 60.0
+    url: str = setting("", "URL", "the broker: redis://… or nats://… (its scheme picks the adapter)",
+                       parse=broker_url, expected="a redis:// (or rediss://, unix://) or nats:// (or tls://) URL")
+    stream: str = setting("rxpipe:requests", "str", "the request queue (Redis: the stream's key; NATS: the stream's "
+                                                    "name and subject prefix)", allow_empty=False)
+    group: str = setting("workers", "str", "the workers' consumer group (NATS: their durable pull consumer)",
+                         allow_empty=False)
+    consumer: str = setting(type="str", doc="this worker's name in the group", default_factory=default_consumer,
+                            allow_empty=False, default_text="<host>-<pid>")
+    max_backlog: int = setting(1000, "int", "requests queued and not yet acknowledged by a worker, at most (more get "
+                                            "429)", minimum=1)
+    visibility_timeout_s: float = setting(30.0, "number", "a request idle this long on a worker that stopped is run "
+                                                          "elsewhere (s)", minimum=0, exclusive_minimum=True)
+    block_ms: int | None = setting(None, "int", "BLOCK of every blocking read (ms); null: min(1000, "
+                                                "visibility_timeout_s / 4)", minimum=1, nullable=True)
+    connect_timeout_s: float = setting(2.0, "number", "socket connect timeout of commands (s)", minimum=0,
+                                       exclusive_minimum=True)
+    command_timeout_s: float = setting(5.0, "number", "socket read timeout of commands (s)", minimum=0,
+                                       exclusive_minimum=True)
+    refresh_interval_s: float = setting(0.25, "number", "how often a gateway re-reads the backlog from the broker "
+                                                        "(s)", minimum=0, exclusive_minimum=True)
+    backoff_base_s: float = setting(0.05, "number", "first retry delay after a broker error (s; doubles, full "
+                                                    "jitter)", minimum=0, exclusive_minimum=True)
+    backoff_cap_s: float = setting(2.0, "number", "longest retry delay after broker errors (s)", minimum=0,
+                                   exclusive_minimum=True)
+    reply_ttl_s: float = setting(60.0, "number", "a gateway's reply channel expires this long after it was last seen "
+                                                 "(s)", minimum=0, exclusive_minimum=True)
+    max_deliveries: int = setting(5, "int", "a request delivered more often than this fails (a poison request)",
+                                  minimum=1)
+    credit_window: int = setting(8, "int", "token chunks a worker may send ahead of a streamed answer's reader",
+                                 minimum=1)
+    credit_resend_s: float = setting(0.5, "number", "a stalled stream's cumulative credit is sent again this often "
+                                                    "(s)", minimum=0, exclusive_minimum=True)
+    stall_timeout_s: float | None = setting(None, "number", "a stream whose reader gives no credit this long is ended "
+                                                            "at the gateway and on its worker (s); null: the worker's "
+                                                            "engine decides", minimum=0, exclusive_minimum=True,
+                                            nullable=True)
+    cancel_memory_s: float = setting(60.0, "number", "how long a worker remembers a cancel for a request it has not "
+                                                     "read (s)", minimum=0, exclusive_minimum=True)
 
     def __post_init__(self) -> None:
-        if not isinstance(self.url, str) or not self.url.startswith(self.schemes):
-            names = ", ".join(s.removesuffix("//") + "//" for s in self.schemes)
-            raise ValueError(f"the broker url must start with {names}, got {self.url!r}")
-        for name in ("stream", "group", "consumer"):
-            value = getattr(self, name)
-            if not isinstance(value, str) or not value:
-                raise ValueError(f"{name} must be a non-empty string, got {value!r}")
-        for name in ("max_backlog", "max_deliveries", "credit_window"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name} must be an int >= 1, got {value!r}")
-        for name in ("visibility_timeout_s", "connect_timeout_s", "command_timeout_s", "refresh_interval_s",
-                     "backoff_base_s", "backoff_cap_s", "reply_ttl_s", "credit_resend_s", "cancel_memory_s"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
-                raise ValueError(f"{name} must be > 0 seconds, got {value!r}")
-        stall = self.stall_timeout_s
-        if stall is not None and (isinstance(stall, bool) or not isinstance(stall, (int, float)) or not stall > 0):
-            raise ValueError(f"stall_timeout_s must be > 0 seconds (or None), got {stall!r}")
-        if self.block_ms is not None and (isinstance(self.block_ms, bool) or not isinstance(self.block_ms, int)
-                                          or self.block_ms < 1):
-            raise ValueError(f"block_ms must be an int >= 1 ms (or None), got {self.block_ms!r}")
+        check_fields(self)
 
     @property
     def block(self) -> int:
@@ -117,3 +121,12 @@ class TransportSettings:
     @property
     def visibility_ms(self) -> int:
         return max(1, int(self.visibility_timeout_s * 1000))
+
+
+#: :class:`TransportSettings` as a table (the pipelines pick theirs from it)
+TRANSPORT_SETTINGS: Schema = schema_of(TransportSettings)
+
+#: the one switch of the gateway and worker pipelines: the broker to use, by URL (DESIGN §8)
+BROKER_URL = Setting("broker_url", None, "URL", "redis://… or nats://…: the broker between gateways and workers; "
+                     "null: none", parse=broker_url, expected="a redis:// (or rediss://, unix://) or nats:// (or "
+                     "tls://) URL", nullable=True)

@@ -7,7 +7,9 @@ its request, which therefore happens only after processing.
 
 On a connection error the whole batch either waits and is sent again with backoff (``retry=True``,
 the worker: every reply and ack must land, duplicates are removed by the gateway) or fails at once
-(``retry=False``, the gateway: its clients get 503 instead of waiting for the broker).
+(``retry=False``, the gateway: its clients get 503 instead of waiting for the broker). The writer
+reports reachability to its owner (``on_down`` / ``on_up``), which says "lost" and "is back" once
+per outage; each retry is logged at DEBUG only.
 """
 
 from __future__ import annotations
@@ -109,7 +111,8 @@ class Writer:
                 if not self.retry or self._abandon:
                     return [error] * len(batch)
                 delay = self.backoff.next_delay()
-                log.warning("transport writer: %r; retrying %d writes in %.2f s", error, len(batch), delay)
+                log.debug("transport writer: %s unreachable (%r); retrying %d writes in %.2f s", self.broker.name,
+                          error, len(batch), delay)
                 await asyncio.sleep(delay)
                 continue
             except Exception as error:

@@ -179,6 +179,11 @@ class TransportSink(Flowable[Any], Service):
         self.counters = StageCounters(self.name)
         #: the broker answered the last command (False until the first success)
         self.up = False
+        #: the broker was lost (or unreachable from the start) and is not back yet: said once
+        self._lost = False
+        #: the model of the edge in front (set in :meth:`attach`), and the workers' other models named
+        self.served_model: str | None = None
+        self._warned_models: set[str] = set()
         #: backlog read at the last refresh, and the admissions it may not have seen
         self.backlog = 0
         self.unseen_at_refresh = 0
@@ -289,20 +294,28 @@ class TransportSink(Flowable[Any], Service):
 
     # -- reachability ----------------------------------------------------------------------------
     def _down(self, error: BaseException) -> None:
-        if self.up:
-            log.warning("%s %s: broker unreachable (%r); answering 503 until it is back", self.kind, self.name, error)
+        """The broker did not answer (a command, a read, or the adapter saw the connection drop):
+        said once per outage ("lost"; "unreachable" when it never answered yet)."""
+        if self.up or not self._lost:
+            log.warning("%s %s: %s %s (%r); answering 503 until it is back", self.kind, self.name, self.broker.name,
+                        "lost" if self.up else "unreachable", error)
         self.up = False
+        self._lost = True
 
     def _up(self) -> None:
         if not self.up:
-            log.info("%s %s: broker reachable", self.kind, self.name)
+            log.info("%s %s: %s is %s", self.kind, self.name, self.broker.name, "back" if self._lost else "reachable")
             self.up = True
+            self._lost = False
         if self._link is not None:
             self._link.top_up()
 
     # -- Service ---------------------------------------------------------------------------------
     def attach(self, pipeline: Pipeline) -> None:
-        pass
+        # the model the edge in front serves: workers whose engine serves another are named in the log
+        config = next((getattr(stage, "config", None) for stage in pipeline.stages
+                       if getattr(getattr(stage, "config", None), "model", None)), None)
+        self.served_model = getattr(config, "model", None)
 
     async def start(self, host: str, port: int | None) -> str | None:
         s = self.settings
@@ -369,8 +382,24 @@ class TransportSink(Flowable[Any], Service):
         room = max(0, s.max_backlog - self.backlog - unseen)
         self.allowance = -(-room // self.gateways)
         self.paused_until_s = pause_floor(snapshot.workers, now)
+        self._check_models(snapshot.workers, now)
         self._forget_tokens()
         self._up()
+
+    def _check_models(self, workers: dict[str, WorkerBeat], now_s: float) -> None:
+        """Warn once per model when a live worker's engine serves a model other than the one the
+        gateway admits (its clients, asking for the worker's model, get 404 at the edge)."""
+        served = self.served_model
+        if served is None:
+            return
+        for consumer, beat in workers.items():
+            model = beat.model
+            if (model is not None and model != served and model not in self._warned_models
+                    and now_s - beat.at_s <= LIVENESS_S):
+                self._warned_models.add(model)
+                log.warning("%s %s: worker %s serves model %r but this gateway serves %r: requests for %r get 404 "
+                            "here; start the gateway with --set model=%s", self.kind, self.name, consumer, model,
+                            served, model, model)
 
     async def _refresh_loop(self) -> None:
         s = self.settings

@@ -91,7 +91,8 @@ class WorkerSource(Flowable[RemoteRequest], Service):
             a shorter Retry-After.
 
     Reads, heartbeats and control reads retry broker errors with backoff; while the broker is
-    unreachable replies and acks wait (in order) and are sent when it is back.
+    unreachable replies and acks wait (in order) and are sent when it is back. The log says
+    "lost" once per outage and "is back" once when it ends (each retry is DEBUG).
     """
 
     kind = "transport_source"
@@ -117,6 +118,11 @@ class WorkerSource(Flowable[RemoteRequest], Service):
         self.cancelled: OrderedDict[str, tuple[float | None, float]] = OrderedDict()
         self.clock = BrokerClock(None)
         self.publisher: ReplyPublisher | None = None
+        #: the model its engine serves (from :meth:`attach`), published in its heartbeat
+        self.model: str | None = None
+        #: loop time since when the broker has not answered (None: it answers); said once per outage
+        self._down_since: float | None = None
+        self._ever_up = False
         self._subscription: _SourceSubscription | None = None
         self._writer: Writer | None = None
         self._tasks: list[asyncio.Task[None]] = []
@@ -275,9 +281,30 @@ class WorkerSource(Flowable[RemoteRequest], Service):
             self._idle.set()
         self._wake_reader()
 
+    # -- reachability ----------------------------------------------------------------------------
+    def _lost(self, error: BaseException) -> None:
+        """A read, write or beat found the broker unreachable: said once per outage."""
+        loop = asyncio.get_running_loop()
+        if self._down_since is None:
+            self._down_since = loop.time()
+            log.warning("worker %s: %s %s (%r); reading, replies and acks wait and are retried with backoff",
+                        self.settings.consumer, self.broker.name, "lost" if self._ever_up else "unreachable", error)
+        else:
+            log.debug("worker %s: %s still unreachable (%r)", self.settings.consumer, self.broker.name, error)
+
+    def _back(self) -> None:
+        self._ever_up = True
+        since = self._down_since
+        if since is not None:
+            self._down_since = None
+            log.info("worker %s: %s is back after %.1f s", self.settings.consumer, self.broker.name,
+                     asyncio.get_running_loop().time() - since)
+
     # -- Service ---------------------------------------------------------------------------------
     def attach(self, pipeline: Pipeline) -> None:
-        pass
+        # the model its engine serves goes into the heartbeat: a gateway serving another one says so
+        models = [getattr(getattr(stage, "engine", None), "model", None) for stage in pipeline.stages]
+        self.model = next((m for m in models if isinstance(m, str)), None)
 
     async def start(self, host: str, port: int | None) -> str | None:
         s = self.settings
@@ -289,10 +316,11 @@ class WorkerSource(Flowable[RemoteRequest], Service):
         self.clock.loop = loop
         try:
             await self.broker.open()
+            self._back()
         except self.broker.transient as error:
-            log.warning("worker %s: the broker is unreachable at start (%r); retrying in the background",
-                        s.consumer, error)
-        self._writer = Writer(self.broker, Backoff(s.backoff_base_s, s.backoff_cap_s), retry=True)
+            self._lost(error)
+        self._writer = Writer(self.broker, Backoff(s.backoff_base_s, s.backoff_cap_s), retry=True,
+                              on_down=self._lost, on_up=self._back)
         self._writer.start()
         self.publisher = ReplyPublisher(self._writer, self.clock, worker=s.consumer)
         self._tasks = [loop.create_task(self._read_loop(), name=f"rxpipe-transport-read-{s.consumer}"),
@@ -353,14 +381,14 @@ class WorkerSource(Flowable[RemoteRequest], Service):
             try:
                 deliveries = await self.broker.fetch(want, s.block_s)
             except self.broker.transient as error:
-                delay = backoff.next_delay()
-                log.warning("worker %s: broker unreachable (%r); reading again in %.2f s", s.consumer, error, delay)
-                await asyncio.sleep(delay)
+                self._lost(error)
+                await asyncio.sleep(backoff.next_delay())
                 continue
             except Exception:
                 log.exception("worker %s: a read failed", s.consumer)
                 await asyncio.sleep(backoff.next_delay())
                 continue
+            self._back()
             backoff.reset()
             try:
                 self._accept(deliveries, want)
@@ -409,13 +437,15 @@ class WorkerSource(Flowable[RemoteRequest], Service):
         while not self._stopping:
             try:
                 messages = await self.broker.read_control(s.block_s)
-            except self.broker.transient:
+            except self.broker.transient as error:
+                self._lost(error)
                 await asyncio.sleep(backoff.next_delay())
                 continue
             except Exception:
                 log.exception("worker %s: reading the control channel failed", s.consumer)
                 await asyncio.sleep(backoff.next_delay())
                 continue
+            self._back()
             backoff.reset()
             for payload, written_s in messages:
                 try:
@@ -436,13 +466,14 @@ class WorkerSource(Flowable[RemoteRequest], Service):
                     pause = float(self.pause_s()) if self.pause_s is not None else 0.0
                     sent = loop.time()
                     broker_now = await self.broker.heartbeat(s.consumer, pause,
-                                                             [h.delivery for h in self.held.values()])
+                                                             [h.delivery for h in self.held.values()], self.model)
                     self.clock.observe(broker_now, sent, loop.time())
+                    self._back()
                 if loop.time() >= next_upkeep:
                     next_upkeep = loop.time() + self.broker.housekeeping_s
                     await self.broker.housekeeping()
-            except self.broker.transient:
-                pass  # the reader logs unreachability; the next beat tries again
+            except self.broker.transient as error:
+                self._lost(error)  # the next beat tries again
             except Exception:
                 log.exception("worker %s: heartbeat failed", s.consumer)
             stopped = self._stopped

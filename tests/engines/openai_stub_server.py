@@ -39,6 +39,8 @@ DEFAULTS: dict[str, Any] = {
     "retry_after": "1",       # Retry-After header value of throttled answers (None: omitted)
     "fail": 0,                # the next N requests (after throttling) get fail_status
     "fail_status": 500,
+    "fail_message": "stub failure",  # error.message of a failed answer
+    "fail_code": None,        # error.code of a failed answer
     "tokens": 4,              # output tokens when the request has no max_tokens
     "token_delay_s": 0.0,     # seconds before each token
     "token_bytes": 0,         # pad each token's text to this many bytes (backpressure tests)
@@ -121,8 +123,8 @@ def make_app(state: State) -> Any:
                 opts["fail"] -= 1
                 status = int(opts["fail_status"])
                 count(status)
-                return web.json_response({"error": {"message": "stub failure", "type": "server_error"}},
-                                         status=status)
+                error = {"message": opts["fail_message"], "type": "server_error", "code": opts["fail_code"]}
+                return web.json_response({"error": error}, status=status)
             if opts["first_delay_s"]:
                 await asyncio.sleep(opts["first_delay_s"])
             n = body.get("max_tokens") or opts["tokens"]

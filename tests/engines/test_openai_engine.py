@@ -14,6 +14,7 @@ import rxpipe as rx
 from rxpipe import UNBOUNDED, CircuitBreaker
 from rxpipe import operators as ops
 from rxpipe.engines import (
+    BackendError,
     Completion,
     CompletionRequest,
     EngineError,
@@ -227,12 +228,12 @@ async def test_the_pause_is_jittered_above_retry_after_and_capped(server: StubSe
         assert loop.time() - t0 >= expected - 0.002
     finally:
         await e.aclose()
-    server.control(throttle=1, retry_after="100")
+    server.control(throttle=1, retry_after=None)
     capped = make(server, retry_after_cap_s=0.3)
     try:
         t0 = loop.time()
         await capped.submit(CompletionRequest(prompt="x", max_tokens=1)).result
-        # the cap (0.3 s) applies, not the backend's 100 s (the upper bound leaves room for a busy machine)
+        # without a Retry-After the backoff (1 s) is capped (the upper bound leaves room for a busy machine)
         assert 0.3 - 0.002 <= loop.time() - t0 < 5.0
     finally:
         await capped.aclose()
@@ -514,8 +515,9 @@ async def test_the_total_timeout_ends_a_streamed_call_with_the_tokens_it_relayed
         with pytest.raises(EngineError, match="timed out after total_timeout_s=0.3 s"):
             await completion.result
         await ts.await_done()
-        # it had answered: a failure of the call, not an unreachable server
-        assert type(ts.error) is EngineError and len(ts.values) < 100
+        # it had answered: a failure of the call (504 for a client), not an unreachable server
+        assert type(ts.error) is BackendError and len(ts.values) < 100
+        assert (ts.error.status, ts.error.code) == (504, "backend_timeout")
         await disconnect_of(server, request.id)
         assert e.breaker.consecutive_failures == 1
         await wait_for(lambda: e.running == 0, what="the slot")
@@ -609,5 +611,33 @@ async def test_a_request_without_credit_parses_whatever_arrived_line_by_line_acr
         call = _Call(Completion(CompletionRequest(prompt="p"), e, asyncio.get_running_loop()), chat=False)
         await e._read_all_events(call, Response(event("x") + b"\n\ndata: [DONE]\n\n" + event("y") + b"\n"))  # type: ignore[arg-type]
         assert call.parts == ["x"]  # nothing after [DONE]
+    finally:
+        await e.aclose()
+
+
+@pytest.mark.parametrize("status", [503, 429])
+async def test_a_retry_after_over_the_cap_fails_at_once_and_pauses_that_long(
+        server: StubServer, loop: asyncio.AbstractEventLoop, status: int) -> None:
+    server.control(throttle=100, throttle_status=status, retry_after="3600")
+    e = make(server, max_in_flight=2)
+    try:
+        t0 = loop.time()
+        completions = [e.submit(CompletionRequest(prompt=f"p{i}", max_tokens=1)) for i in range(5)]
+        for c in completions:
+            with pytest.raises(EngineUnavailableError, match="3600") as info:
+                await c.result
+            assert info.value.retry_after == 3600  # type: ignore[attr-defined]  # the honest wait
+        assert loop.time() - t0 < 1.0
+        assert server.state()["requests"] <= 2  # the three waiting were never sent
+        # paused (and unavailable) for the hour, with nominal free slots: execute answers at once
+        # (loop.time() + 3600) - loop.time() may be an ulp over 3600 (uvloop's clock stands still within a pass)
+        assert e.paused and not e.available and 3599 < e.retry_after_s <= 3600 + 1e-9
+        assert e.free_slots == e.concurrency_limit and e.running == 0 and e.waiting == 0
+        reply: asyncio.Future[Completion] = loop.create_future()
+        out = await rx.from_iterable([CompletionRequest(prompt="queued", reply=reply)]).pipe(
+            ops.execute(e)).to_list()
+        assert out == [] and isinstance(reply.exception(), EngineUnavailableError)
+        with pytest.raises(EngineUnavailableError, match="paused for 3.*over retry_after_cap_s"):
+            e.submit(CompletionRequest(prompt="refused"))
     finally:
         await e.aclose()

@@ -68,3 +68,21 @@ async def test_a_stop_string_in_the_first_token_gives_an_empty_answer(mode: str,
     chunks = [chunk async for chunk in completion.tokens.iterate(2)] if stream else []
     result = await completion.result
     assert (result.text, result.finish_reason, result.completion_tokens, chunks) == ("", "stop", 0, [])
+
+
+@pytest.mark.virtual
+async def test_temperature_0_is_greedy_and_a_prompt_extended_by_an_answer_continues_it_exactly() -> None:
+    e, other = SimulatedEngine(seed=3), SimulatedEngine(seed=3)  # another process would agree: CRC-32
+    greedy = {"temperature": 0}
+    whole = (await e.submit(CompletionRequest(prompt="once upon a time", max_tokens=12, sampling=greedy)).result).text
+    assert whole == (await other.submit(CompletionRequest(prompt="once upon a time", max_tokens=12,
+                                                          sampling=greedy)).result).text
+    words = whole.split(" ")[1:]
+    assert len(words) == 12
+    head = "".join(" " + w for w in words[:5])
+    rest = await e.submit(CompletionRequest(prompt="once upon a time" + head, max_tokens=7, sampling=greedy)).result
+    assert head + rest.text == whole
+    chat = [{"role": "user", "content": "once upon a time"}, {"role": "assistant", "content": head}]
+    assert head + (await e.submit(CompletionRequest(messages=chat, max_tokens=7, sampling=greedy)).result).text == whole
+    sampled = await e.submit(CompletionRequest(prompt="once upon a time", max_tokens=12)).result
+    assert sampled.text != whole  # sampled text does not follow the greedy chain

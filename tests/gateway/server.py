@@ -22,15 +22,17 @@ def free_port() -> int:
 
 
 class GatewayProcess:
-    """``rxpipe run pipelines/llm_gateway.py --port <free> --set k=v ...``; stdout+stderr to a file."""
+    """``rxpipe run pipelines/llm_gateway.py --port <free> [args] --set k=v ...`` (or another
+    pipeline ``file``); stdout+stderr to a file."""
 
-    def __init__(self, tmp_path: Path, *settings: str, env: dict[str, str] | None = None) -> None:
+    def __init__(self, tmp_path: Path, *settings: str, env: dict[str, str] | None = None,
+                 args: tuple[str, ...] = (), file: Path = GATEWAY) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log_path = tmp_path / f"gateway-{self.port}.log"
-        args = [sys.executable, "-m", "rxpipe", "run", str(GATEWAY), "--port", str(self.port)]
+        args = (sys.executable, "-m", "rxpipe", "run", str(file), "--port", str(self.port), *args)
         for setting in settings:
-            args += ["--set", setting]
+            args += ("--set", setting)
         self._log = self.log_path.open("wb")
         self.proc = subprocess.Popen(args, stdout=self._log, stderr=subprocess.STDOUT, cwd=ROOT,
                                      env={**os.environ, **(env or {})})

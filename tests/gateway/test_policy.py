@@ -170,3 +170,17 @@ def test_service_time_is_a_p90_of_recent_samples() -> None:
     for _ in range(100):  # the window moves: old samples leave
         meter.record_service(0.05)
     assert meter.service_time() == 0.05
+
+
+def test_an_engine_paused_beyond_the_horizon_gets_the_horizon_exactly() -> None:
+    meter = DrainMeter()
+    for i in range(20):
+        meter.record_admit()
+        meter.record_start(0.5 * i)
+    before = meter.reserved_until
+    # an hour's pause (a backend's Retry-After: 3600): the honest wait, capped by the edge's maximum,
+    # every time, never spread below it; nothing is booked
+    assert [meter.reserve(10.0, 3600.0, 1.0, 60.0, random.Random(i)) for i in range(5)] == [60.0] * 5
+    assert meter.stagger(10.0, 3600.0, 1.0, 60.0, random.Random(0)) == 60.0
+    assert meter.reserved_until == before
+    assert DrainMeter().reserve(0.0, 3600.0, 1.0, 60.0, random.Random(0)) == 60.0  # no rate yet: the same

@@ -172,12 +172,15 @@ async def test_tpm_refuses_at_the_request_the_arithmetic_says_with_exact_headers
             text = (await response.read()).decode()
             assert text.endswith("data: [DONE]\n\n")
             response.release()
-        # a request larger than the whole per-minute limit can never fit: said so
+        # a request larger than the whole per-minute limit can never fit: a final 400 saying so
         status, too_big, error = await post(http, url, {"prompt": "hi", "max_tokens": 2500}, headers)
-        assert status == 429 and error["error"]["code"] == "rate_limited"
-        assert f"needs {prompt_tokens + 2500} tokens" in error["error"]["message"]
-        assert "limit of 2000 tokens per minute" in error["error"]["message"]
-        assert too_big["Retry-After"] == "60"
+        assert status == 400 and error["error"]["code"] == "request_over_tpm"
+        assert error["error"]["message"] == (
+            f"this request needs {prompt_tokens + 2500} tokens (prompt {prompt_tokens} + max_tokens 2500), more than "
+            f"tenant 'metered''s limit of 2000 tokens per minute: it can never be admitted; lower max_tokens (to at "
+            f"most {2000 - prompt_tokens})")
+        assert (error["error"]["type"], error["error"]["param"]) == ("invalid_request_error", "max_tokens")
+        assert "Retry-After" not in too_big and "retry-after-ms" not in too_big
         # every answer carries them, a 400 too
         status, invalid, error = await post(http, url, {"prompt": "hi", "max_tokens": 9000}, headers)
         assert status == 400 and error["error"]["code"] == "context_length_exceeded"

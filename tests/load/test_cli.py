@@ -100,6 +100,9 @@ def test_usage_errors() -> None:
         assert run.returncode == 2 and message in run.stderr, (args, run.stderr)
 
 
-def test_no_server_no_model_is_a_clear_error() -> None:
-    run = load(f"http://127.0.0.1:{free_port()}", "--duration", "1", "--quiet")
-    assert run.returncode == 1 and "could not read the model id" in run.stderr and "pass --model" in run.stderr
+def test_a_stopped_server_is_said_to_be_unreachable_not_a_missing_model() -> None:
+    url = f"http://127.0.0.1:{free_port()}"
+    run = load(url, "--duration", "1", "--quiet")
+    assert run.returncode == 1 and run.stderr.splitlines() == [
+        f"rxpipe load: error: cannot reach {url} (connection refused): is the server running? (e.g. rxpipe run "
+        f"pipelines/llm_gateway.py, then rxpipe load {url})"]

@@ -24,6 +24,7 @@ NOT_OPERATORS = {
     "Retry": "a policy object for map_async(retry=)",
     "CircuitBreaker": "a policy object for map_async(breaker=)",
     "GroupedFlowable": "the type of the groups group_by emits",
+    "prefix_affinity": "a routing policy object for balance(affinity=)",
 }
 
 
@@ -105,6 +106,13 @@ BUILT_INS: dict[str, tuple[Callable[[], Operator], dict[str, Any]]] = {
     # prefetch, plus flat_map's prefetch per group)
     "group_by/flat_map": (lambda: rx.pipe(ops.group_by(lambda x: x % 2, max_groups=2, prefetch=4),
                                           ops.flat_map(lambda group: group, prefetch=2)), {"max_held": 4 + 2 * 2}),
+    # -- second round (issue 22): time operators. The lossy ones request UNBOUNDED and keep at
+    # most one item (the rest dropped and counted); delay takes nothing without demand.
+    "debounce": (lambda: ops.debounce(0.05), {"emits_every_item": False, "time_based": True, "max_held": 1}),
+    "sample": (lambda: ops.sample(0.05), {"emits_every_item": False, "time_based": True, "max_held": 1}),
+    "throttle_first": (lambda: ops.throttle_first(0.05),
+                       {"emits_every_item": False, "time_based": True, "max_held": 1}),
+    "delay": (lambda: ops.delay(0.05), {"time_based": True, "max_held": 0}),
 }
 
 

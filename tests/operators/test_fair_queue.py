@@ -224,11 +224,11 @@ def test_bad_tenant_cost_or_priority_values_fail_the_stage(tenant: Any, cost: An
 
 
 def test_factory_validation() -> None:
-    with pytest.raises(ValueError, match=r"fair_queue\(capacity\) needs an int >= 1"):
+    with pytest.raises(ValueError, match=r"fair_queue\(capacity\) must be an integer >= 1"):
         ops.fair_queue(0)
     with pytest.raises(TypeError, match=r"fair_queue\(cost=\) needs a callable"):
         ops.fair_queue(4, cost=3)  # type: ignore[arg-type]
-    with pytest.raises(ValueError, match=r"fair_queue\(weight\['a'\]\) needs a finite number > 0"):
+    with pytest.raises(ValueError, match=r"fair_queue\(weight\['a'\]\) must be a number > 0"):
         ops.fair_queue(4, weight={"a": 0})
     with pytest.raises(TypeError, match=r"fair_queue\(weight=\) needs a mapping"):
         ops.fair_queue(4, weight=[1, 2])  # type: ignore[arg-type]

@@ -6,6 +6,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import importlib.util
+import random
+import string
+import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, AsyncIterator, Callable
@@ -91,3 +94,34 @@ def percentile(values: list[float], q: float) -> float:
     if not ordered:
         return float("nan")
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def shared_prefix_workload(groups: int, per_group: int, system_bytes: int, question_bytes: int,
+                           seed: int = 0) -> list[str]:
+    """SGLang's generated-shared-prefix shape (``bench_serving --dataset-name
+    generated-shared-prefix``): ``groups`` system prompts of ``system_bytes`` random ASCII
+    bytes, each followed by ``per_group`` distinct questions of ``question_bytes`` bytes
+    (``system + "\\n\\n" + question``), shuffled (seeded)."""
+    rng = random.Random(seed)
+    letters = string.ascii_lowercase + " "
+    prompts = []
+    for _ in range(groups):
+        system = "".join(rng.choices(letters, k=system_bytes))
+        prompts += [system + "\n\n" + "".join(rng.choices(letters, k=question_bytes)) for _ in range(per_group)]
+    rng.shuffle(prompts)
+    return prompts
+
+
+def prefix_cache_tokens(urls: list[str]) -> tuple[float, float]:
+    """``(queries, hits)``: prompt tokens looked up in the backends' prefix caches and found,
+    summed over the backends' ``/metrics`` (``rxpipe_engine_prefix_cache_*_total``)."""
+    queries = hits = 0.0
+    for url in urls:
+        with urllib.request.urlopen(url + "/metrics", timeout=10) as response:
+            text = response.read().decode()
+        for line in text.splitlines():
+            if line.startswith("rxpipe_engine_prefix_cache_queries_total{"):
+                queries += float(line.rsplit(" ", 1)[1])
+            elif line.startswith("rxpipe_engine_prefix_cache_hits_total{"):
+                hits += float(line.rsplit(" ", 1)[1])
+    return queries, hits

