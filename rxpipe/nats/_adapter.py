@@ -33,7 +33,7 @@ import base64
 import datetime
 import logging
 import re
-from typing import Any
+from typing import Any, Callable
 
 import nats
 import nats.errors
@@ -90,6 +90,9 @@ def _ts(text: str) -> float:
 class _NatsBroker:
     transient = TRANSIENT
     name = "NATS"
+    # the interface's callbacks (defaults on rxpipe.transport._interface._Broker)
+    on_lost: Callable[[BaseException], None] | None
+    on_back: Callable[[], None] | None
 
     def __init__(self, settings: NatsSettings) -> None:
         self.settings = settings
@@ -112,9 +115,17 @@ class _NatsBroker:
 
     async def _disconnected(self) -> None:
         log.debug("nats: disconnected")
+        if self.on_lost is not None and self.nc is not None:  # None: our own close()
+            self.on_lost(nats.errors.ConnectionReconnectingError())
 
     async def _reconnected(self) -> None:
         log.debug("nats: reconnected")
+        if self.on_back is not None:
+            self.on_back()
+
+    @property
+    def reachable(self) -> bool:
+        return self.nc is not None and self.nc.is_connected
 
     async def _ensure_streams(self, consumer: bool = False) -> bool:
         """Create the four streams if missing (and with ``consumer``, the workers' consumer); True
@@ -208,10 +219,6 @@ class NatsGatewayBroker(_NatsBroker, GatewayBroker):
                                                 ordered_consumer=True, idle_heartbeat=0.5,
                                                 deliver_policy=api.DeliverPolicy.NEW)
             self._ready = True
-
-    async def _disconnected(self) -> None:
-        if self.on_lost is not None:
-            self.on_lost(nats.errors.ConnectionReconnectingError())
 
     def _check(self) -> None:
         nc = self.nc
@@ -356,6 +363,7 @@ class NatsWorkerBroker(_NatsBroker, WorkerBroker):
         self.pulled = 0
         if self._arrived is not None:
             self._arrived.set()
+        await super()._reconnected()
 
     async def _on_pulled(self, msg: Msg) -> None:
         headers = msg.headers or {}

@@ -161,15 +161,24 @@ class _RedisBroker:
         return [None if op.kind == "release" else next(results) for op in ops]
 
     async def _run(self, pipe: Any) -> list[Any]:
-        """Execute ``pipe``. When Redis is unreachable, the idle pooled connections are dropped
-        too: after a restart each would fail once on its first use, long after the restart (one
-        503 each at the gateway), instead of reconnecting on the next."""
+        """Execute ``pipe`` (see :meth:`_drop_idle` for what an unreachable Redis does)."""
         try:
             return list(await call(pipe.execute, raise_on_error=False))
         except TRANSIENT:
-            if self.commands is not None:
-                await self.commands.connection_pool.disconnect(inuse_connections=False)
+            await self._drop_idle()
             raise
+
+    def _clients(self) -> list[Redis | None]:
+        return [self.commands, self.reader]
+
+    async def _drop_idle(self) -> None:
+        """Redis did not answer: drop the idle connections of every client of this side (the
+        command pool and each blocking reader's own). After a restart each would fail once on
+        its first use, long after the restart (one 503 each at the gateway, one more "Redis lost"
+        at a worker whose engine was full while Redis was down), instead of reconnecting then."""
+        for client in self._clients():
+            if client is not None:
+                await client.connection_pool.disconnect(inuse_connections=False)
 
     def _queue(self, pipe: Any, op: WriteOp) -> None:
         raise NotImplementedError
@@ -235,8 +244,12 @@ class RedisGatewayBroker(_RedisBroker, GatewayBroker):
     async def read_replies(self, block_s: float) -> list[bytes]:
         reader = self.reader
         assert reader is not None
-        response: Any = await call(reader.xread, {self.reply_to: self._last_reply_id}, count=512,
-                                   block=self.settings.block)
+        try:
+            response: Any = await call(reader.xread, {self.reply_to: self._last_reply_id}, count=512,
+                                       block=self.settings.block)
+        except TRANSIENT:
+            await self._drop_idle()
+            raise
         out = []
         for _key, entries in response or ():
             for entry_id, fields in entries:
@@ -283,6 +296,9 @@ class RedisWorkerBroker(_RedisBroker, WorkerBroker):
         await self._close(self.reader, self.control_reader, self.commands)
         self.reader = self.control_reader = self.commands = None
 
+    def _clients(self) -> list[Redis | None]:
+        return [self.commands, self.reader, self.control_reader]
+
     async def leave(self, consumer: str) -> None:
         await self._leave(workers_key(self.settings), consumer)
 
@@ -327,6 +343,9 @@ class RedisWorkerBroker(_RedisBroker, WorkerBroker):
                 await ensure_group(commands, s)
                 return []
             raise
+        except TRANSIENT:
+            await self._drop_idle()
+            raise
         found = []
         for _key, entries in response or ():
             for entry_id, fields in entries:
@@ -352,7 +371,11 @@ class RedisWorkerBroker(_RedisBroker, WorkerBroker):
             reader = self.control_reader
         assert reader is not None and self._control_id is not None
         key = control_key(self.settings)
-        response: Any = await call(reader.xread, {key: self._control_id}, count=1024, block=self.settings.block)
+        try:
+            response: Any = await call(reader.xread, {key: self._control_id}, count=1024, block=self.settings.block)
+        except TRANSIENT:
+            await self._drop_idle()
+            raise
         out = []
         for _key, entries in response or ():
             for entry_id, fields in entries:

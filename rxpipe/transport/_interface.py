@@ -88,6 +88,17 @@ class _Broker(ABC):
     transient: tuple[type[BaseException], ...] = (OSError,)
     #: the broker as logs name it ("Redis lost", "NATS is back")
     name: str = "the broker"
+    #: called as soon as the adapter sees its connection go away (before a command fails: a
+    #: client that buffers through a reconnect raises nothing), and when it is back; set by the
+    #: sink or source
+    on_lost: Callable[[BaseException], None] | None = None
+    on_back: Callable[[], None] | None = None
+
+    @property
+    def reachable(self) -> bool:
+        """False while the adapter knows its connection is down (a success seen meanwhile, e.g.
+        a read that only waited, does not mean the broker is back)."""
+        return True
 
     @abstractmethod
     async def open(self) -> None:
@@ -110,9 +121,6 @@ class GatewayBroker(_Broker):
 
     #: where workers send this gateway's replies (set before :meth:`open`)
     reply_to: str
-    #: called with False as soon as the adapter sees the broker go away (before a command fails),
-    #: so the edge answers 503 at once; set by the sink
-    on_lost: Callable[[BaseException], None] | None = None
 
     @abstractmethod
     async def snapshot(self, gateway_id: str) -> Snapshot:

@@ -293,6 +293,8 @@ class WorkerSource(Flowable[RemoteRequest], Service):
             log.debug("worker %s: %s still unreachable (%r)", self.settings.consumer, self.broker.name, error)
 
     def _back(self) -> None:
+        if not self.broker.reachable:
+            return  # an operation that only waited, while the adapter knows its connection is down
         self._ever_up = True
         since = self._down_since
         if since is not None:
@@ -314,6 +316,7 @@ class WorkerSource(Flowable[RemoteRequest], Service):
         self._wake = asyncio.Event()
         self._stopped = asyncio.Event()
         self.clock.loop = loop
+        self.broker.on_lost, self.broker.on_back = self._lost, self._back
         try:
             await self.broker.open()
             self._back()

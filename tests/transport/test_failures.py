@@ -68,7 +68,7 @@ async def test_broker_stopped_mid_load_503_while_down_200_after_restart_nothing_
         broker: Broker, processes: Processes) -> None:
     tokens = 10
     gw = gateway(processes, broker.url, "refresh_interval_s=0.1")
-    worker(processes, broker.url, "max_num_seqs=8", "step_overhead_s=0.02")
+    wk = worker(processes, broker.url, "max_num_seqs=8", "step_overhead_s=0.02")
     stop = asyncio.Event()
     log: list[tuple[float, int, dict[str, str], Any, float]] = []
 
@@ -114,3 +114,9 @@ async def test_broker_stopped_mid_load_503_while_down_200_after_restart_nothing_
     assert len(after) >= 8 and set(after) == {200}, after
     print(f"\n{kind(broker)} restart: {statuses[200]} answered 200, {statuses[503]} 503 (only while down), "
           f"{len(survived)} accepted before the crash answered after it")
+    # each process says it once per outage: lost (a warning), then back (info)
+    name = {"redis": "Redis", "nats": "NATS"}[kind(broker)]
+    for process, who in ((gw, f"{kind(broker)}_sink broker: "), (wk, "worker ")):
+        lines = [line for line in process.output.splitlines() if f"{name} lost" in line or f"{name} is back" in line]
+        assert [(who in line, " WARNING " in line, "lost" in line) for line in lines] == [
+            (True, True, True), (True, False, False)], lines

@@ -58,5 +58,6 @@ async def test_a_gateway_names_a_worker_serving_another_model(tmp_path: Path, br
             await asyncio.sleep(0.1)
         await asyncio.sleep(1.0)  # more refreshes: said once
         assert gw.output.count("serves model 'my-model'") == 1
+        assert gw.stop() == 0 and " lost (" not in gw.output  # its own disconnect at the end is no outage
     finally:
         stub.stop()
