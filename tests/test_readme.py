@@ -232,3 +232,16 @@ def test_the_redis_example_neither_takes_port_6379_nor_writes_into_the_current_d
         proc.wait(timeout=10)
     assert list(cwd.iterdir()) == []
     assert [p.name for p in (tmp_path / "data").iterdir()]  # its append-only files are there
+
+
+def test_the_operator_list_names_every_public_operator_and_source() -> None:
+    import rxpipe as rx
+    from rxpipe import operators as ops
+
+    start = README.index("## Operators and engines")
+    section = README[start:README.index("\n## ", start + 1)]
+    named = set(re.findall(r"`(\w+)[(`]", section))
+    assert sorted(set(ops.__all__) - named) == []
+    static = set(re.findall(r"`rx\.(\w+)", section))
+    assert {"zip", "merge", "concat", "combine_latest", "timer", "never", "from_future"} <= static
+    assert all(hasattr(rx, name) for name in static)
