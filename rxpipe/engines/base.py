@@ -22,8 +22,8 @@ class Engine(ABC):
     ``max_num_seqs - running - waiting`` is what the executor asks upstream for (DESIGN §4).
 
     Subclasses implement :meth:`submit`, ``running``, ``waiting``, and the two hooks a
-    :class:`~rxpipe.engines.Completion` calls back (:meth:`_cancel_completion`,
-    :meth:`_credit_granted`); they call :meth:`_notify_capacity` whenever ``free_slots`` grew.
+    :class:`~rxpipe.engines.Completion` calls back (:meth:`cancel_completion`,
+    :meth:`credit_granted`); they call :meth:`notify_capacity` whenever ``free_slots`` grew.
 
     ``name`` is the value of the ``engine`` label on the engine's metric series (DESIGN §7);
     it defaults to the model id: set it to tell replicas of one model apart.
@@ -87,19 +87,35 @@ class Engine(ABC):
         except ValueError:
             pass
 
-    def _notify_capacity(self) -> None:
+    def notify_capacity(self) -> None:
+        """Tell the capacity listeners that ``free_slots`` grew (or the engine became available).
+
+        For engines: call it after sequences ended and freed their slots (once per step or
+        callback, not per sequence: each call makes the executor re-read ``free_slots`` and ask
+        upstream for that many). A listener that raises is logged and the others still run.
+        """
         for callback in tuple(self._capacity_listeners):
             try:
                 callback()
             except Exception:
                 log.exception("engine %s: capacity listener %r raised", self.model, callback)
 
-    def _cancel_completion(self, completion: Completion) -> None:
-        """``completion.cancel()`` was called: stop it (hook for subclasses)."""
+    def cancel_completion(self, completion: Completion) -> None:
+        """Hook: ``completion.cancel()`` was called (the client is gone); the default does nothing.
+
+        Called once per completion, on the loop's thread, only while it is not done. An engine
+        stops the sequence, finishes it ``"cancelled"`` (``completion.finish``) and frees its slot
+        (then :meth:`notify_capacity`), at once or within one engine step (DESIGN §4).
+        """
         return None
 
-    def _credit_granted(self, completion: Completion) -> None:
-        """The token consumer of ``completion`` requested more (hook for subclasses)."""
+    def credit_granted(self, completion: Completion) -> None:
+        """Hook: the token consumer of ``completion`` called ``request(n)``; the default does nothing.
+
+        ``completion.credit`` is the new window (chunks). An engine that stops stepping a
+        streamed sequence (``request.stream``) while it has no credit resumes it here. Called on
+        the loop's thread, only while the completion is not done.
+        """
         return None
 
     async def aclose(self) -> None:

@@ -239,14 +239,14 @@ class BatchFunctionEngine(Engine):
         self._pool.shutdown(wait=False)
 
     # -- Completion hooks ------------------------------------------------------------------------
-    def _cancel_completion(self, completion: Completion) -> None:
+    def cancel_completion(self, completion: Completion) -> None:
         item = completion.engine_state
         if not isinstance(item, _Item) or item.state != _WAITING:
             return  # running: finished "cancelled" when its batch returns
         item.state = _DONE  # removed lazily from the queue
         self._n_waiting -= 1
         self._finish(item, "cancelled", self._loop.time())  # type: ignore[union-attr]
-        self._notify_capacity()
+        self.notify_capacity()
 
     # -- batching --------------------------------------------------------------------------------
     def _bind(self) -> asyncio.AbstractEventLoop:
@@ -326,7 +326,7 @@ class BatchFunctionEngine(Engine):
         for item in expired:
             self._finish(item, "deadline", now)
         if expired:
-            self._notify_capacity()
+            self.notify_capacity()
 
     def _batch_done(self, batch: list[_Item], index: int, started_s: float, future: asyncio.Future[Any]) -> None:
         loop = self._loop
@@ -372,7 +372,7 @@ class BatchFunctionEngine(Engine):
         if not self._closed:
             # Demand first: a buffered upstream refills the freed slots synchronously, so the next
             # batch forms from everything available now, not only from what waited meanwhile.
-            self._notify_capacity()
+            self.notify_capacity()
             self._dispatch()
 
     def _finish(self, item: _Item, reason: str, now: float) -> None:

@@ -375,7 +375,7 @@ class OpenAIEngine(_HTTPCall, _Backoff):
             await session.close()
 
     # -- Completion hooks ------------------------------------------------------------------------
-    def _cancel_completion(self, completion: Completion) -> None:
+    def cancel_completion(self, completion: Completion) -> None:
         call: _Call | None = completion.engine_state
         if call is None or call.state == _DONE:
             return
@@ -396,7 +396,7 @@ class OpenAIEngine(_HTTPCall, _Backoff):
         if task is not None and task is not asyncio.current_task():
             task.cancel()  # else: it is pushing a chunk to the consumer who cancelled; it stops after
 
-    def _credit_granted(self, completion: Completion) -> None:
+    def credit_granted(self, completion: Completion) -> None:
         call: _Call | None = completion.engine_state
         if call is not None and call.waiter is not None:
             _wake(call.waiter)
@@ -426,7 +426,7 @@ class OpenAIEngine(_HTTPCall, _Backoff):
         self._start_loop()
         if outermost and self._freed:
             self._freed = False
-            self._notify_capacity()
+            self.notify_capacity()
 
     def _start_some(self) -> None:
         waiting = self._waiting

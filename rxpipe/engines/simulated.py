@@ -260,7 +260,7 @@ class SimulatedEngine(_ContinuousBatching, _PerRequestService):
         if value:
             self._abort_all(EngineUnavailableError(f"engine {self.model!r} is down"))
         elif not self._closed:
-            self._notify_capacity()
+            self.notify_capacity()
 
     def submit(self, request: CompletionRequest) -> Completion:
         """Admit ``request``; return its Completion (see :meth:`Engine.submit`).
@@ -446,7 +446,7 @@ class SimulatedEngine(_ContinuousBatching, _PerRequestService):
             self._notify_pending = True
         else:
             self._notify_pending = False
-            self._notify_capacity()
+            self.notify_capacity()
         if not (self._n_running or self._n_waiting):
             self._go_idle()
 
@@ -473,7 +473,7 @@ class SimulatedEngine(_ContinuousBatching, _PerRequestService):
         self._go_idle()
         if self._notify_pending:
             self._notify_pending = False
-            self._notify_capacity()
+            self.notify_capacity()
 
     def _go_idle(self) -> None:
         """Nothing in flight (or the engine stopped): drop every timer and list."""
@@ -499,7 +499,7 @@ class SimulatedEngine(_ContinuousBatching, _PerRequestService):
         self._busy = False
         if self._notify_pending:
             self._notify_pending = False
-            self._notify_capacity()
+            self.notify_capacity()
         self._resume()
 
     def _resume(self) -> None:
@@ -512,7 +512,7 @@ class SimulatedEngine(_ContinuousBatching, _PerRequestService):
             self._arm_events()
 
     # -- Completion hooks ------------------------------------------------------------------------
-    def _cancel_completion(self, completion: Completion) -> None:
+    def cancel_completion(self, completion: Completion) -> None:
         seq: _Seq | None = completion.engine_state
         if seq is None or seq.state == _DONE or seq.in_step:
             return  # a sequence in the step in flight is freed when the step ends
@@ -520,7 +520,7 @@ class SimulatedEngine(_ContinuousBatching, _PerRequestService):
         if not self._busy:
             self._resume()
 
-    def _credit_granted(self, completion: Completion) -> None:
+    def credit_granted(self, completion: Completion) -> None:
         seq: _Seq | None = completion.engine_state
         if seq is None or seq.parked_at is None or seq.state == _DONE:
             return
