@@ -348,8 +348,8 @@ class OpenAIEngine(_HTTPCall, _Backoff):
         for call in list(self._calls):
             self._close_response(call)
             if call.task is not None:
-                call.task.cancel()
                 tasks.append(call.task)
+                self._cancel_task(call)
         if tasks:
             await asyncio.gather(*tasks, return_exceptions=True)
         session = self._session
@@ -375,9 +375,9 @@ class OpenAIEngine(_HTTPCall, _Backoff):
             return
         # Close the connection now: the server sees the disconnect without waiting for the task.
         self._close_response(call)
-        task = call.task
-        if task is not None and task is not asyncio.current_task():
-            task.cancel()  # else: it is pushing a chunk to the consumer who cancelled; it stops after
+        # From inside the task (it is pushing a chunk to the consumer who cancelled) nothing is
+        # cancelled: it stops after.
+        self._cancel_task(call)
 
     def credit_granted(self, completion: Completion) -> None:
         call: _Call | None = completion.engine_state
@@ -473,8 +473,7 @@ class OpenAIEngine(_HTTPCall, _Backoff):
             if expires is not None and not call.timed_out:
                 if expires <= now:
                     call.timed_out = True
-                    if call.task is not None:
-                        call.task.cancel()  # _run fails it with EngineError; the connection is closed
+                    self._cancel_task(call)  # _run fails it with EngineError; the connection is closed
                     continue
                 earliest = min(earliest, expires)
             stall = call.stall_s
