@@ -81,6 +81,18 @@ def test_the_readme_stage_counts_in_and_out_like_a_built_in(tmp_path: Path) -> N
     assert (items("in"), items("out")) == (4, 3)  # retired
 
 
+def test_write_your_own_engine_example_passes(tmp_path: Path) -> None:
+    module, test_file = python_blocks("## Write your own engine")
+    assert re.findall(r"\b_[a-z]\w*", module) == []  # public names only
+    (tmp_path / "conftest.py").write_text('pytest_plugins = ["rxpipe.testing.pytest_plugin"]\n')
+    (tmp_path / "my_engine.py").write_text(module)
+    (tmp_path / "test_my_engine.py").write_text(test_file)
+    code, output = run([sys.executable, "-m", "pytest", "-q", "-W", "error", "-p", "no:cacheprovider",
+                        "test_my_engine.py"], tmp_path, tmp_path)
+    assert code == 0, output
+    assert "3 passed" in output
+
+
 def test_the_architecture_page_is_linked() -> None:
     assert "(docs/architecture.md)" in README and (ROOT / "docs" / "architecture.md").is_file()
 
