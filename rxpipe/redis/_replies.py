@@ -145,12 +145,12 @@ class ReplyRouter:
                                 queue_time, ttft, now - arrival)
 
     # -- CompletionOwner ---------------------------------------------------------------------------
-    def _cancel_completion(self, completion: Completion) -> None:
+    def cancel_completion(self, completion: Completion) -> None:
         """The client left: answer it ``cancelled`` now; later messages for it are strays."""
         remote = self.waiting.pop(completion.request.id, None)
         if remote is not None:
             completion.finish(self._result(remote, CompletionResult("", "cancelled", completion.request.prompt_tokens,
                                                                     completion.generated_tokens, 0.0, None, 0.0)))
 
-    def _credit_granted(self, completion: Completion) -> None:
+    def credit_granted(self, completion: Completion) -> None:
         """Credit is not carried across Redis: the worker streams at its engine's pace."""
