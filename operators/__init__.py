@@ -14,18 +14,34 @@ import math
 from typing import TYPE_CHECKING, Any, Awaitable, Callable, Hashable, Mapping, TypeVar
 
 from rxpipe._fusion import fuse
+from rxpipe._protocol import UNBOUNDED as _UNBOUNDED
+from rxpipe._protocol import Publisher as _Publisher
 from rxpipe.flowable import DEFAULT_PREFETCH, Flowable, Operator
 from rxpipe.resilience import CircuitBreaker, Retry
 from rxpipe.settings import check_int, check_number
+from rxpipe.stage import Stage as _Stage
 
 from ._batch import BatchFlowable
 from ._broadcast import BroadcastFlowable
 from ._buffer import OVERFLOW_STRATEGIES, BufferFlowable
+from ._filters import (
+    distinct_stage,
+    distinct_until_changed_stage,
+    first_stage,
+    pairwise_stage,
+    skip_while_stage,
+    take_while_stage,
+)
 from ._group_by import GroupByFlowable, GroupedFlowable
 from ._limit_rate import LimitRateFlowable
 from ._map_async import map_async_stage, with_item_timeout
 from ._merge import DEFAULT_MERGE_PREFETCH, MergeFlowable
+from ._publishers import publisher_problem
 from ._rate_limit import RateLimitFlowable
+from ._recovery import catch_stage, retry_stage
+from ._reducers import count_stage, last_stage, reduce_stage, to_list_stage
+from ._start_with import start_with_stage
+from ._take_until import take_until_stage
 from ._timeout import TIMEOUT_MODES, timeout_stage
 
 if TYPE_CHECKING:
@@ -35,7 +51,15 @@ if TYPE_CHECKING:
 
 __all__ = ["map", "filter", "scan", "take", "skip", "tap", "buffer", "limit_rate", "batch", "rate_limit",
            "map_async", "timeout", "merge", "broadcast", "group_by", "Retry", "CircuitBreaker",
-           "GroupedFlowable", "execute", "fair_queue", "balance", "prefix_affinity", "cache"]
+           "GroupedFlowable", "execute", "fair_queue", "balance", "prefix_affinity", "cache",
+           # second round (DESIGN §3): filters, reducers, sequencing and recovery
+           "pairwise", "distinct", "distinct_until_changed", "take_while", "skip_while", "take_until", "first",
+           "last", "reduce", "count", "to_list", "start_with", "catch", "retry",
+           # one stream per item, several sources into one
+           "flat_map", "concat_map", "switch_map", "zip", "combine_latest", "with_latest_from", "concat",
+           # time
+           "debounce", "sample", "throttle_first", "delay"]
+
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -775,27 +799,6 @@ def cache(max_entries: int, ttl_s: float, *, name: str | None = None) -> Operato
 
 
 # -- second round: filters, reducers, take_until, start_with, catch, retry ---------------------------
-from rxpipe._protocol import UNBOUNDED as _UNBOUNDED  # noqa: E402
-from rxpipe._protocol import Publisher as _Publisher  # noqa: E402
-from rxpipe.stage import Stage as _Stage  # noqa: E402
-
-from ._filters import (  # noqa: E402
-    distinct_stage,
-    distinct_until_changed_stage,
-    first_stage,
-    pairwise_stage,
-    skip_while_stage,
-    take_while_stage,
-)
-from ._publishers import publisher_problem  # noqa: E402
-from ._recovery import catch_stage, retry_stage  # noqa: E402
-from ._reducers import count_stage, last_stage, reduce_stage, to_list_stage  # noqa: E402
-from ._start_with import start_with_stage  # noqa: E402
-from ._take_until import take_until_stage  # noqa: E402
-
-__all__ += ["pairwise", "distinct", "distinct_until_changed", "take_while", "skip_while", "take_until", "first",
-            "last", "reduce", "count", "to_list", "start_with", "catch", "retry"]
-
 
 def _check_optional_callable(op: str, arg: str, fn: object) -> None:
     if fn is not None and not callable(fn):
@@ -1143,8 +1146,6 @@ def retry(retry_count: int | None = None, *, name: str | None = None) -> Operato
     return retry_stage(retry_count, name=name)
 
 # -- second round: flat_map, concat_map, switch_map, zip, combine_latest, with_latest_from, concat --
-__all__ += ["flat_map", "concat_map", "switch_map", "zip", "combine_latest", "with_latest_from", "concat"]
-
 #: Items each source of ``zip`` / ``combine_latest`` and each inner stream of ``flat_map`` may have
 #: requested and not yet delivered downstream (Reactor's ``Queues.XS_BUFFER_SIZE``).
 DEFAULT_INNER_PREFETCH = 32
@@ -1381,8 +1382,6 @@ def concat(*others: Flowable[Any], name: str | None = None) -> Operator:
 
     return concat_stage(others, name=name)
 # -- second round: time operators (debounce, sample, throttle_first, delay) -----------------------
-__all__ += ["debounce", "sample", "throttle_first", "delay"]
-
 
 def _check_duration(op: str, arg: str, value: object, *, zero: bool = False) -> None:
     """Seconds on the loop's clock: a finite int or float, > 0 (>= 0 with ``zero``)."""

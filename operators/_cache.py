@@ -117,7 +117,7 @@ class _Replay:
         self.completion.finish(CompletionResult(r.text, r.finish_reason, r.prompt_tokens, r.completion_tokens,
                                                 now - arrival, now - arrival if r.text else None, now - arrival))
 
-    def _credit_granted(self, completion: Completion) -> None:
+    def credit_granted(self, completion: Completion) -> None:
         if self.busy:
             return
         self.busy = True
@@ -133,7 +133,7 @@ class _Replay:
         if self.next >= len(self.pieces) and not completion.done:
             self._finish()
 
-    def _cancel_completion(self, completion: Completion) -> None:
+    def cancel_completion(self, completion: Completion) -> None:
         now = completion._loop.time()
         completion.finish(CompletionResult("", "cancelled", self.result.prompt_tokens, 0, 0.0, None,
                                            now - (completion.request.arrival_s or now)))

@@ -256,11 +256,11 @@ class _Relay(InternalSubscriber):
             sub.request(want)
 
     # -- CompletionOwner -------------------------------------------------------------------------
-    def _credit_granted(self, completion: Completion) -> None:
+    def credit_granted(self, completion: Completion) -> None:
         if self.failover.request.stream:
             self._forward_credit()
 
-    def _cancel_completion(self, completion: Completion) -> None:
+    def cancel_completion(self, completion: Completion) -> None:
         self.failover.cancelled = True
         source = self.source
         if source is not None and not source.done:

@@ -27,26 +27,30 @@ def run(args: list[str], cwd: Path, tmp_path: Path) -> tuple[int, str]:
     return code, out.read_text()
 
 
+def run_tests(tmp_path: Path, files: dict[str, str], test_file: str) -> str:
+    """Write ``files`` into ``tmp_path`` and run pytest on ``test_file`` there, strictly; its output."""
+    for name, text in files.items():
+        (tmp_path / name).write_text(text)
+    code, output = run([sys.executable, "-m", "pytest", "-q", "-W", "error", "-p", "no:cacheprovider", test_file],
+                       tmp_path, tmp_path)
+    assert code == 0, output
+    return output
+
+
+PLUGIN = 'pytest_plugins = ["rxpipe.testing.pytest_plugin"]\n'
+
+
 def test_testing_section_example_passes(tmp_path: Path) -> None:
     conftest, test_file = python_blocks("## Testing your operators")[:2]
-    (tmp_path / "conftest.py").write_text(conftest)
-    (tmp_path / "test_double_evens.py").write_text(test_file)
-    code, output = run([sys.executable, "-m", "pytest", "-q", "-W", "error", "-p", "no:cacheprovider",
-                        "test_double_evens.py"], tmp_path, tmp_path)
-    assert code == 0, output
+    output = run_tests(tmp_path, {"conftest.py": conftest, "test_double_evens.py": test_file}, "test_double_evens.py")
     assert "3 passed" in output
 
 
 def test_write_your_own_operator_example_passes(tmp_path: Path) -> None:
     module, test_file = python_blocks("## Write your own operator")
     assert "._" not in module and " _" not in module.replace(" __init__", "")  # no underscore name
-    (tmp_path / "conftest.py").write_text('pytest_plugins = ["rxpipe.testing.pytest_plugin"]\n')
-    (tmp_path / "my_operators.py").write_text(module)
-    (tmp_path / "test_my_operators.py").write_text(test_file)
-    code, output = run([sys.executable, "-m", "pytest", "-q", "-W", "error", "-p", "no:cacheprovider",
-                        "test_my_operators.py"], tmp_path, tmp_path)
-    assert code == 0, output
-    assert "4 passed" in output
+    files = {"conftest.py": PLUGIN, "my_operators.py": module, "test_my_operators.py": test_file}
+    assert "4 passed" in run_tests(tmp_path, files, "test_my_operators.py")
 
 
 def test_the_readme_stage_counts_in_and_out_like_a_built_in(tmp_path: Path) -> None:
@@ -79,6 +83,13 @@ def test_the_readme_stage_counts_in_and_out_like_a_built_in(tmp_path: Path) -> N
     del pub, ts
     gc.collect()
     assert (items("in"), items("out")) == (4, 3)  # retired
+
+
+def test_write_your_own_engine_example_passes(tmp_path: Path) -> None:
+    module, test_file = python_blocks("## Write your own engine")
+    assert re.findall(r"\b_[a-z]\w*", module) == []  # public names only
+    files = {"conftest.py": PLUGIN, "my_engine.py": module, "test_my_engine.py": test_file}
+    assert "3 passed" in run_tests(tmp_path, files, "test_my_engine.py")
 
 
 def test_the_architecture_page_is_linked() -> None:
@@ -306,3 +317,16 @@ def test_the_redis_example_neither_takes_port_6379_nor_writes_into_the_current_d
         proc.wait(timeout=10)
     assert list(cwd.iterdir()) == []
     assert [p.name for p in (tmp_path / "data").iterdir()]  # its append-only files are there
+
+
+def test_the_operator_list_names_every_public_operator_and_source() -> None:
+    import rxpipe as rx
+    from rxpipe import operators as ops
+
+    start = README.index("## Operators and engines")
+    section = README[start:README.index("\n## ", start + 1)]
+    named = set(re.findall(r"`(\w+)[(`]", section))
+    assert sorted(set(ops.__all__) - named) == []
+    static = set(re.findall(r"`rx\.(\w+)", section))
+    assert {"zip", "merge", "concat", "combine_latest", "timer", "never", "from_future"} <= static
+    assert all(hasattr(rx, name) for name in static)

@@ -8,7 +8,9 @@
 
 - Records: :class:`CompletionRequest`, :class:`TokenChunk`, :class:`Completion` (``.tokens`` with
   credit, awaitable ``.result``), :class:`CompletionResult`.
-- :class:`Engine`: the interface ``execute`` drives (``free_slots`` is the pipeline's demand).
+- :class:`Engine`: the interface ``execute`` drives (``free_slots`` is the pipeline's demand), and
+  the base of a user's engine: ``submit`` is written once there; an engine implements ``start``
+  and the hooks ``cancel_completion``, ``credit_granted`` (README "Write your own engine").
 - :class:`SimulatedEngine`: the embedded default, continuous batching like vLLM, on the loop clock.
 - :class:`OpenAIEngine`: a real OpenAI-compatible server (vLLM, TGI, llama.cpp) over HTTP/SSE.
 - :class:`BatchFunctionEngine`: a local synchronous batch function (a model) in worker threads.

@@ -139,7 +139,7 @@ class _Backoff(_OpenAIState):
                                          f"{asked:g} s pause (over retry_after_cap_s={self.retry_after_cap_s:g})")
         waiting.retry_after = asked  # type: ignore[attr-defined]
         self._fail_held(waiting)
-        self._notify_capacity()  # nominal free slots: execute answers what is queued behind, at once
+        self.notify_capacity()  # nominal free slots: execute answers what is queued behind, at once
 
     def _pause_for(self, delay: float, status: int, *, long: bool = False) -> None:
         loop = self._loop

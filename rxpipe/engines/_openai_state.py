@@ -83,7 +83,6 @@ class _OpenAIState(Engine):
     _total_timeout_s: float | None
     _rng: random.Random
     _session: aiohttp.ClientSession | None
-    _loop: asyncio.AbstractEventLoop | None
     _closed: bool
     _freed: bool
     _pause: asyncio.TimerHandle | None

@@ -8,6 +8,7 @@ import email.utils
 import hashlib
 import math
 import time
+from functools import partial
 from typing import Any, Mapping
 
 import aiohttp
@@ -82,18 +83,9 @@ class _HTTPCall(_OpenAIState):
         try:
             requeue = await self._exchange(call)
         except asyncio.CancelledError:
-            if call.timed_out and not call.completion.cancel_requested and not self._closed:
-                # cancelled by the engine's deadline timer, not by its owner: a failed call; with
-                # no answer yet the server counts as unreachable (as for a connection timeout)
+            if self._task_cancelled(call):
                 asyncio.current_task().uncancel()  # type: ignore[union-attr]
-                self._settle(call, False, f"no answer within total_timeout_s={self._total_timeout_s:g} s")
-                message = (f"{self.base_url}: request {call.request.id} timed out after total_timeout_s="
-                           f"{self._total_timeout_s} s ({call.tokens} tokens)")
-                call.completion.fail(EngineUnavailableError(message) if call.response is None
-                                     else broken_answer(message, timeout=True))
                 return
-            self._settle(call, None)
-            self._end(call, "cancelled")
             raise
         except Exception as error:  # not an HTTP failure: a malformed answer or a bug; this call only
             self._settle(call, False, f"a malformed answer: {error}")
@@ -101,6 +93,40 @@ class _HTTPCall(_OpenAIState):
         finally:
             self._close_response(call)
             self._release(call, requeue)
+
+    def _task_cancelled(self, call: _Call) -> bool:
+        """The call's task was cancelled: fail the call (it timed out) or end it ``"cancelled"``.
+        True when it timed out: a failed call, not a cancelled task."""
+        if call.timed_out and not call.completion.cancel_requested and not self._closed:
+            # cancelled by the engine's deadline timer, not by its owner: a failed call; with
+            # no answer yet the server counts as unreachable (as for a connection timeout)
+            self._settle(call, False, f"no answer within total_timeout_s={self._total_timeout_s:g} s")
+            message = (f"{self.base_url}: request {call.request.id} timed out after total_timeout_s="
+                       f"{self._total_timeout_s} s ({call.tokens} tokens)")
+            call.completion.fail(EngineUnavailableError(message) if call.response is None
+                                 else broken_answer(message, timeout=True))
+            return True
+        self._settle(call, None)
+        self._end(call, "cancelled")
+        return False
+
+    def _cancel_task(self, call: _Call) -> None:
+        """Cancel the call's task (not from inside it). asyncio throws the cancellation into a
+        task that has not run its first step yet without running any of ``_run``: then the
+        task's done callback does what ``_run`` would have (end the call, free its slot), or
+        the slot would stay taken and the completion unfinished."""
+        task = call.task
+        if task is None or task is asyncio.current_task():
+            return
+        task.cancel()
+        task.add_done_callback(partial(self._after_cancel, call))
+
+    def _after_cancel(self, call: _Call, task: asyncio.Task[None]) -> None:
+        if call.task is not task:
+            return  # _run ran and released the call
+        self._task_cancelled(call)
+        self._close_response(call)
+        self._release(call, False)
 
     async def _exchange(self, call: _Call) -> bool:
         """Make the call and stream its answer; True when it must be retried after a pause."""

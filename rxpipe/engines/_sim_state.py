@@ -127,7 +127,6 @@ class _SimState(Engine):
     step_log: deque[StepRecord]
     steps: int
     tokens_generated: int
-    _loop: asyncio.AbstractEventLoop | None
     _waiting: deque[_Seq]
     _running: list[_Seq]
     _running_dirty: bool

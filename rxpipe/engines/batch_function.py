@@ -156,7 +156,6 @@ class BatchFunctionEngine(Engine):
         self.batches = 0
         self.items = 0
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix=f"rxpipe-batch-{model}")
-        self._loop: asyncio.AbstractEventLoop | None = None
         self._closed = False
         self._pending: deque[_Item] = deque()
         self._n_waiting = 0
@@ -186,29 +185,19 @@ class BatchFunctionEngine(Engine):
         item = completion.engine_state
         return item.output if isinstance(item, _Item) else None
 
-    def submit(self, request: CompletionRequest) -> Completion:
-        """Admit ``request`` into the waiting queue (see :class:`BatchFunctionEngine`).
+    @property
+    def unavailable_reason(self) -> str:
+        return "closed"
 
-        A request already cancelled, or past its ``deadline_s``, gets a Completion finished at
-        once (``"cancelled"`` / ``"deadline"``) that used no slot. Raises
-        ``EngineUnavailableError`` once closed, ValueError if submitted before, and whatever the
-        ``input`` mapping raises.
-        """
-        if self._closed:
-            raise EngineUnavailableError(f"engine {self.model!r} is closed")
-        if request.completion is not None:
-            raise ValueError(f"request {request.id} was already submitted")
-        value = self._input(request)
-        loop = self._bind()
-        now = loop.time()
-        if request.arrival_s is None:
-            request.arrival_s = now
-        completion = Completion(request, self, loop)
-        request.completion = completion
-        if request.cancelled or (request.deadline_s is not None and now > request.deadline_s):
-            self._finish(_Item(completion, value, now), "cancelled" if request.cancelled else "deadline", now)
-            return completion
-        item = _Item(completion, value, now)
+    def prepare(self, request: CompletionRequest) -> Any:
+        """The request's input, ``input(request)``, mapped once before admission: what the
+        mapping raises reaches the caller of :meth:`submit` (the request stays unsubmitted)."""
+        return self._input(request)
+
+    def start(self, completion: Completion, now_s: float) -> None:
+        """Queue the admitted ``completion`` for a batch (see :class:`BatchFunctionEngine`): a
+        full batch goes to a free worker at once, else the delay timer is armed."""
+        item = _Item(completion, completion.engine_state, now_s)  # engine_state: prepare's input
         completion.engine_state = item
         self._pending.append(item)
         self._n_waiting += 1
@@ -216,7 +205,6 @@ class BatchFunctionEngine(Engine):
             self._dispatch()  # a full batch goes at once
         else:
             self._arm()  # even with max_delay_s=0: the rest of this loop iteration joins the batch
-        return completion
 
     async def aclose(self) -> None:
         """Close: waiting requests finish ``"cancelled"``, running batches are awaited (their
@@ -239,26 +227,22 @@ class BatchFunctionEngine(Engine):
         self._pool.shutdown(wait=False)
 
     # -- Completion hooks ------------------------------------------------------------------------
-    def _cancel_completion(self, completion: Completion) -> None:
+    def cancel_completion(self, completion: Completion) -> None:
         item = completion.engine_state
         if not isinstance(item, _Item) or item.state != _WAITING:
             return  # running: finished "cancelled" when its batch returns
         item.state = _DONE  # removed lazily from the queue
         self._n_waiting -= 1
         self._finish(item, "cancelled", self._loop.time())  # type: ignore[union-attr]
-        self._notify_capacity()
+        self.notify_capacity()
 
     # -- batching --------------------------------------------------------------------------------
-    def _bind(self) -> asyncio.AbstractEventLoop:
-        loop = asyncio.get_running_loop()
-        if self._loop is not loop:
-            if self._loop is not None and (self._n_waiting or self._n_running):
-                raise RuntimeError("this BatchFunctionEngine has work in flight on another event loop")
-            if self._timer is not None:
-                self._timer.cancel()
-                self._timer = None
-            self._loop = loop
-        return loop
+    def bind_loop(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Refuse to move with work in flight (:meth:`Engine.bind_loop`); drop the old loop's timer."""
+        super().bind_loop(loop)
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
 
     def _head(self) -> _Item | None:
         pending = self._pending
@@ -326,7 +310,7 @@ class BatchFunctionEngine(Engine):
         for item in expired:
             self._finish(item, "deadline", now)
         if expired:
-            self._notify_capacity()
+            self.notify_capacity()
 
     def _batch_done(self, batch: list[_Item], index: int, started_s: float, future: asyncio.Future[Any]) -> None:
         loop = self._loop
@@ -372,7 +356,7 @@ class BatchFunctionEngine(Engine):
         if not self._closed:
             # Demand first: a buffered upstream refills the freed slots synchronously, so the next
             # batch forms from everything available now, not only from what waited meanwhile.
-            self._notify_capacity()
+            self.notify_capacity()
             self._dispatch()
 
     def _finish(self, item: _Item, reason: str, now: float) -> None:

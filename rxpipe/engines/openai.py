@@ -31,7 +31,6 @@ from __future__ import annotations
 import asyncio
 import math
 import random
-import threading
 from collections import deque
 from typing import Any, Literal, Mapping
 
@@ -219,8 +218,6 @@ class OpenAIEngine(_HTTPCall, _Backoff):
             self._answer_options["timeout"] = aiohttp.ClientTimeout(sock_connect=self.timeout.sock_connect)
         self._expiry: asyncio.TimerHandle | None = None
         self._expiry_at = 0.0
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._thread: int | None = None  # the thread running self._loop
         self._closed = False
         self._waiting: deque[_Call] = deque()
         self._calls: set[_Call] = set()  # running
@@ -305,40 +302,26 @@ class OpenAIEngine(_HTTPCall, _Backoff):
             wait = max(wait, self.breaker.retry_after or 0.0)
         return wait
 
-    def submit(self, request: CompletionRequest) -> Completion:
-        """Admit ``request``; its HTTP call starts at once when a slot is free (see :class:`OpenAIEngine`).
-
-        A request already cancelled, or past its ``deadline_s``, gets a Completion finished at
-        once (``"cancelled"`` / ``"deadline"``) that used no slot. Raises
-        ``EngineUnavailableError`` when unavailable, ValueError for a request submitted before or
-        one this engine cannot map (messages with ``chat=False``, or neither prompt nor messages).
-        """
-        if not self.available:
-            raise EngineUnavailableError(f"engine {self.model!r} is {self._why_unavailable()}")
-        if request.completion is not None:
-            raise ValueError(f"request {request.id} was already submitted")
+    def prepare(self, request: CompletionRequest) -> bool:
+        """The endpoint of ``request``: True for ``/v1/chat/completions``, False for
+        ``/v1/completions`` (see ``chat``). Raises ValueError for a request this engine cannot
+        map: neither prompt nor messages, or messages with ``chat=False``."""
         if request.messages is None and request.prompt is None:
             raise ValueError(f"request {request.id} has neither prompt nor messages")
         chat = self.chat if self.chat is not None else request.messages is not None
         if not chat and request.prompt is None:
             raise ValueError(f"request {request.id} has chat messages but OpenAIEngine({self.base_url!r}, chat=False) "
                              "serves /v1/completions")
-        loop = self._bind()
-        now = loop.time()
-        if request.arrival_s is None:
-            request.arrival_s = now
-        completion = Completion(request, self, loop)
-        request.completion = completion
-        call = _Call(completion, chat)
-        if request.cancelled or (request.deadline_s is not None and now > request.deadline_s):
-            call.state = _DONE
-            self._end(call, "cancelled" if request.cancelled else "deadline")
-            return completion
+        return chat
+
+    def start(self, completion: Completion, now_s: float) -> None:
+        """Queue the admitted ``completion``'s HTTP call; it starts at once when a slot is free
+        (see :class:`OpenAIEngine`)."""
+        call = _Call(completion, completion.engine_state)  # engine_state: prepare's chat flag
         completion.engine_state = call
         self._waiting.append(call)
         self._n_waiting += 1
         self._start_waiting()
-        return completion
 
     async def aclose(self) -> None:
         """Close: ``available`` turns False, unfinished completions end ``"cancelled"`` (their HTTP
@@ -365,8 +348,8 @@ class OpenAIEngine(_HTTPCall, _Backoff):
         for call in list(self._calls):
             self._close_response(call)
             if call.task is not None:
-                call.task.cancel()
                 tasks.append(call.task)
+                self._cancel_task(call)
         if tasks:
             await asyncio.gather(*tasks, return_exceptions=True)
         session = self._session
@@ -375,7 +358,7 @@ class OpenAIEngine(_HTTPCall, _Backoff):
             await session.close()
 
     # -- Completion hooks ------------------------------------------------------------------------
-    def _cancel_completion(self, completion: Completion) -> None:
+    def cancel_completion(self, completion: Completion) -> None:
         call: _Call | None = completion.engine_state
         if call is None or call.state == _DONE:
             return
@@ -392,33 +375,25 @@ class OpenAIEngine(_HTTPCall, _Backoff):
             return
         # Close the connection now: the server sees the disconnect without waiting for the task.
         self._close_response(call)
-        task = call.task
-        if task is not None and task is not asyncio.current_task():
-            task.cancel()  # else: it is pushing a chunk to the consumer who cancelled; it stops after
+        # From inside the task (it is pushing a chunk to the consumer who cancelled) nothing is
+        # cancelled: it stops after.
+        self._cancel_task(call)
 
-    def _credit_granted(self, completion: Completion) -> None:
+    def credit_granted(self, completion: Completion) -> None:
         call: _Call | None = completion.engine_state
         if call is not None and call.waiter is not None:
             _wake(call.waiter)
 
     # -- starting calls --------------------------------------------------------------------------
-    def _bind(self) -> asyncio.AbstractEventLoop:
-        loop = self._loop
-        # Fast path, once bound: our loop runs in this thread, so it is the running loop (one per
-        # thread). Not asyncio.get_running_loop(): on CPython 3.11 it makes a getpid() system
-        # call each time (its fork check), a few µs per request in a VM.
-        if loop is not None and self._thread == threading.get_ident() and loop.is_running():
-            return loop
-        loop = asyncio.get_running_loop()
-        if self._loop is None:
-            self._loop = loop
-        elif self._loop is not loop:
+    def bind_loop(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Bind to the first loop for good (the HTTP session belongs to it): another one is
+        refused with RuntimeError. Opens our own session, bounded to ``max_in_flight``
+        connections, unless the user gave one."""
+        if self._loop is not None:
             raise RuntimeError("this OpenAIEngine is bound to another event loop")
-        self._thread = threading.get_ident()
         if self._session is None:
             connector = aiohttp.TCPConnector(limit=self.max_num_seqs, limit_per_host=self.max_num_seqs)
             self._session = aiohttp.ClientSession(connector=connector, timeout=self.timeout)
-        return loop
 
     def _start_waiting(self) -> None:
         """Start waiting calls while slots are free (re-entrant calls are folded into the running one)."""
@@ -426,7 +401,7 @@ class OpenAIEngine(_HTTPCall, _Backoff):
         self._start_loop()
         if outermost and self._freed:
             self._freed = False
-            self._notify_capacity()
+            self.notify_capacity()
 
     def _start_some(self) -> None:
         waiting = self._waiting
@@ -498,8 +473,7 @@ class OpenAIEngine(_HTTPCall, _Backoff):
             if expires is not None and not call.timed_out:
                 if expires <= now:
                     call.timed_out = True
-                    if call.task is not None:
-                        call.task.cancel()  # _run fails it with EngineError; the connection is closed
+                    self._cancel_task(call)  # _run fails it with EngineError; the connection is closed
                     continue
                 earliest = min(earliest, expires)
             stall = call.stall_s
@@ -612,7 +586,8 @@ class OpenAIEngine(_HTTPCall, _Backoff):
             (now if started is None else started) - arrival, None if first is None else first - arrival,
             now - arrival))
 
-    def _why_unavailable(self) -> str:
+    @property
+    def unavailable_reason(self) -> str:
         if self._closed:
             return "closed"
         if self._pause is not None and self._pause_long:

@@ -185,11 +185,18 @@ class CompletionResult:
 
 
 class CompletionOwner(Protocol):
-    """What a Completion calls back on its engine."""
+    """What a Completion calls back on its owner: an :class:`~rxpipe.engines.Engine` (whose
+    default hooks do nothing), or a stage that makes Completions itself (``cache``, ``balance``'s
+    failover, the transport's reply router). Both are called on the event loop's thread.
 
-    def _cancel_completion(self, completion: Completion) -> None: ...
+    ``cancel_completion(completion)``: ``completion.cancel()`` was called (once, before it is
+    done): stop it and finish it ``"cancelled"``. ``credit_granted(completion)``: its token
+    consumer called ``request(n)`` while it was not done (``completion.credit`` is the new window).
+    """
 
-    def _credit_granted(self, completion: Completion) -> None: ...
+    def cancel_completion(self, completion: Completion) -> None: ...
+
+    def credit_granted(self, completion: Completion) -> None: ...
 
 
 class Completion:
@@ -289,7 +296,7 @@ class Completion:
         if self.done or self.cancel_requested:
             return
         self.cancel_requested = True
-        self._owner._cancel_completion(self)
+        self._owner.cancel_completion(self)
 
     # -- engine side ---------------------------------------------------------------------------
     @property
@@ -384,7 +391,7 @@ class _TokenSubscription(DrainSubscription):
     def _on_request(self, n: int) -> None:
         c = self.completion
         if not c.done:
-            c._owner._credit_granted(c)
+            c._owner.credit_granted(c)
 
     def _release(self) -> None:
         c = self.completion

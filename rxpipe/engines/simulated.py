@@ -27,7 +27,6 @@ from __future__ import annotations
 import asyncio
 import heapq
 import random
-import threading
 import zlib
 from collections import deque
 from typing import Any
@@ -172,8 +171,6 @@ class SimulatedEngine(_ContinuousBatching, _PerRequestService):
         self.tokens_generated = 0
         self._down = bool(down)
         self._closed = False
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._thread: int | None = None  # the thread running self._loop
         self._waiting: deque[_Seq] = deque()
         self._running: list[_Seq] = []
         self._running_dirty = False
@@ -260,44 +257,27 @@ class SimulatedEngine(_ContinuousBatching, _PerRequestService):
         if value:
             self._abort_all(EngineUnavailableError(f"engine {self.model!r} is down"))
         elif not self._closed:
-            self._notify_capacity()
+            self.notify_capacity()
 
-    def submit(self, request: CompletionRequest) -> Completion:
-        """Admit ``request``; return its Completion (see :meth:`Engine.submit`).
+    @property
+    def unavailable_reason(self) -> str:
+        return "closed" if self._closed else "down"
 
-        A request already cancelled, or past its ``deadline_s``, gets a Completion finished at
-        once (``"cancelled"`` / ``"deadline"``) that used no slot. Must be called on a running
-        event loop. Raises ``EngineUnavailableError`` when down or closed, ValueError if the
-        request was submitted before.
-        """
-        if not self.available:
-            reason = "closed" if self._closed else "down"
-            raise EngineUnavailableError(f"engine {self.model!r} is {reason}")
-        if request.completion is not None:
-            raise ValueError(f"request {request.id} was already submitted")
-        loop = self._bind()
-        now = loop.time()
-        if request.arrival_s is None:
-            request.arrival_s = now
-        completion = Completion(request, self, loop)
-        request.completion = completion
-        if request.cancelled or (request.deadline_s is not None and now > request.deadline_s):
-            reason = "cancelled" if request.cancelled else "deadline"
-            completion.finish(CompletionResult("", reason, request.prompt_tokens, 0, now - request.arrival_s,
-                                               None, now - request.arrival_s))
-            return completion
-        seq = self._new_seq(completion, request.arrival_s)
+    def start(self, completion: Completion, now_s: float) -> None:
+        """Queue the admitted ``completion`` as a waiting sequence (see :meth:`Engine.submit`):
+        it starts in the next step (continuous batching) or as soon as a slot frees (``latency=``)."""
+        arrival = completion.request.arrival_s  # set by submit
+        seq = self._new_seq(completion, now_s if arrival is None else arrival)
         completion.engine_state = seq
         self._waiting.append(seq)
         self._n_waiting += 1
         if seq.needs_credit:
-            self._park(seq, now)  # no subscriber yet: no credit
+            self._park(seq, now_s)  # no subscriber yet: no credit
         if self.latency is None:
             self._kick()
         else:
-            self._admit(now)
+            self._admit(now_s)
             self._arm_events()
-        return completion
 
     async def aclose(self) -> None:
         """Close: ``available`` turns False and unfinished completions end as ``"cancelled"``."""
@@ -307,21 +287,10 @@ class SimulatedEngine(_ContinuousBatching, _PerRequestService):
         self._abort_all(None)
 
     # -- sequences -------------------------------------------------------------------------------
-    def _bind(self) -> asyncio.AbstractEventLoop:
-        loop = self._loop
-        if loop is not None and self._thread == threading.get_ident() and loop.is_running():
-            # our loop runs in this thread, so it is the running loop (one per thread): no call
-            # to asyncio.get_running_loop(), a getpid() syscall per call on Python < 3.12. (A
-            # loop running in another thread is not ours to use: the checks below apply.)
-            return loop
-        loop = asyncio.get_running_loop()
-        if self._loop is not loop:
-            if self._n_running or self._n_waiting:
-                raise RuntimeError("this SimulatedEngine has work in flight on another event loop")
-            self._cancel_timers()
-            self._loop = loop
-        self._thread = threading.get_ident()
-        return loop
+    def bind_loop(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Refuse to move with work in flight (:meth:`Engine.bind_loop`); drop the old loop's timers."""
+        super().bind_loop(loop)
+        self._cancel_timers()
 
     def _new_seq(self, completion: Completion, arrival_s: float) -> _Seq:
         request = completion.request
@@ -446,7 +415,7 @@ class SimulatedEngine(_ContinuousBatching, _PerRequestService):
             self._notify_pending = True
         else:
             self._notify_pending = False
-            self._notify_capacity()
+            self.notify_capacity()
         if not (self._n_running or self._n_waiting):
             self._go_idle()
 
@@ -473,7 +442,7 @@ class SimulatedEngine(_ContinuousBatching, _PerRequestService):
         self._go_idle()
         if self._notify_pending:
             self._notify_pending = False
-            self._notify_capacity()
+            self.notify_capacity()
 
     def _go_idle(self) -> None:
         """Nothing in flight (or the engine stopped): drop every timer and list."""
@@ -499,7 +468,7 @@ class SimulatedEngine(_ContinuousBatching, _PerRequestService):
         self._busy = False
         if self._notify_pending:
             self._notify_pending = False
-            self._notify_capacity()
+            self.notify_capacity()
         self._resume()
 
     def _resume(self) -> None:
@@ -512,7 +481,7 @@ class SimulatedEngine(_ContinuousBatching, _PerRequestService):
             self._arm_events()
 
     # -- Completion hooks ------------------------------------------------------------------------
-    def _cancel_completion(self, completion: Completion) -> None:
+    def cancel_completion(self, completion: Completion) -> None:
         seq: _Seq | None = completion.engine_state
         if seq is None or seq.state == _DONE or seq.in_step:
             return  # a sequence in the step in flight is freed when the step ends
@@ -520,7 +489,7 @@ class SimulatedEngine(_ContinuousBatching, _PerRequestService):
         if not self._busy:
             self._resume()
 
-    def _credit_granted(self, completion: Completion) -> None:
+    def credit_granted(self, completion: Completion) -> None:
         seq: _Seq | None = completion.engine_state
         if seq is None or seq.parked_at is None or seq.state == _DONE:
             return

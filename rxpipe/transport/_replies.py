@@ -280,7 +280,7 @@ class ReplyRouter:
                                                                      completion.generated_tokens, 0.0, None, 0.0)))
 
     # -- CompletionOwner ---------------------------------------------------------------------------
-    def _cancel_completion(self, completion: Completion) -> None:
+    def cancel_completion(self, completion: Completion) -> None:
         """The client left: answer it ``cancelled`` now and cancel it on its worker; later
         messages for it are strays."""
         remote = self.waiting.pop(completion.request.id, None)
@@ -288,7 +288,7 @@ class ReplyRouter:
             self._send_cancel(remote)
             self._finish(remote, "cancelled")
 
-    def _credit_granted(self, completion: Completion) -> None:
+    def credit_granted(self, completion: Completion) -> None:
         """The reader asked for more: the worker may send more."""
         remote = self.waiting.get(completion.request.id)
         if remote is not None and remote.completion is completion and remote.request.stream:

@@ -429,6 +429,24 @@ async def test_aclose_cancels_running_and_waiting_calls(server: StubServer) -> N
     assert server.state()["requests"] == 1
 
 
+async def test_a_call_cancelled_before_its_task_first_ran_ends_and_frees_its_slot(server: StubServer) -> None:
+    # asyncio cancels a task that has not run yet without running any of its coroutine: the
+    # engine must still end the call (a cancel in the loop iteration of its admission)
+    e = make(server, max_in_flight=2)
+    try:
+        cancelled = e.submit(CompletionRequest(prompt="gone"))
+        closed = e.submit(CompletionRequest(prompt="closed"))
+        assert e.running == 2 and e.free_slots == 0
+        cancelled.cancel()
+        assert (await asyncio.wait_for(asyncio.shield(cancelled.result), 5.0)).finish_reason == "cancelled"
+        assert e.running == 1 and e.free_slots == 1
+        await e.aclose()  # before the other call's task ran
+        assert closed.finish_reason == "cancelled" and e.running == 0
+        assert server.state()["requests"] == 0  # neither call reached the server
+    finally:
+        await e.aclose()
+
+
 # -- failures and the circuit breaker ----------------------------------------------------------------
 @pytest.mark.parametrize("stream", [False, True], ids=["json", "sse"])
 async def test_5xx_counts_against_the_breaker_and_4xx_does_not(server: StubServer, stream: bool) -> None:

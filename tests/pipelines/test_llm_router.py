@@ -56,7 +56,8 @@ def test_settings_are_checked_and_max_in_flight_is_per_backend() -> None:
         router.settings({"backends": "http://a:1", "model": "m", "max_in_flight": "lots"})
     with pytest.raises(router.SettingError, match="cache_max_entries must be an integer >= 0"):
         router.settings({"backends": "http://a:1", "model": "m", "cache_max_entries": -1})
-    with pytest.raises(router.SettingError, match=r"routing must be one of \"least_loaded\", \"prefix\", \"round_robin\""):
+    with pytest.raises(router.SettingError,
+                       match=r"routing must be one of \"least_loaded\", \"prefix\", \"round_robin\""):
         router.settings({"backends": "http://a:1", "model": "m", "routing": "random"})
     assert router.settings({"backends": "http://a:1", "model": "m"})["routing"] == "least_loaded"
     with pytest.raises(router.SettingError, match="unknown setting"):
