@@ -71,7 +71,11 @@ async def test_1000_clients_leave_streamed_and_unary_queued_and_decoding_no_orph
     assert sample(m, "rxpipe_requests_finished_total", outcome="ok") == 0
     assert cancelled == read > 0, (cancelled, read)  # every request the worker read was cancelled there
     where = {w: sample(m, "rxpipe_transport_cancels_total", where=w) for w in ("unread", "queued", "running")}
-    assert sum(where.values()) == cancelled and where["running"] > 0 and where["queued"] + where["unread"] > 0, where
+    assert sum(where.values()) == cancelled and where["running"] > 0, where
+    # cancelled while still in the broker's queue: withdrawn by the gateway before any read (the
+    # rest of the 1,000; how many a worker read first and skipped, "unread", is a race: Redis's
+    # XDEL nearly always wins it, NATS's delete by sequence less often)
+    assert read < total, read
     assert sample(m, "rxpipe_transport_cancel_seconds_count") == where["queued"] + where["running"]
     p50 = histogram_quantile(m, "rxpipe_transport_cancel_seconds", 0.5)
     p99 = histogram_quantile(m, "rxpipe_transport_cancel_seconds", 0.99)
