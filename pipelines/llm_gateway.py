@@ -29,12 +29,22 @@ the edge's: ``max_model_len``, ``max_body_bytes``, ``max_connections``, ``keepal
 prefer the ``RXPIPE_API_KEYS`` environment variable (a command line is readable by every local
 user).
 
+With ``broker_url`` (``redis://…`` or ``nats://…``) the gateway forwards to workers on other
+hosts (``pipelines/llm_worker.py`` with the same ``broker_url``) instead of a local engine; the
+settings ``with broker_url`` (``stream``, ``group``, ``max_backlog``, ``refresh_interval_s``,
+``credit_window``), the edge's and ``stall_timeout_s`` apply then, the queue's and the engine's
+do not::
+
+    gateway ─> broker sink(max_backlog) ══ Redis stream / NATS JetStream ══> workers
+            <── replies (token chunks with sequence numbers, results); cancels and credit ══>
+
 The engine's step costs are in the range of a 7B model on one modern GPU (see
 ``rxpipe.engines.SimulatedEngine`` for their sources).
 """
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from rxpipe import operators as ops
@@ -52,6 +62,16 @@ from rxpipe.gateway import (
 )
 from rxpipe.runtime import DRAIN_TIMEOUT, Pipeline
 from rxpipe.settings import Schema, Setting, SettingError
+from rxpipe.transport import BROKER_URL, TRANSPORT_SETTINGS, transport_sink
+
+#: the broker's settings: ``broker_url`` turns the gateway into one in front of workers; the
+#: others apply with it (those of :class:`~rxpipe.transport.TransportSettings`)
+BROKER_SETTINGS = Schema(
+    dataclasses.replace(BROKER_URL, doc="redis://… or nats://…: forward to workers (pipelines/llm_worker.py) "
+                                        "through this broker instead of a local engine; null: local engine"),
+    *(dataclasses.replace(s, doc=f"with broker_url: {s.doc}") for s in TRANSPORT_SETTINGS.pick(
+        "stream", "group", "max_backlog", "refresh_interval_s", "credit_window").values()),
+)
 
 #: every setting (``--set key=value``; ``rxpipe run pipelines/llm_gateway.py --help-settings``)
 SETTINGS = Schema(
@@ -65,6 +85,7 @@ SETTINGS = Schema(
             minimum=0, nullable=True),
     SIMULATED_SETTINGS.pick(*SIMULATED_PIPELINE),
     EDGE_SETTINGS,
+    BROKER_SETTINGS,
     DRAIN_TIMEOUT,
 )
 
@@ -90,8 +111,27 @@ def settings(config: dict[str, Any]) -> dict[str, Any]:
 
 def pipeline(config: dict[str, Any]) -> Pipeline:
     s = settings(config)
+    if s["broker_url"] is not None:
+        return forward(s)
     engine = SimulatedEngine(model=s["model"], **{name: s[name] for name in SIMULATED_PIPELINE})
     return build(s, engine)
+
+
+def forward(s: dict[str, Any], *, name: str = "llm_gateway") -> Pipeline:
+    """The gateway in front of workers on other hosts (``broker_url``; DESIGN §8): the edge, then
+    the broker's sink (demand = room under ``max_backlog``); the queue and the engines are the
+    workers'. ``stall_timeout_s`` ends a stalled stream here and on its worker."""
+    sink = transport_sink(s["broker_url"], name="broker", stream=s["stream"], group=s["group"],
+                          max_backlog=s["max_backlog"], refresh_interval_s=s["refresh_interval_s"],
+                          credit_window=s["credit_window"], stall_timeout_s=s["stall_timeout_s"])
+    return Pipeline(_gateway(s), sink, name=name, drain_timeout_s=s["drain_timeout_s"])
+
+
+def _gateway(s: dict[str, Any]) -> Gateway:
+    try:
+        return Gateway(gateway_config(s), name="gateway")
+    except TenantsFileError as exc:
+        raise SettingError(f"setting tenants_file: {exc}", "tenants_file") from exc
 
 
 def build(s: dict[str, Any], engine: Engine, *, queue: Operator | None = None,
@@ -99,10 +139,7 @@ def build(s: dict[str, Any], engine: Engine, *, queue: Operator | None = None,
     """The graph of this pipeline for validated settings ``s`` (see :func:`settings`) in front of
     ``engine``. ``queue`` replaces the bounded queue stage (default ``edge_queue(queue_capacity)``);
     benchmarks use it to compare queue disciplines on the same graph."""
-    try:
-        gateway = Gateway(gateway_config(s), name="gateway")
-    except TenantsFileError as exc:
-        raise SettingError(f"setting tenants_file: {exc}", "tenants_file") from exc
+    gateway = _gateway(s)
     rate_limit = ops.rate_limit(s["rate"], burst=s["burst"], name="rate_limit")
     gate = gateway.tenant_gate
     if gate is not None and queue is None:

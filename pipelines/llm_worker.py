@@ -1,34 +1,41 @@
-"""llm_worker: a worker that takes requests from the Redis stream and runs them on an engine.
+"""llm_worker: a worker that takes requests from a broker (Redis Streams or NATS JetStream) and
+runs them on an engine.
 
-    rxpipe run pipelines/llm_worker.py --set redis_url=redis://127.0.0.1:6379/0
+    rxpipe run pipelines/llm_worker.py --set broker_url=nats://127.0.0.1:4222
+    rxpipe run pipelines/llm_worker.py --set broker_url=redis://127.0.0.1:6379/0
     rxpipe run pipelines/llm_worker.py --set backend_url=http://127.0.0.1:8001/v1 --set model=my-model
 
 The graph, with demand flowing right to left::
 
-    redis_group_source(stream, group, consumer) ─> execute(engine) ─> (replies to each gateway)
-        XREADGROUP COUNT n  <── demand n = the engine's free sequence slots
+    broker source(stream, group, consumer) ─> execute(engine) ─> (replies to each gateway)
+        one read of n (XREADGROUP COUNT n / a pull of n)  <── demand n = the engine's free slots
 
-The worker reads from the stream only what its engine has room for (a paused engine reads
-nothing), acknowledges an entry only after its result is written to the gateway's reply stream,
-and claims entries a dead worker left idle for ``visibility_timeout_s`` (DESIGN §8).
+The worker reads only what its engine has room for (a paused engine reads nothing),
+acknowledges a request only after its result is written to the gateway's reply channel, and
+takes over requests a dead worker left for ``visibility_timeout_s`` (DESIGN §8). A client that
+leaves is cancelled here (skipped if not started, aborted within one engine step if running);
+a streamed answer is stepped only while its reader, at the gateway, gives credit.
 
 Settings (``--set key=value``; values parse as JSON, else strings; each type-checked): ``SETTINGS``
 below (``rxpipe run pipelines/llm_worker.py --help-settings`` prints them, with their defaults):
-the broker's (``redis_url``, ``stream``, ``group``, ``consumer``, ``visibility_timeout_s``,
-``max_deliveries``), ``backend_url`` (an OpenAI-compatible server: OpenAIEngine replaces the
-simulated engine, ``max_num_seqs`` its ``max_in_flight``, ``model`` its model id), the simulated
-engine's (those of ``llm_gateway.py``), ``model`` and ``drain_timeout_s``.
+the broker's (``broker_url``, or ``redis_url``, its older name for Redis; ``stream``, ``group``,
+``consumer``, ``visibility_timeout_s``, ``max_deliveries``), ``backend_url`` (an
+OpenAI-compatible server: OpenAIEngine replaces the simulated engine, ``max_num_seqs`` its
+``max_in_flight``, ``model`` its model id), the simulated engine's (those of ``llm_gateway.py``),
+``model`` and ``drain_timeout_s``.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from rxpipe import operators as ops
 from rxpipe.engines import SIMULATED_PIPELINE, SIMULATED_SETTINGS, Engine, OpenAIEngine, SimulatedEngine
-from rxpipe.redis import REDIS_SETTINGS, RedisGroupSource, redis_settings
+from rxpipe.redis import REDIS_SETTINGS
 from rxpipe.runtime import DRAIN_TIMEOUT, Pipeline
-from rxpipe.settings import Schema, Setting
+from rxpipe.settings import Schema, Setting, SettingError
+from rxpipe.transport import BROKER_URL, SCHEMES, default_consumer, transport_source
 
 
 def _http_url(value: Any) -> str:
@@ -39,7 +46,10 @@ def _http_url(value: Any) -> str:
 
 #: every setting (``--set key=value``; ``rxpipe run pipelines/llm_worker.py --help-settings``)
 SETTINGS = Schema(
+    dataclasses.replace(BROKER_URL, doc="redis://… or nats://…: the broker the gateways (pipelines/llm_gateway.py "
+                                        "--set broker_url=…) queue requests on; null: redis_url"),
     REDIS_SETTINGS.pick("redis_url", "stream", "group", "consumer", "visibility_timeout_s", "max_deliveries")
+    .replace("redis_url", doc="the Redis server when broker_url is null (its older name)")
     .replace("consumer", default=None, nullable=True, default_text=None,
              doc="this worker's name in the group; null: <hostname>-<pid>"),
     Setting("backend_url", None, "URL", "an OpenAI-compatible server (vLLM, ...): OpenAIEngine replaces the "
@@ -54,8 +64,13 @@ DEFAULTS: dict[str, Any] = SETTINGS.defaults()
 
 
 def settings(config: dict[str, Any]) -> dict[str, Any]:
-    """Every setting, checked (:class:`~rxpipe.settings.SettingError` names a bad or unknown one)."""
-    return SETTINGS.resolve(config)
+    """Every setting, checked (:class:`~rxpipe.settings.SettingError` names a bad or unknown one;
+    ``broker_url`` and a different ``redis_url`` together are refused)."""
+    s = SETTINGS.resolve(config)
+    if s["broker_url"] is not None and "redis_url" in config and config["redis_url"] != s["broker_url"]:
+        raise SettingError("set broker_url or redis_url, not both (redis_url is the older name of broker_url)",
+                           "redis_url")
+    return s
 
 
 def engine_for(s: dict[str, Any]) -> Engine:
@@ -68,9 +83,12 @@ def engine_for(s: dict[str, Any]) -> Engine:
 
 def pipeline(config: dict[str, Any]) -> Pipeline:
     s = settings(config)
+    url = s["broker_url"] or s["redis_url"]
     engine = engine_for(s)
-    redis = redis_settings(s)
-    source = RedisGroupSource(redis, max_unacked=engine.max_num_seqs, name="redis_source",
-                              pause_s=lambda: float(getattr(engine, "retry_after_s", 0.0) or 0.0))
+    kind = "nats" if url.startswith(SCHEMES["nats"]) else "redis"
+    source = transport_source(url, max_unacked=engine.max_num_seqs, name=f"{kind}_source",
+                              pause_s=lambda: float(getattr(engine, "retry_after_s", 0.0) or 0.0),
+                              stream=s["stream"], group=s["group"], consumer=s["consumer"] or default_consumer(),
+                              visibility_timeout_s=s["visibility_timeout_s"], max_deliveries=s["max_deliveries"])
     return Pipeline(source, ops.execute(engine, name="executor"), name="llm_worker",
                     drain_timeout_s=s["drain_timeout_s"])

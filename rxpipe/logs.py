@@ -1,10 +1,11 @@
 """Logging of the ``rxpipe`` command line: levels, text or JSON lines, and the access log.
 
 rxpipe's modules log through the standard :mod:`logging` library under the ``rxpipe`` logger
-tree (``rxpipe``, ``rxpipe.gateway``, ``rxpipe.engine``, ``rxpipe.redis``, ``rxpipe.access``)
-and never configure it themselves: a process that embeds rxpipe keeps its own configuration
-(Python's logging HOWTO, "Configuring Logging for a Library"). Only ``rxpipe run`` calls
-:func:`configure_logging`, which installs one handler on the root logger, writing to stderr:
+tree (``rxpipe``, ``rxpipe.gateway``, ``rxpipe.engine``, ``rxpipe.transport``, ``rxpipe.redis``,
+``rxpipe.nats``, ``rxpipe.access``) and never configure it themselves: a process that embeds
+rxpipe keeps its own configuration (Python's logging HOWTO, "Configuring Logging for a Library").
+Only ``rxpipe run`` calls :func:`configure_logging`, which installs one handler on the root
+logger, writing to stderr:
 
 - ``text``: ``2025-06-01 12:00:00.123 INFO rxpipe.engine: message key=value ...``, one line
   per record (a traceback, if any, follows on its own lines);

@@ -1,6 +1,6 @@
 """One schema for every setting (DESIGN §6): the ``--set`` keys of every pipeline,
-:class:`~rxpipe.gateway.GatewayConfig`, :class:`~rxpipe.redis.RedisSettings` and the engines'
-arguments are typed fields, checked one way.
+:class:`~rxpipe.gateway.GatewayConfig`, the brokers' :class:`~rxpipe.transport.TransportSettings`
+(``RedisSettings``, ``NatsSettings``) and the engines' arguments are typed fields, checked one way.
 
 A :class:`Setting` is one typed field: its name, default, type (``int``, ``number``, ``str``,
 ``bool``, or a named kind with its own parser), range, whether null is allowed, and what it is

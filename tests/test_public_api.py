@@ -68,7 +68,8 @@ def test_every_name_design_3_spells_out_is_public_and_real(module: str) -> None:
 
 def test_nothing_outside_the_core_imports_the_private_demand_module() -> None:
     offenders = [str(path.relative_to(ROOT)) for folder in ("operators", "rxpipe/engines", "rxpipe/gateway",
-                                                              "rxpipe/testing", "rxpipe/redis", "pipelines", "tests")
+                                                              "rxpipe/testing", "rxpipe/redis", "rxpipe/nats",
+                                                              "rxpipe/transport", "pipelines", "tests")
                  for path in sorted((ROOT / folder).rglob("*.py"))
                  if re.search(r"^\s*(from|import)\s+(rxpipe\.|\.+)_(demand|link)\b", path.read_text(), re.M)]
     assert offenders == []

@@ -130,6 +130,77 @@ def test_many_tenants_examples_are_the_same_valid_tenants_file(tmp_path: Path) -
     assert from_json.for_key("sk-hobby") == from_json["hobby"]
 
 
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("broker", ["redis", "nats"])
+def test_beyond_one_machine_commands_run_as_written(broker: str, tmp_path: Path) -> None:
+    """The shell block of "Beyond one machine" for each broker, run line by line (ports and
+    directories moved to free ones): the broker, the gateway, a worker; then one streamed answer."""
+    import shutil
+    import socket
+    import time
+    import urllib.request
+
+    from tests.redis.servers import free_port
+
+    if broker == "redis" and shutil.which("redis-server") is None:
+        pytest.skip("redis-server is not installed (.ci/run installs it)")
+    if not (ROOT / ".venv" / "bin" / "rxpipe").exists():
+        pytest.skip("README's commands use the checkout's .venv")
+    start = README.index(f"<!-- beyond-one-machine: {broker} -->")
+    (block,) = re.findall(r"```sh\n(.*?)```", README[start:README.index("```\n", start) + 4], re.S)
+    ports = {"6380": str(free_port()), "4222": str(free_port()), "8000": str(free_port())}
+    # the longest first: /tmp/rxpipe-nats.conf before /tmp/rxpipe-nats
+    replacements = {**ports, "/tmp/rxpipe-nats.conf": str(tmp_path / "nats.conf"),
+                    "/tmp/rxpipe-redis": str(tmp_path / "redis"), "/tmp/rxpipe-nats": str(tmp_path / "nats")}
+    started: list[subprocess.Popen[bytes]] = []
+
+    def wait_port(port: str) -> None:
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            try:
+                socket.create_connection(("127.0.0.1", int(port)), timeout=0.5).close()
+                return
+            except OSError:
+                time.sleep(0.05)
+        raise AssertionError(f"nothing listens on {port}")
+
+    try:
+        for n, line in enumerate(block.replace("\\\n", " ").strip().splitlines()):
+            command = line.split("  #")[0].strip()
+            for old, new in replacements.items():
+                command = command.replace(old, new)
+            if command.startswith("printf"):
+                assert subprocess.run(command, shell=True, cwd=ROOT).returncode == 0
+                continue
+            log = (tmp_path / f"{n}.log").open("wb")
+            started.append(subprocess.Popen(command, shell=True, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
+                                            start_new_session=True))
+            log.close()
+            if "rxpipe run" not in command:
+                wait_port(ports["6380" if broker == "redis" else "4222"])
+            else:
+                deadline = time.monotonic() + 30
+                while "serving on" not in (tmp_path / f"{n}.log").read_text():
+                    assert started[-1].poll() is None, (tmp_path / f"{n}.log").read_text()
+                    assert time.monotonic() < deadline, (tmp_path / f"{n}.log").read_text()
+                    time.sleep(0.1)
+        body = b'{"model": "sim", "prompt": "hello", "max_tokens": 5, "stream": true}'
+        request = urllib.request.Request(f"http://127.0.0.1:{ports['8000']}/v1/completions", data=body,
+                                         headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(request, timeout=30) as response:
+            assert response.status == 200
+            events = [e for e in response.read().split(b"\n\n") if e]
+        assert events[-1] == b"data: [DONE]" and len(events) == 7  # 5 tokens, the final chunk, [DONE]
+    finally:
+        import os
+        import signal
+
+        for process in reversed(started):
+            if process.poll() is None:
+                os.killpg(process.pid, signal.SIGKILL)
+                process.wait(timeout=10)
+
+
 def test_beyond_the_gateway_is_the_pipeline_file_and_its_output(tmp_path: Path) -> None:
     section = "## Beyond the gateway: documents to embeddings"
     start = README.index(section)
@@ -141,6 +212,8 @@ def test_beyond_the_gateway_is_the_pipeline_file_and_its_output(tmp_path: Path) 
     code, output = run([sys.executable, "-m", "rxpipe", "run", "pipelines/embed_documents.py"], ROOT, tmp_path)
     assert code == 0, output
     assert output == shown
+
+
 # -- the commands of the README, as a new user pastes them -------------------------------------------
 def sh_commands() -> list[str]:
     """Every command line of README's ``sh`` blocks (``\\``-continued lines joined, comments cut)."""
@@ -186,9 +259,10 @@ def test_every_rxpipe_run_line_of_the_readme_builds_its_pipeline() -> None:
                     if isinstance(e, Engine):
                         served.add(e.model)
             models.setdefault(Path(args[0]).name, set()).update(served)
-        if "llm_gateway_redis.py" in models and "llm_worker.py" in models:
-            # a worker's clients reach it through the gateway: both serve one model id
-            assert models["llm_gateway_redis.py"] == models["llm_worker.py"], block
+        for gateway in ("llm_gateway_redis.py", "llm_gateway.py"):
+            if gateway in models and "llm_worker.py" in models:
+                # a worker's clients reach it through the gateway: both serve one model id
+                assert models[gateway] == models["llm_worker.py"], block
     assert built >= 12
 
 

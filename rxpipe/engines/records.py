@@ -187,7 +187,7 @@ class CompletionResult:
 class CompletionOwner(Protocol):
     """What a Completion calls back on its owner: an :class:`~rxpipe.engines.Engine` (whose
     default hooks do nothing), or a stage that makes Completions itself (``cache``, ``balance``'s
-    failover, the Redis reply router). Both are called on the event loop's thread.
+    failover, the transport's reply router). Both are called on the event loop's thread.
 
     ``cancel_completion(completion)``: ``completion.cancel()`` was called (once, before it is
     done): stop it and finish it ``"cancelled"``. ``credit_granted(completion)``: its token

@@ -376,6 +376,10 @@ class _Edge:
                         data = b"".join(pending)
                         pending.clear()
                         await response.write(data)
+                        if request.protocol is not None and request.protocol.writing_paused:
+                            # aiohttp drains only past 64 KiB of its own: wait for the socket here,
+                            # so a slow reader holds at most stream_buffer_bytes (plus this write)
+                            await request.protocol._drain_helper()
                         writer.grant(n)
                         continue
                     if writer.broken:

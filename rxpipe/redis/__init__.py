@@ -1,11 +1,12 @@
-"""Beyond one machine: the Redis Streams transport (DESIGN §8).
+"""Beyond one machine: the Redis Streams adapter of :mod:`rxpipe.transport` (DESIGN §8).
 
 Gateway side, :func:`redis_sink` / :class:`RedisSink`: admitted requests are ``XADD``-ed to a
 stream; demand is the room under ``max_backlog``. Worker side, :class:`RedisGroupSource`: a
 consumer group where ``request(n)`` becomes ``XREADGROUP COUNT n``, each item a
 :class:`RemoteRequest` with an :class:`AckHandle`, ``XACK`` after its reply is written, dead
 workers' entries claimed after ``visibility_timeout_s``. Replies travel on one stream per gateway
-and are de-duplicated there (exactly once at the client).
+and are de-duplicated there (exactly once at the client); cancels and token credit travel back
+on ``<stream>:control``.
 
     from rxpipe.redis import RedisSettings, redis_sink, RedisGroupSource
     settings = RedisSettings(url="redis://127.0.0.1:6379/0", max_backlog=1000)
@@ -15,8 +16,8 @@ and are de-duplicated there (exactly once at the client).
 Needs the ``redis`` extra (``pip install -e '.[redis]'``: redis-py >= 5, its asyncio client).
 """
 
-from ._ack import AckHandle, RemoteRequest
-from ._connection import REDIS_SETTINGS, Backoff, RedisSettings, default_consumer, redis_settings
+from ..transport import AckHandle, Backoff, RemoteRequest, default_consumer
+from ._connection import REDIS_SETTINGS, RedisSettings, redis_settings
 from ._features import Features
 from .sink import RedisSink, redis_sink
 from .source import RedisGroupSource

@@ -26,58 +26,81 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-class RedisServer:
-    """``redis-server`` on a free loopback port with ``--appendonly yes --appendfsync always`` in
-    ``<tmp>/redis`` (every acknowledged write is on disk: a restart loses nothing)."""
+class ServerProcess:
+    """A broker process on a free loopback port with its data in ``<tmp>/<name>``: ``start()``
+    waits until it answers, ``kill()`` is a crash (SIGKILL), ``start()`` again brings it back on
+    the same port with the same data. Subclasses give the command line and the readiness probe."""
 
-    def __init__(self, tmp_path: Path) -> None:
-        binary = shutil.which("redis-server")
-        assert binary is not None, "redis-server is not installed (.ci/run installs Debian's package)"
+    name = "server"
+
+    def __init__(self, tmp_path: Path, binary: str) -> None:
         self.binary = binary
         self.port = free_port()
-        self.url = f"redis://127.0.0.1:{self.port}/0"
-        self.dir = tmp_path / "redis"
+        self.dir = tmp_path / self.name
         self.dir.mkdir()
         self.proc: subprocess.Popen[bytes] | None = None
         self.starts = 0
-        self.start()
+
+    def command(self) -> list[str]:
+        raise NotImplementedError
+
+    def answers(self, sock: socket.socket) -> bool:
+        raise NotImplementedError
 
     def start(self, timeout_s: float = 15.0) -> None:
         assert self.proc is None, "already running"
         self.starts += 1
-        log = (self.dir / f"redis-{self.starts}.log").open("wb")
-        self.proc = subprocess.Popen(
-            [self.binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "yes",
-             "--appendfsync", "always", "--dir", str(self.dir), "--protected-mode", "no"],
-            stdout=log, stderr=subprocess.STDOUT)
+        log = (self.dir / f"{self.name}-{self.starts}.log").open("wb")
+        self.proc = subprocess.Popen(self.command(), stdout=log, stderr=subprocess.STDOUT)
         log.close()
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                raise AssertionError(f"redis-server exited with {self.proc.returncode}")
+                raise AssertionError(f"{self.name} exited with {self.proc.returncode}")
             try:
                 with socket.create_connection(("127.0.0.1", self.port), timeout=0.5) as sock:
-                    sock.sendall(b"PING\r\n")
-                    if sock.recv(64).startswith(b"+PONG"):
+                    if self.answers(sock):
                         return
             except OSError:
                 pass
             time.sleep(0.05)
-        raise AssertionError(f"redis-server did not answer within {timeout_s} s")
+        raise AssertionError(f"{self.name} did not answer within {timeout_s} s")
 
     def kill(self) -> None:
-        """SIGKILL (a crash): what was acknowledged is in the append-only file."""
+        """SIGKILL (a crash): what was acknowledged is on disk."""
         proc, self.proc = self.proc, None
         if proc is not None and proc.poll() is None:
             proc.kill()
             proc.wait(timeout=10)
 
 
+class RedisServer(ServerProcess):
+    """``redis-server`` on a free loopback port with ``--appendonly yes --appendfsync always`` in
+    ``<tmp>/redis`` (every acknowledged write is on disk: a restart loses nothing)."""
+
+    name = "redis"
+
+    def __init__(self, tmp_path: Path) -> None:
+        binary = shutil.which("redis-server")
+        assert binary is not None, "redis-server is not installed (.ci/run installs Debian's package)"
+        super().__init__(tmp_path, binary)
+        self.url = f"redis://127.0.0.1:{self.port}/0"
+        self.start()
+
+    def command(self) -> list[str]:
+        return [self.binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "yes",
+                "--appendfsync", "always", "--dir", str(self.dir), "--protected-mode", "no"]
+
+    def answers(self, sock: socket.socket) -> bool:
+        sock.sendall(b"PING\r\n")
+        return sock.recv(64).startswith(b"+PONG")
+
+
 class PipelineProcess:
     """``rxpipe run pipelines/<file> [--port P] --set k=v ...``; waits for its "serving on" line."""
 
     def __init__(self, tmp_path: Path, file: str, *settings: str, port: int | None = None,
-                 metrics_port: int | None = None, wait: bool = True) -> None:
+                 metrics_port: int | None = None, wait: bool = True, env: dict[str, str] | None = None) -> None:
         self.port = port
         self.url = f"http://127.0.0.1:{port}" if port is not None else None
         self.metrics_port = metrics_port
@@ -90,7 +113,8 @@ class PipelineProcess:
         for setting in settings:
             args += ["--set", setting]
         with self.log_path.open("wb") as log:
-            self.proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT, env=dict(os.environ))
+            self.proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT,
+                                         env={**os.environ, **(env or {})})
         if wait:
             self.wait_ready()
 

@@ -1,0 +1,122 @@
+"""A worker or the broker itself fails mid-load, for each broker, in real processes: ``rxpipe run
+pipelines/llm_gateway.py --set broker_url=…`` and ``pipelines/llm_worker.py``."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import Counter
+from typing import Any
+
+import pytest
+
+from tests.redis.test_pipelines_process import complete, session, streamed_text
+
+from .conftest import Broker, Processes
+from .helpers import gateway, sample, scrape, worker, worker_metrics
+
+pytestmark = pytest.mark.loops("asyncio")
+
+
+def kind(broker: Broker) -> str:
+    return broker.url.split(":", 1)[0]
+
+
+@pytest.mark.timeout(90)
+async def test_kill_9_of_a_worker_every_accepted_request_completes_exactly_once(
+        broker: Broker, processes: Processes) -> None:
+    visibility_s, tokens = 2.0, 60
+    slow = ("max_num_seqs=8", "step_overhead_s=0.05", f"visibility_timeout_s={visibility_s}")
+    gw = gateway(processes, broker.url)
+    victim = worker(processes, broker.url, *slow, "consumer=victim")
+    async with session() as http:
+        tasks = [asyncio.ensure_future(complete(http, gw.url, f"request {i}", tokens, stream=i % 2 == 0))
+                 for i in range(8)]
+        deadline = time.monotonic() + 20
+        while sample(worker_metrics(victim), "rxpipe_engine_running_seqs", engine="sim") < 8:  # it holds all 8
+            assert time.monotonic() < deadline
+            await asyncio.sleep(0.05)
+        await asyncio.sleep(0.3)  # a few tokens streamed
+        rescuer = worker(processes, broker.url, *slow, "consumer=rescuer")
+        assert not any(t.done() for t in tasks)
+        killed = time.monotonic()
+        victim.kill9()
+        results = await asyncio.wait_for(asyncio.gather(*tasks), 60)
+    recovery_s = max(done for *_, done in results) - killed
+    print(f"\n{kind(broker)}: recovery after kill -9: {recovery_s:.2f} s (visibility_timeout_s = {visibility_s})")
+    for i, (status, _, body, _) in enumerate(results):
+        assert status == 200, body
+        if i % 2 == 0:
+            text, finish = streamed_text(body)
+            assert finish == "length"
+        else:
+            text, finish = body["choices"][0]["text"], body["choices"][0]["finish_reason"]
+            assert body["usage"]["completion_tokens"] == tokens and finish == "length"
+        assert len(text.split()) == tokens, text  # every token exactly once (one word per token)
+    # taken over only once idle visibility_timeout_s since the victim's last refresh (at most a
+    # third of it before the kill: Redis XCLAIM, NATS in_progress), then run again (~3.2 s each)
+    assert visibility_s * 2 / 3 + 3.0 <= recovery_s <= visibility_s + 3.2 + 4.0
+    deadline = time.monotonic() + 5
+    while sample(scrape(f"{gw.url}/metrics"), "rxpipe_stage_buffered_items", stage="broker") != 0:
+        assert time.monotonic() < deadline, "the queue still holds requests"  # all acknowledged
+        await asyncio.sleep(0.1)
+    assert rescuer.proc.poll() is None and victim.proc.returncode == -9
+
+
+@pytest.mark.timeout(90)
+async def test_broker_stopped_mid_load_503_while_down_200_after_restart_nothing_accepted_lost(
+        broker: Broker, processes: Processes) -> None:
+    tokens = 10
+    gw = gateway(processes, broker.url, "refresh_interval_s=0.1")
+    wk = worker(processes, broker.url, "max_num_seqs=8", "step_overhead_s=0.02")
+    stop = asyncio.Event()
+    log: list[tuple[float, int, dict[str, str], Any, float]] = []
+
+    async def client_loop(http: Any, k: int) -> None:
+        n = 0
+        while not stop.is_set():
+            sent = time.monotonic()
+            status, headers, body, done = await complete(http, gw.url, f"client {k} request {n}", tokens)
+            log.append((sent, status, headers, body, done))
+            n += 1
+            if status != 200:
+                await asyncio.sleep(0.1)
+
+    async with session() as http:
+        loops = [asyncio.ensure_future(client_loop(http, k)) for k in range(8)]
+        await asyncio.sleep(1.5)
+        down = time.monotonic()
+        broker.kill()
+        await asyncio.sleep(0.5)
+        while time.monotonic() < down + 2.5:
+            sent = time.monotonic()
+            status, headers, body, done = await complete(http, gw.url, "while down", tokens)
+            log.append((sent, status, headers, body, done))
+            await asyncio.sleep(0.2)
+        broker.start()
+        up = time.monotonic()
+        await asyncio.sleep(6.0)
+        stop.set()
+        await asyncio.wait_for(asyncio.gather(*loops), 60)
+    statuses = Counter(status for _, status, *_ in log)
+    assert set(statuses) == {200, 503}, statuses
+    for _sent, status, headers, body, _done in log:
+        if status == 503:
+            assert body["error"]["code"] == "unavailable" and int(headers["Retry-After"]) >= 1
+        else:
+            assert body["usage"]["completion_tokens"] == tokens
+    while_down = [status for sent, status, *_ in log if down + 0.5 <= sent < up]
+    assert len(while_down) >= 5 and set(while_down) == {503}, while_down
+    in_flight = [(status, done) for sent, status, _, _, done in log if sent < down < done]
+    survived = [done for status, done in in_flight if status == 200 and done > up]
+    assert survived, in_flight  # accepted before the crash, answered after the restart
+    after = [status for sent, status, *_ in log if sent > up + 3.0]
+    assert len(after) >= 8 and set(after) == {200}, after
+    print(f"\n{kind(broker)} restart: {statuses[200]} answered 200, {statuses[503]} 503 (only while down), "
+          f"{len(survived)} accepted before the crash answered after it")
+    # each process says it once per outage: lost (a warning), then back (info)
+    name = {"redis": "Redis", "nats": "NATS"}[kind(broker)]
+    for process, who in ((gw, f"{kind(broker)}_sink broker: "), (wk, "worker ")):
+        lines = [line for line in process.output.splitlines() if f"{name} lost" in line or f"{name} is back" in line]
+        assert [(who in line, " WARNING " in line, "lost" in line) for line in lines] == [
+            (True, True, True), (True, False, False)], lines
