@@ -1178,7 +1178,7 @@ def flat_map(fn: Callable[[T], Any], max_concurrency: int = 16, prefetch: int = 
     items are requested at subscribe, then one per finished inner stream (completed, and its
     items delivered). Each inner stream is a prefetch window: ``prefetch`` requested at subscribe,
     then what is free again once ``prefetch - prefetch // 4`` is (DESIGN §2; or at once when
-    nothing is outstanding: the Stage kit's window rule), so its items requested and not yet
+    nothing is outstanding nor waiting downstream: the Stage kit's window rule), so its items requested and not yet
     delivered never exceed ``prefetch`` (``max_concurrency * prefetch`` in all); what goes
     downstream never exceeds its demand.
     Args: fn (item -> stream); max_concurrency (inner streams, int >= 1); prefetch (items per
@@ -1284,7 +1284,7 @@ def zip(*others: Flowable[Any], prefetch: int = DEFAULT_INNER_PREFETCH,  # noqa:
     ``source.pipe(ops.zip(a, b))`` emits ``(s, a, b)`` tuples. ``rx.zip(*sources)`` is the static form.
     Demand: each source is a prefetch window: ``prefetch`` requested at subscribe, then what is
     free again once ``prefetch - prefetch // 4`` of its items went out in tuples (DESIGN §2; or at
-    once when nothing is outstanding), so a fast source never has more than ``prefetch`` items
+    once when nothing is outstanding nor waiting downstream), so a fast source never has more than ``prefetch`` items
     requested and waiting for its partners. A tuple is emitted only on downstream demand.
     Signals: TypeError (raised here) for an argument that is not a Flowable; ValueError for
     ``prefetch < 1``. Completes as soon as a source has completed and its queue is empty (no

@@ -65,7 +65,8 @@ class Stage:
     - an int ``p >= 1`` (default 16): the window. Upstream outstanding + :attr:`held` + items
       emitted and waiting for downstream demand stay <= ``p``; the kit requests ``p`` at start,
       then what is free again each time at least ``replenish`` is (default ``p - p // 4``,
-      Reactor's ``limitRate``), and at once whenever nothing is outstanding. An input that emitted
+      Reactor's ``limitRate``), and at once whenever nothing is outstanding and nothing waits
+      downstream. An input that emitted
       nothing frees its credit at once (a filter never stalls); outputs waiting for a slow
       downstream pause upstream (memory stays bounded).
     - ``None``: demand-driven, no read-ahead: upstream is asked only for what downstream asked

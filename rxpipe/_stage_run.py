@@ -131,7 +131,8 @@ class Input(UpstreamLink):
 
     def top_up(self, queued: int, requested: int) -> None:
         free = _free(self.window, requested, self.upstream_outstanding, self.held + queued)
-        if free > 0 and (free >= self.replenish_at or self.upstream_outstanding == 0) \
+        # (see StageRun.top_up for the rule)
+        if free > 0 and (free >= self.replenish_at or (self.upstream_outstanding == 0 and queued == 0)) \
                 and self.upstream_outstanding != UNBOUNDED:
             self.request_upstream(free)
 
@@ -267,8 +268,9 @@ class StageRun(QueueDrainSubscription, UpstreamLink):
             self.top_up()
         elif not self.upstream_done:
             outstanding = self.upstream_outstanding
-            if (window - outstanding - self.logic.held - len(self.queue) >= self.replenish_at
-                    or not outstanding):
+            queued = len(self.queue)
+            if (window - outstanding - self.logic.held - queued >= self.replenish_at
+                    or (not outstanding and not queued)):
                 self.top_up()
 
     def _upstream_finished(self, error: BaseException | None) -> None:
@@ -372,7 +374,14 @@ class StageRun(QueueDrainSubscription, UpstreamLink):
                 outstanding = self.upstream_outstanding
                 if not self.upstream_done and outstanding != UNBOUNDED:
                     free = _free(self.window, self.requested, outstanding, self.logic.held + len(self.queue))
-                    if free > 0 and (free >= self.replenish_at or outstanding == 0):
+                    # Request in rounds of at least `replenish_at` (Reactor's limitRate), or
+                    # whatever is free when nothing is outstanding and nothing waits downstream:
+                    # then the stage has nothing to deliver and nothing coming (held items, e.g.
+                    # open inner streams, could keep `free` below a round for ever: no stall).
+                    # A slow consumer draining the queue one item at a time thus costs upstream
+                    # one request per round, not one per item.
+                    queued = len(self.queue)
+                    if free > 0 and (free >= self.replenish_at or (outstanding == 0 and queued == 0)):
                         self.request_upstream(free)
                 if self.inputs and not inputs_first:
                     self._top_up_inputs()

@@ -80,12 +80,32 @@ def test_an_expanding_stage_pauses_upstream_while_prefetch_outputs_wait() -> Non
     assert ts.values == [1] and pub.requests == [4] and pub.outstanding == 0
     ts.request(7)  # 4 wait: still no room in the window of 4
     assert ts.values == [1, 1, 1, 2, 2, 2, 3, 3] and pub.requests == [4]
-    ts.request(1)  # 3 wait, nothing outstanding: one more input fits
-    assert pub.requests == [4, 1]
+    ts.request(1)  # 3 wait: one input fits, but a round is 3 (= 4 - 4 // 4) and items still wait
+    assert pub.requests == [4]
+    ts.request(3)  # nothing waits, nothing outstanding: the whole window
+    assert pub.requests == [4, 4]
     pub.emit(5)
     ts.request(UNBOUNDED)
     assert ts.values == [1, 1, 1, 2, 2, 2, 3, 3, 3, 4, 4, 4, 5, 5, 5]
-    assert pub.requests == [4, 1, 4]
+    assert pub.requests == [4, 4]
+
+
+def test_a_slow_consumer_costs_upstream_one_request_per_round_not_per_item() -> None:
+    class Same(Stage):
+        prefetch = 8
+
+        def on_next(self, item: int) -> None:
+            self.emit(item)
+
+    pub = TestPublisher[int]()
+    ts = subscribe(pub.pipe(operator(Same)()))
+    for k in range(40):
+        while pub.outstanding:
+            pub.emit(k)
+        ts.request(1)  # one item at a time, from a full window
+    assert len(ts.values) == 40
+    # 8 at start, then rounds of 6 (= 8 - 8 // 4): never request(1) per consumed item
+    assert pub.requests == [8] + [6] * 6
 
 
 def test_a_demand_driven_stage_asks_upstream_only_for_what_downstream_asked() -> None:
@@ -134,16 +154,16 @@ def test_held_items_count_against_the_window() -> None:
 
     pub = TestPublisher[int]()
     ts = subscribe(pub.pipe(operator(HoldTwo)()))
-    pub.emit(1, 2, 3, 4)  # two pairs wait (2 of the window); nothing outstanding: 2 more fit
-    assert pub.requests == [4, 2] and ts.values == []
-    pub.emit(5)  # held: outstanding 1 + held 1 + waiting 2 = the window
+    pub.emit(1, 2, 3, 4)  # two pairs wait: 2 of the window free, less than a round (3)
+    assert pub.requests == [4] and ts.values == []
     stats = _only_stage("hold_two")
-    assert (stats.buffered, stats.capacity) == (3, 4)
-    ts.request(2)  # 2 free, 1 outstanding: below the replenish amount of 3
-    assert ts.values == [(1, 2), (3, 4)] and pub.requests == [4, 2]
-    pub.emit(6)  # the pair waits, nothing held, nothing outstanding
-    assert pub.requests == [4, 2, 3]
+    assert (stats.buffered, stats.capacity) == (2, 4)
+    ts.request(2)  # nothing waits, nothing outstanding: the whole window
+    assert ts.values == [(1, 2), (3, 4)] and pub.requests == [4, 4]
+    pub.emit(5)  # held: outstanding 3 + held 1 = the window
     assert _only_stage("hold_two").buffered == 1
+    pub.emit(6)  # the pair waits (no demand), nothing held: outstanding 2 + waiting 1, 1 free
+    assert pub.requests == [4, 4] and _only_stage("hold_two").buffered == 1
 
 
 def _only_stage(name_prefix: str) -> Any:
