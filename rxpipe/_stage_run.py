@@ -83,7 +83,7 @@ class Input(UpstreamLink):
     Credit follows its ``prefetch`` exactly as the main upstream's (see ``Stage``).
     """
 
-    __slots__ = (*LINK_SLOTS, "run", "source", "key", "held", "window", "replenish_at")
+    __slots__ = (*LINK_SLOTS, "run", "source", "key", "held", "window", "replenish_at", "cancelled")
     hands_itself_downstream = False
 
     def __init__(self, run: StageRun, source: Flowable[Any], prefetch: int | None, key: Any) -> None:
@@ -91,6 +91,8 @@ class Input(UpstreamLink):
         self.source = source
         self.key = key
         self.held = 0
+        #: cancelled by the stage: its signals still queued behind a running hook are dropped
+        self.cancelled = False
         self.window, self.replenish_at = _window("open_input", prefetch)
         self.link_upstream(None)
 
@@ -103,7 +105,9 @@ class Input(UpstreamLink):
         return self.upstream_outstanding
 
     def cancel(self) -> None:
-        """Cancel this input (idempotent); the stage hears nothing more from it."""
+        """Cancel this input (idempotent); the stage hears nothing more from it, not even a
+        signal that arrived while the current hook runs."""
+        self.cancelled = True
         self.cancel_upstream()
         self.run.input_closed(self)
 
@@ -218,6 +222,8 @@ class StageRun(QueueDrainSubscription, UpstreamLink):
             if self.cancelled or self.closing:  # signals of what complete()/fail() stopped
                 deferred.clear()
                 return
+            if args and isinstance(args[0], Input) and args[0].cancelled:
+                continue  # a signal of an input the stage cancelled meanwhile
             self._run_hook(hook, args)
 
     def _run_hook(self, hook: Callable[..., Any], args: tuple[Any, ...]) -> None:

@@ -413,6 +413,30 @@ def test_open_input_continues_with_another_source_carrying_demand_over() -> None
     assert ts.values == [1, 2, 3] and ts.completed
 
 
+def test_a_cancelled_input_is_not_heard_even_for_signals_queued_behind_a_hook() -> None:
+    heard: list[Any] = []
+
+    class Switch(Stage):
+        prefetch = 1
+
+        def __init__(self) -> None:
+            self.current: Input | None = None
+
+        def on_next(self, item: int) -> None:
+            # an empty source completes inside open_input, i.e. during this hook: queued
+            inner = self.open_input(rx.empty(), prefetch=UNBOUNDED)
+            inner.cancel()  # cancelled before the queued completion runs: it is not heard
+
+        def on_input_next(self, input: Input, item: Any) -> None:
+            heard.append(item)
+
+        def on_input_complete(self, input: Input) -> None:
+            heard.append("complete")
+
+    ts = subscribe(rx.just(1, 2).pipe(operator(Switch)()), initial=UNBOUNDED)
+    assert heard == [] and ts.completed
+
+
 def test_an_input_error_fails_the_stage_and_cancels_the_main_upstream() -> None:
     class WithSide(Stage):
         def __init__(self, side: rx.Flowable[Any]) -> None:
