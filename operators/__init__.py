@@ -1175,11 +1175,12 @@ def flat_map(fn: Callable[[T], Any], max_concurrency: int = 16, prefetch: int = 
     ``flat_map(observable)``). Items are emitted in the order they arrive; under unbounded demand
     over synchronous inner streams that is each item's stream in turn, as in reactivex.
     Demand (never unbounded): at most ``max_concurrency`` inner streams at once — ``max_concurrency``
-    items are requested at subscribe, then one per finished inner stream (completed, and its
-    items delivered). Each inner stream is a prefetch window: ``prefetch`` requested at subscribe,
-    then what is free again once ``prefetch - prefetch // 4`` is (DESIGN §2; or at once when
-    nothing is outstanding nor waiting downstream: the Stage kit's window rule), so its items requested and not yet
-    delivered never exceed ``prefetch`` (``max_concurrency * prefetch`` in all); what goes
+    items are requested at subscribe, then one per finished inner stream, as long as the items
+    waiting for downstream demand leave room. Each inner stream is a prefetch window:
+    ``prefetch`` requested at subscribe, then what is free again once ``prefetch - prefetch // 4``
+    is (DESIGN §2, the Stage kit's window rule); the items waiting for downstream demand (one
+    queue, arrival order) count against every inner's window, so an inner's items requested and
+    not yet delivered never exceed ``prefetch`` (``max_concurrency * prefetch`` in all); what goes
     downstream never exceeds its demand.
     Args: fn (item -> stream); max_concurrency (inner streams, int >= 1); prefetch (items per
         inner stream, int >= 1).
@@ -1283,9 +1284,9 @@ def zip(*others: Flowable[Any], prefetch: int = DEFAULT_INNER_PREFETCH,  # noqa:
 
     ``source.pipe(ops.zip(a, b))`` emits ``(s, a, b)`` tuples. ``rx.zip(*sources)`` is the static form.
     Demand: each source is a prefetch window: ``prefetch`` requested at subscribe, then what is
-    free again once ``prefetch - prefetch // 4`` of its items went out in tuples (DESIGN §2; or at
-    once when nothing is outstanding nor waiting downstream), so a fast source never has more than ``prefetch`` items
-    requested and waiting for its partners. A tuple is emitted only on downstream demand.
+    free again once ``prefetch - prefetch // 4`` is (DESIGN §2); its items waiting for partners and
+    the tuples waiting for downstream demand count against it, so a fast source never has more
+    than ``prefetch`` items requested and waiting. A tuple goes downstream only on demand.
     Signals: TypeError (raised here) for an argument that is not a Flowable; ValueError for
     ``prefetch < 1``. Completes as soon as a source has completed and its queue is empty (no
     tuple can follow); the other sources are cancelled. An error from any source cancels the
@@ -1311,10 +1312,11 @@ def combine_latest(*others: Flowable[Any], prefetch: int = DEFAULT_INNER_PREFETC
 
     ``source.pipe(ops.combine_latest(a, b))`` emits ``(s, a, b)`` tuples; ``rx.combine_latest``
     is the static form.
-    Demand: each source is a prefetch window of ``prefetch`` items (as ``zip``); arrivals wait in
-    arrival order until downstream asks for the tuple each one makes, so a source never has more
-    than ``prefetch`` items requested and waiting. An item arriving before every source has one
-    only updates the latest values: it uses no downstream demand.
+    Demand: each source is a prefetch window of ``prefetch`` items (as ``zip``); each arrival's
+    tuple waits, in arrival order, until downstream asks for it, and the waiting tuples count
+    against every source's window, so a source never has more than ``prefetch`` items requested
+    and waiting. An item arriving before every source has one only updates the latest values:
+    it uses no downstream demand.
     Signals: TypeError (raised here) for an argument that is not a Flowable; ValueError for
     ``prefetch < 1``. Completes when every source completed and its items went out, or at once
     when a source completes without ever emitting (no tuple can ever be made: the others are

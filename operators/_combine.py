@@ -5,11 +5,12 @@ source an input (``open_input``, key = its position 1, 2, ...), listed in the gr
 ``graph_inputs``. What a source has delivered and the stage keeps counts as that source's
 ``held`` (the stage's own for the main one), so each source's window bounds its own items:
 
-- ``zip``: one queue per source, window ``prefetch`` each (75 % replenish); a tuple leaves when
-  every queue has an item and downstream asked for it.
-- ``combine_latest``: the arrivals wait in one FIFO (arrival order), window ``prefetch`` per
-  source; an arrival that completes a tuple needs downstream demand, one before every source has
-  a value only updates the latest values (it uses no demand and frees its credit at once).
+- ``zip``: one queue per source, window ``prefetch`` each (75 % replenish); a tuple is emitted
+  as soon as every queue has an item and waits for downstream demand in the kit's output queue,
+  which counts against every source's window.
+- ``combine_latest``: window ``prefetch`` per source; each arrival is applied at once and its
+  tuple emitted (waiting for demand in the output queue, counted against every window); one before
+  every source has a value only updates the latest values (no tuple, its credit freed at once).
 - ``with_latest_from``: the others are requested without bound and keep only their latest value;
   the source is demand-driven (``prefetch=None``), and its inputs get credit first
   (``inputs_first``) so a synchronous source meets the others' values.
@@ -83,9 +84,6 @@ class Zip(_Sources):
         input.held += 1
         self.pump()
 
-    def on_request(self, n: int) -> None:
-        self.pump()
-
     def on_complete(self) -> None:
         self.ended[0] = True
         self.pump()
@@ -95,8 +93,11 @@ class Zip(_Sources):
         self.pump()
 
     def pump(self) -> None:
+        # A tuple leaves as soon as every source has an item: it waits for downstream demand in
+        # the kit's output queue, which counts against every source's window (so a slow consumer
+        # pauses every source and costs each one request per round).
         queues = self.queues
-        while self.demanded and all(queues):
+        while all(queues):
             values = tuple(queue.popleft() for queue in queues)
             for position in range(len(queues)):
                 self.count(position, -1)
@@ -112,9 +113,8 @@ zip_stage = operator(Zip)
 
 # -- combine_latest -----------------------------------------------------------------------------------
 class CombineLatest(_Sources):
-    """One run of ``combine_latest``. State: ``latest`` (per source, its last value applied, or
-    NOTHING), ``missing`` (sources without a value yet), ``arrivals`` (``(position, item)`` not
-    yet applied, in arrival order), ``received`` / ``ended`` (per source)."""
+    """One run of ``combine_latest``. State: ``latest`` (per source, its last value, or NOTHING),
+    ``missing`` (sources without a value yet), ``received`` / ``ended`` (per source)."""
 
     kind = "combine_latest"
 
@@ -124,7 +124,6 @@ class CombineLatest(_Sources):
         n = len(others) + 1
         self.latest: list[Any] = [Stage.NOTHING] * n
         self.missing = n
-        self.arrivals: deque[tuple[int, Any]] = deque()
         self.received = [False] * n
         self.ended = [False] * n
 
@@ -138,31 +137,15 @@ class CombineLatest(_Sources):
         self.arrive(input.key, item)
 
     def arrive(self, position: int, item: Any) -> None:
+        """Apply one arrival: the latest values change, and the tuple they make (once every
+        source has a value) is emitted; it waits for downstream demand in the output queue."""
         self.received[position] = True
-        self.arrivals.append((position, item))
-        self.count(position, 1)
-        self.pump()
-
-    def on_request(self, n: int) -> None:
-        self.pump()
-
-    def pump(self) -> None:
-        arrivals, latest = self.arrivals, self.latest
-        while arrivals:
-            position, item = arrivals[0]
-            first = latest[position] is Stage.NOTHING
-            emits = self.missing == 0 or (self.missing == 1 and first)
-            if emits and not self.demanded:
-                break
-            arrivals.popleft()
-            self.count(position, -1)
-            if first:
-                self.missing -= 1
-            latest[position] = item
-            if emits:
-                self.emit(tuple(latest))
-        if not arrivals and all(self.ended):
-            self.complete()
+        latest = self.latest
+        if latest[position] is Stage.NOTHING:
+            self.missing -= 1
+        latest[position] = item
+        if self.missing == 0:
+            self.emit(tuple(latest))
 
     def on_complete(self) -> None:
         self.source_ended(0)
@@ -172,10 +155,10 @@ class CombineLatest(_Sources):
 
     def source_ended(self, position: int) -> None:
         self.ended[position] = True
-        if not self.received[position]:
-            self.complete()  # it never had a value: no tuple can ever be made (Reactor, RxJS)
-        else:
-            self.pump()
+        if not self.received[position] or all(self.ended):
+            # it never had a value: no tuple can ever be made (Reactor, RxJS); or every source
+            # ended: the tuples emitted go out first
+            self.complete()
 
 
 combine_latest_stage = operator(CombineLatest)

@@ -4,11 +4,11 @@ Written on :class:`rxpipe.stage.Stage`; each inner stream is an input of the sta
 (``open_input``), so the kit owns its credit, its cancel and its errors:
 
 - ``flat_map``: the stage's window is ``max_concurrency`` outer items and its ``held`` items are
-  the unfinished inners (subscribed, or ended with items still waiting), so outer outstanding +
-  unfinished inners <= ``max_concurrency``; ``replenish = 1`` asks for one outer item per
-  finished inner. Each inner has a window of ``prefetch`` items (75 % replenish); its items wait
-  for downstream demand in one FIFO (arrival order) and count as that input's ``held``, so at most
-  ``max_concurrency * prefetch`` items wait in all.
+  the running inners, so outer outstanding + running inners + items waiting downstream <=
+  ``max_concurrency``; ``replenish = 1`` asks for one outer item per finished inner. Each inner
+  has a window of ``prefetch`` items (75 % replenish); its items are emitted as they come and wait
+  for downstream demand in the kit's output queue (arrival order), which counts against every
+  window, so at most ``max_concurrency * prefetch`` items wait in all.
 - ``concat_map``: window ``prefetch + 1`` outer items (the running inner's and ``prefetch``
   ahead), one inner at a time, demand-driven (``prefetch=None``: it is asked exactly what
   downstream wants; the rest carries over to the next inner).
@@ -171,8 +171,8 @@ def _inner(stage: Stage, fn: Callable[[Any], Any] | None, item: Any, op: str) ->
 
 # -- flat_map ----------------------------------------------------------------------------------------
 class FlatMap(Stage):
-    """One run of ``flat_map``. State: ``waiting`` (inner items waiting for downstream demand,
-    in arrival order, with their input), ``outer_done``; ``held`` = unfinished inners."""
+    """One run of ``flat_map``. State: ``outer_done``; ``held`` = unfinished inners (their items
+    wait for downstream demand in the kit's output queue)."""
 
     replenish = 1  # one outer item per finished inner
     kind = "flat_map"
@@ -181,7 +181,6 @@ class FlatMap(Stage):
         self.fn = fn
         self.prefetch = max_concurrency  # type: ignore[misc]  # this run's window: inner slots
         self.inner_prefetch = prefetch
-        self.waiting: deque[tuple[Input, Any]] = deque()
         self.outer_done = False
         self.held = 0
 
@@ -192,24 +191,13 @@ class FlatMap(Stage):
             self.open_input(source, prefetch=self.inner_prefetch)
 
     def on_input_next(self, input: Input, item: Any) -> None:
-        if not self.waiting and self.demanded:
-            self.emit(item)
-        else:
-            self.waiting.append((input, item))
-            input.held += 1
+        # Ready items go to the kit's output queue at once (arrival order): they wait there for
+        # downstream demand and count against every window (each inner's and the outer's), so a
+        # slow consumer pauses the inners and the outer, and costs one request per round.
+        self.emit(item)
 
     def on_input_complete(self, input: Input) -> None:
-        if not input.held:
-            self.inner_finished()
-
-    def on_request(self, n: int) -> None:
-        waiting = self.waiting
-        while waiting and self.demanded:
-            input, item = waiting.popleft()
-            input.held -= 1
-            self.emit(item)
-            if not input.held and input.done:
-                self.inner_finished()
+        self.inner_finished()
 
     def inner_finished(self) -> None:
         self.held -= 1
@@ -220,9 +208,6 @@ class FlatMap(Stage):
         self.outer_done = True
         if not self.held:
             self.complete()
-
-    def on_stop(self) -> None:
-        self.waiting.clear()
 
     # on_error / on_input_error: the default fail() cancels the outer and every inner at once
 

@@ -65,8 +65,9 @@ class Stage:
     - an int ``p >= 1`` (default 16): the window. Upstream outstanding + :attr:`held` + items
       emitted and waiting for downstream demand stay <= ``p``; the kit requests ``p`` at start,
       then what is free again each time at least ``replenish`` is (default ``p - p // 4``,
-      Reactor's ``limitRate``), and at once whenever nothing is outstanding and nothing waits
-      downstream. An input that emitted
+      Reactor's ``limitRate``), and early, whatever is free, when downstream is owed items, none
+      waits and no upstream of the stage has anything outstanding (only that request can make
+      progress). An input that emitted
       nothing frees its credit at once (a filter never stalls); outputs waiting for a slow
       downstream pause upstream (memory stays bounded).
     - ``None``: demand-driven, no read-ahead: upstream is asked only for what downstream asked
@@ -81,8 +82,11 @@ class Stage:
     above applies. For stages that emit at completion (reducers) or once (``first``): nothing
     is read before someone asks for the result (Akka's ``fold`` pulls only on downstream's pull).
 
-    :attr:`held` (int, default 0) is the number of upstream items the stage keeps (e.g. items
-    waiting on a timer, or open inner streams): keep it current, it counts against the window.
+    :attr:`held` (int, default 0) is the number of upstream items the stage keeps and cannot
+    emit yet (items waiting on a timer or for a partner, open inner streams): keep it current, it
+    counts against the window. Items ready to go downstream belong in the output queue: ``emit``
+    them at once (they wait there for demand, count against every window, and make a slow
+    consumer cost upstream one request per round); hold only what is not ready.
 
     Hooks (all optional but ``on_next``): :meth:`on_start`, :meth:`on_next`, :meth:`on_complete`,
     :meth:`on_error`, :meth:`on_cancel`, :meth:`on_stop`, :meth:`on_timer`, :meth:`on_request`, and for inputs

@@ -134,10 +134,13 @@ class Input(UpstreamLink):
         self.run.fail(error)
 
     def top_up(self, queued: int, requested: int) -> None:
-        free = _free(self.window, requested, self.upstream_outstanding, self.held + queued)
-        # (see StageRun.top_up for the rule)
-        if free > 0 and (free >= self.replenish_at or (self.upstream_outstanding == 0 and queued == 0)) \
-                and self.upstream_outstanding != UNBOUNDED:
+        outstanding = self.upstream_outstanding
+        if outstanding == UNBOUNDED:
+            return
+        free = _free(self.window, requested, outstanding, self.held + queued)
+        # the rounds rule of StageRun.top_up, the early request included
+        if free > 0 and (free >= self.replenish_at or (
+                outstanding == 0 and queued == 0 and requested > 0 and self.run.nothing_coming(self))):
             self.request_upstream(free)
 
     def __repr__(self) -> str:
@@ -276,7 +279,7 @@ class StageRun(QueueDrainSubscription, UpstreamLink):
             outstanding = self.upstream_outstanding
             queued = len(self.queue)
             if (window - outstanding - self.logic.held - queued >= self.replenish_at
-                    or (not outstanding and not queued)):
+                    or (not outstanding and not queued and self.requested)):
                 self.top_up()
 
     def _upstream_finished(self, error: BaseException | None) -> None:
@@ -381,13 +384,15 @@ class StageRun(QueueDrainSubscription, UpstreamLink):
                 if not self.upstream_done and outstanding != UNBOUNDED:
                     free = _free(self.window, self.requested, outstanding, self.logic.held + len(self.queue))
                     # Request in rounds of at least `replenish_at` (Reactor's limitRate), or
-                    # whatever is free when nothing is outstanding and nothing waits downstream:
-                    # then the stage has nothing to deliver and nothing coming (held items, e.g.
-                    # open inner streams, could keep `free` below a round for ever: no stall).
-                    # A slow consumer draining the queue one item at a time thus costs upstream
-                    # one request per round, not one per item.
+                    # early, whatever is free, when downstream is owed items, none waits in the
+                    # queue and nothing is coming from any upstream: then only this request can
+                    # make progress (held items waiting for more of this upstream, e.g. a partial
+                    # group, could keep `free` below a round for ever: no stall). A slow consumer
+                    # draining the queue, or held items waiting for another input (zip's), cost
+                    # upstream one request per round, never one per item.
                     queued = len(self.queue)
-                    if free > 0 and (free >= self.replenish_at or (outstanding == 0 and queued == 0)):
+                    if free > 0 and (free >= self.replenish_at or (
+                            outstanding == 0 and queued == 0 and self.requested > 0 and self.nothing_coming(None))):
                         self.request_upstream(free)
                 if self.inputs and not inputs_first:
                     self._top_up_inputs()
@@ -395,6 +400,15 @@ class StageRun(QueueDrainSubscription, UpstreamLink):
                     return
         finally:
             self.topping = False
+
+    def nothing_coming(self, asking: Input | None) -> bool:
+        """True when no upstream but ``asking`` (None: the main one) has items outstanding."""
+        if asking is not None and self.upstream_outstanding and not self.upstream_done:
+            return False
+        for inp in self.inputs:
+            if inp is not asking and inp.upstream_outstanding and not inp.upstream_done:
+                return False
+        return True
 
     def _top_up_inputs(self) -> None:
         for inp in tuple(self.inputs):

@@ -108,6 +108,42 @@ def test_a_slow_consumer_costs_upstream_one_request_per_round_not_per_item() -> 
     assert pub.requests == [8] + [6] * 6
 
 
+def test_items_held_for_more_of_the_same_upstream_never_stall_it() -> None:
+    class Sixes(Stage):
+        """Groups of 6: up to 5 held items, more than a quarter of the window of 16."""
+
+        prefetch = 16
+
+        def __init__(self) -> None:
+            self.group: list[int] = []
+
+        def on_next(self, item: int) -> None:
+            self.group.append(item)
+            self.held = len(self.group)
+            if len(self.group) == 6:
+                self.emit(tuple(self.group))
+                self.group, self.held = [], 0
+
+    pub = TestPublisher[int]()
+    ts = subscribe(pub.pipe(operator(Sixes)()), initial=UNBOUNDED)
+    sent = 0
+    while pub.outstanding and sent < 600:
+        pub.emit(sent)
+        sent += 1
+    assert sent == 600 and len(ts.values) == 100  # never stuck with 5 held and 11 < 12 free
+    assert pub.requests[:3] == [16, 12, 12] and min(pub.requests) >= 1
+
+
+def test_items_held_waiting_for_another_input_cost_one_request_per_round() -> None:
+    a, b = TestPublisher[int](), TestPublisher[int]()
+    ts = subscribe(a.pipe(ops.zip(b)), initial=UNBOUNDED)
+    for i in range(200):
+        a.emit(*range(a.outstanding))  # a runs ahead: its items wait for b's
+        b.emit(i)
+    assert len(ts.values) == 200
+    assert a.requests == [32] + [24] * 8 and b.requests == [32] + [24] * 8
+
+
 def test_a_demand_driven_stage_asks_upstream_only_for_what_downstream_asked() -> None:
     class Evens(Stage):
         prefetch = None

@@ -264,7 +264,7 @@ def test_combine_latest_emits_on_each_arrival_once_every_source_has_a_value() ->
     assert ts.values == [("b", 1), ("c", 1), ("c", 2)]
 
 
-def test_combine_latest_arrivals_wait_for_demand_in_order_within_each_prefetch() -> None:
+def test_combine_latest_tuples_wait_for_demand_in_order_within_each_prefetch() -> None:
     a, b = TestPublisher[str](), TestPublisher[int]()
     ts = TestSubscriber[Any]()
     a.pipe(ops.combine_latest(b, prefetch=4)).subscribe(ts)
@@ -276,11 +276,13 @@ def test_combine_latest_arrivals_wait_for_demand_in_order_within_each_prefetch()
     assert ts.values == [("a", 1), ("a", 2)]
     ts.request(1)
     assert ts.values == [("a", 1), ("a", 2), ("b", 2)]
-    b.emit(3, 4)
-    assert b.requests == [4, 2]  # the kit's window: nothing outstanding, 2 of 4 free (3, 4 wait)
-    b.emit(5, 6)
-    assert b.outstanding == 0 and ts.values[-1] == ("b", 2)  # 4 of b's items wait: its whole prefetch
-    b.emit(7)
+    b.emit(3, 4)  # ("b", 3), ("b", 4) wait for demand: 2 of b's 4 free, less than a round (3)
+    assert b.requests == [4] and b.outstanding == 0 and ts.values[-1] == ("b", 2)
+    ts.request(2)  # nothing waits, nothing outstanding: b's whole window again
+    assert ts.values[-2:] == [("b", 3), ("b", 4)] and b.requests == [4, 4]
+    b.emit(5, 6, 7, 8)  # 4 tuples wait: b's whole prefetch
+    assert b.outstanding == 0 and ts.values[-1] == ("b", 4)
+    b.emit(9)
     assert isinstance(ts.error, MissingBackpressureError) and a.cancelled
 
 

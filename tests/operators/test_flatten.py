@@ -204,11 +204,13 @@ def test_flat_map_inner_items_waiting_for_demand_count_against_its_prefetch() ->
     inner.emit(*range(8))
     assert inner.requests == [8]  # 8 items wait: nothing more is asked
     ts.request(5)
-    # the Stage kit's window rule: nothing outstanding, so what is free (8 - 3 waiting) is asked
-    assert ts.values == [0, 1, 2, 3, 4] and inner.requests == [8, 5]
-    inner.emit(*range(8, 13))
-    ts.request(UNBOUNDED)
-    assert ts.values == list(range(13)) and inner.requests == [8, 5, 8]
+    # 3 wait: 5 of the window free, less than a round (6 = 8 - 8 // 4): nothing asked yet
+    assert ts.values == [0, 1, 2, 3, 4] and inner.requests == [8]
+    ts.request(UNBOUNDED)  # nothing waits, nothing outstanding: the whole window
+    assert ts.values == list(range(8)) and inner.requests == [8, 8]
+    for k in range(8, 40):  # a fast inner under unbounded demand: rounds of 6, never request(1)
+        inner.emit(k)
+    assert ts.values == list(range(40)) and inner.requests == [8, 8, 6, 6, 6, 6, 6]
 
 
 def test_an_inner_that_completed_with_items_waiting_keeps_its_slot_until_they_went_out() -> None:
