@@ -1170,7 +1170,8 @@ def flat_map(fn: Callable[[T], Any], max_concurrency: int = 16, prefetch: int = 
         output:   -xz-w---y|             y waits for demand
 
     ``fn(item)`` returns the inner stream: a Flowable, any Publisher, an awaitable (one item), an
-    async iterable or an iterable (a ``str`` is its characters, as in reactivex). ``fn`` may also
+    async iterable (read one item ahead of the inner's window at most: a token generator is not
+    pulled further than asked) or an iterable (a ``str`` is its characters, as in reactivex). ``fn`` may also
     be a Flowable, Publisher or iterable itself: every item then maps to it (reactivex's
     ``flat_map(observable)``). Items are emitted in the order they arrive; under unbounded demand
     over synchronous inner streams that is each item's stream in turn, as in reactivex.

@@ -130,11 +130,14 @@ def is_inner_source(value: object) -> bool:
     return isinstance(value, (Flowable, Publisher, AsyncIterable, Iterable)) or inspect.isawaitable(value)
 
 
-def inner_source(value: Any, op: str) -> Flowable[Any]:
+def inner_source(value: Any, op: str, prefetch: int = 1) -> Flowable[Any]:
     """The Flowable for what ``fn(item)`` returned: a Flowable as is, a Publisher through
     ``from_publisher``, an awaitable as one item, an async iterable through
-    ``from_async_iterable``, an iterable through ``from_iterable`` (a ``str`` is an iterable of
-    characters, as in reactivex). TypeError for anything else (None included)."""
+    ``from_async_iterable`` pulling at most ``prefetch`` items (default 1) ahead of the inner's
+    own window (so a generator is read one item further ahead than the operator's demand rule
+    asks at most: its pump awaits the next item while the last one waits), an iterable
+    through ``from_iterable`` (a ``str`` is an iterable of characters, as in reactivex).
+    TypeError for anything else (None included)."""
     if isinstance(value, Flowable):
         return value
     if isinstance(value, Publisher):
@@ -142,7 +145,7 @@ def inner_source(value: Any, op: str) -> Flowable[Any]:
     if inspect.isawaitable(value):
         return _AwaitableFlowable(value)
     if isinstance(value, AsyncIterable):
-        return from_async_iterable(value)
+        return from_async_iterable(value, prefetch=prefetch)
     if isinstance(value, Iterable):
         return from_iterable(value)
     raise TypeError(f"{op}: the function returned {value!r}; it must return a Flowable, a Publisher, an "
@@ -160,10 +163,12 @@ def mapper(op: str, fn: Any) -> Callable[[Any], Any]:
     raise TypeError(f"{op}() needs a function item -> stream, or a stream, got {fn!r}")
 
 
-def _inner(stage: Stage, fn: Callable[[Any], Any] | None, item: Any, op: str) -> Flowable[Any] | None:
-    """``inner_source(fn(item))``, or None after failing the stage with what ``fn`` raised."""
+def _inner(stage: Stage, fn: Callable[[Any], Any] | None, item: Any, op: str,
+           prefetch: int = 1) -> Flowable[Any] | None:
+    """``inner_source(fn(item), op, prefetch)``, or None after failing the stage with what ``fn``
+    raised."""
     try:
-        return inner_source(item if fn is None else fn(item), op)
+        return inner_source(item if fn is None else fn(item), op, prefetch)
     except Exception as error:  # the user's function: signalled, as map does (not a stage bug)
         stage.fail(error)
         return None

@@ -683,3 +683,27 @@ def test_an_inner_error_after_a_source_error_is_not_signalled_twice() -> None:
     outer.error(first)
     inner.error(Boom("second"))
     assert ts.error is first
+
+
+@pytest.mark.parametrize("op", ["flat_map", "concat_map", "switch_map"])
+async def test_an_async_generator_inner_is_read_no_further_ahead_than_its_window(op: str) -> None:
+    pulled: dict[int, int] = {}
+
+    async def tokens(x: int) -> Any:
+        for i in range(10_000):
+            pulled[x] = pulled.get(x, 0) + 1
+            yield i
+            await asyncio.sleep(0)
+
+    operator = {"flat_map": lambda: ops.flat_map(tokens, max_concurrency=4, prefetch=4),
+                "concat_map": lambda: ops.concat_map(tokens), "switch_map": lambda: ops.switch_map(tokens)}[op]
+    ts = TestSubscriber[Any]()  # no downstream demand at all
+    rx.range(0, 4).pipe(operator()).subscribe(ts)
+    for _ in range(50):
+        await asyncio.sleep(0)
+    # flat_map: each of its 4 inners its window of 4 and one item of the generator's read-ahead;
+    # concat_map, switch_map: demand-driven inners, that one item (was 256 each: from_async_iterable's
+    # default prefetch)
+    expected = {x: 5 for x in range(4)} if op == "flat_map" else {(0 if op == "concat_map" else 3): 1}
+    assert pulled == expected
+    ts.cancel()
