@@ -40,6 +40,12 @@ from .metrics import StageStatistics
 __all__ = ["StageRun", "Input", "StageFlowable", "operator"]
 
 
+#: what a hook may raise that fails the stage: any Exception, and asyncio.CancelledError (a
+#: BaseException raised by ``future.result()`` of a cancelled future inside a hook or a callback
+#: passed to ``invoke``); KeyboardInterrupt and SystemExit go on
+_HOOK_ERRORS = (Exception, asyncio.CancelledError)
+
+
 def _window(owner: str, prefetch: object) -> tuple[int | None, int]:
     """Check a ``prefetch`` (int >= 1, None or UNBOUNDED); return it with its default replenish."""
     if prefetch is None:
@@ -232,7 +238,7 @@ class StageRun(QueueDrainSubscription, UpstreamLink):
     def _run_hook(self, hook: Callable[..., Any], args: tuple[Any, ...]) -> None:
         try:
             hook(*args)
-        except Exception as error:
+        except _HOOK_ERRORS as error:
             self.hook_raised(hook, error)
 
     def hook_raised(self, hook: Callable[..., Any], error: BaseException) -> None:
@@ -266,11 +272,12 @@ class StageRun(QueueDrainSubscription, UpstreamLink):
         self.in_hook = True
         try:
             self.on_next_hook(item)
-        except Exception as error:
+        except _HOOK_ERRORS as error:
             self.hook_raised(self.on_next_hook, error)
-        if self.deferred:
-            self._run_deferred()
-        self.in_hook = False
+        finally:
+            if self.deferred:
+                self._run_deferred()
+            self.in_hook = False
         self.drain()
         window = self.window
         if window is None or window == UNBOUNDED or self.top_missed or self.inputs:
@@ -342,7 +349,7 @@ class StageRun(QueueDrainSubscription, UpstreamLink):
         """on_cancel / on_stop: nothing downstream can hear of an error now; it is logged."""
         try:
             hook()
-        except Exception as error:
+        except _HOOK_ERRORS as error:
             log.error("stage %r: %s.%s raised %r", self.counters.stage, type(self.logic).__name__,
                       hook.__name__, error, exc_info=error)
 

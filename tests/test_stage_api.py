@@ -802,3 +802,34 @@ def test_by_default_the_main_upstream_is_asked_before_the_inputs() -> None:
     main, side = Recording("main"), Recording("side")
     subscribe(main.pipe(operator(WithSide)(side)), initial=2)
     assert order == ["main", "side"]  # inputs_first = True reverses it (take_until, with_latest_from)
+
+
+async def test_a_hook_raising_cancelled_error_fails_the_stream_instead_of_hanging_it() -> None:
+    class ResultOfACancelledFuture(Stage):
+        prefetch = 4
+
+        def on_next(self, item: int) -> None:
+            if item == 2:
+                future = asyncio.get_running_loop().create_future()
+                future.cancel()
+                future.result()  # raises asyncio.CancelledError, a BaseException
+            self.emit(item)
+
+    pub = TestPublisher[int]()
+    ts = subscribe(pub.pipe(operator(ResultOfACancelledFuture)()), initial=UNBOUNDED)
+    pub.emit(1, 2)
+    assert ts.values == [1] and isinstance(ts.error, asyncio.CancelledError) and pub.cancelled
+
+    class CallbackSeesACancelledTask(Stage):
+        prefetch = 1
+
+        def on_next(self, item: int) -> None:
+            task = asyncio.ensure_future(asyncio.sleep(10))
+            task.add_done_callback(lambda t: self.invoke(lambda: t.result()))
+            task.cancel()
+
+    pub2 = TestPublisher[int]()
+    ts2 = subscribe(pub2.pipe(operator(CallbackSeesACancelledTask)()), initial=1)
+    pub2.emit(1)
+    await ts2.await_done(timeout=5)
+    assert isinstance(ts2.error, asyncio.CancelledError) and pub2.cancelled
