@@ -110,6 +110,7 @@ class KeyMemory:
 class Distinct(Stage):
     """Items whose key was not seen before (within the last ``max_keys`` keys, if bounded)."""
 
+    log_hook_errors = False  # a user function's error is the stream's (as map's)
     prefetch = None
     passes_capabilities = True
     kind = "distinct"
@@ -128,6 +129,7 @@ class Distinct(Stage):
 class DistinctUntilChanged(Stage):
     """Items whose key differs from the key of the last item emitted."""
 
+    log_hook_errors = False  # a user function's error is the stream's (as map's)
     prefetch = None
     passes_capabilities = True
     kind = "distinct_until_changed"
@@ -153,6 +155,7 @@ class DistinctUntilChanged(Stage):
 class TakeWhile(Stage):
     """Items while ``predicate`` holds; completes (cancelling upstream) at the first that fails."""
 
+    log_hook_errors = False  # a user function's error is the stream's (as map's)
     prefetch = None
     passes_capabilities = True
     kind = "take_while"
@@ -173,6 +176,7 @@ class TakeWhile(Stage):
 class SkipWhile(Stage):
     """Drops items while ``predicate`` holds, then passes every item."""
 
+    log_hook_errors = False  # a user function's error is the stream's (as map's)
     prefetch = None
     passes_capabilities = True
     kind = "skip_while"
@@ -192,6 +196,7 @@ class SkipWhile(Stage):
 class First(Stage):
     """The first item (that satisfies ``predicate``), then completion; none: the error."""
 
+    log_hook_errors = False  # a user function's error is the stream's (as map's)
     prefetch = 1  # one outstanding: a dropped item asks for the next one
     lazy = True  # nothing is read before downstream asks
     passes_capabilities = True

@@ -30,6 +30,7 @@ __all__ = ["catch_stage", "retry_stage"]
 class Catch(Stage):
     """The upstream's items; on its error, the items of the continuation the handler gives."""
 
+    log_hook_errors = False  # a user function's error is the stream's (as map's)
     prefetch = None
     kind = "catch"
 
@@ -65,6 +66,7 @@ class RetryStage(Stage):
     """The upstream's items; on its error, subscribe to it again, up to ``retry_count``
     subscriptions in all (None: forever)."""
 
+    log_hook_errors = False  # a user function's error is the stream's (as map's)
     prefetch = None
     passes_capabilities = True
     kind = "retry"

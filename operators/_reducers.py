@@ -25,6 +25,7 @@ NOTHING = Stage.NOTHING
 class _Reducer(Stage):
     """A lazy window of ``prefetch`` items; ``result()`` is emitted when upstream completes."""
 
+    log_hook_errors = False  # a user function's error is the stream's (as map's)
     prefetch = DEFAULT_PREFETCH
     lazy = True
 

@@ -96,8 +96,9 @@ class Stage:
     :attr:`outstanding`, :attr:`now`, :attr:`stage_name`, :attr:`upstream_flowable`.
 
     Class attributes: ``prefetch`` (above), ``replenish`` (items, None: ``p - p // 4``),
-    ``lazy`` (above), ``kind`` (the operator's name in graphs and default stage names; None: the class name in
-    snake_case), ``passes_capabilities`` (True for a stage whose items are its upstream's items,
+    ``lazy`` (above), ``log_hook_errors`` (False: a hook's exception is signalled without a log
+    line, for hooks that call user functions), ``kind`` (the operator's name in graphs and
+    default stage names; None: the class name in snake_case), ``passes_capabilities`` (True for a stage whose items are its upstream's items,
     e.g. a filter: it shows the upstream's declared capabilities), ``inputs_first`` (True: the
     inputs get their credit before the main upstream, see :meth:`open_input`). Class method
     :meth:`graph_inputs`: the Flowables the stage will open, when its arguments name them.
@@ -120,6 +121,10 @@ class Stage:
     kind: ClassVar[str | None] = None
     #: The stage's items are its upstream's items (it shows the upstream's capabilities).
     passes_capabilities: ClassVar[bool] = False
+    #: Log a hook's exception (once) before failing the stream with it. False for a stage whose
+    #: hooks call the user's functions (a key mapper, a predicate): their errors are the stream's
+    #: errors, signalled downstream without a log line, as ``map``'s are.
+    log_hook_errors: ClassVar[bool] = True
     #: Credit goes to the inputs before the main upstream (see :meth:`open_input`).
     inputs_first: ClassVar[bool] = False
 

@@ -242,7 +242,7 @@ class StageRun(QueueDrainSubscription, UpstreamLink):
             self.hook_raised(hook, error)
 
     def hook_raised(self, hook: Callable[..., Any], error: BaseException) -> None:
-        if not self.logged:
+        if not self.logged and self.logic.log_hook_errors:
             self.logged = True
             log.error("stage %r: %s.%s raised %r; the stream fails with it", self.counters.stage,
                       type(self.logic).__name__, getattr(hook, "__name__", hook), error, exc_info=error)

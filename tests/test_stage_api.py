@@ -833,3 +833,12 @@ async def test_a_hook_raising_cancelled_error_fails_the_stream_instead_of_hangin
     pub2.emit(1)
     await ts2.await_done(timeout=5)
     assert isinstance(ts2.error, asyncio.CancelledError) and pub2.cancelled
+
+
+def test_a_user_function_raising_in_a_built_in_is_signalled_without_a_log_line(caplog: Any) -> None:
+    caplog.set_level(logging.DEBUG, logger="rxpipe")
+    for op in (ops.distinct(lambda x: 1 // x), ops.take_while(lambda x: 1 // x),
+               ops.reduce(lambda acc, x: acc // x, 10)):
+        ts = subscribe(rx.just(1, 0).pipe(op), initial=UNBOUNDED)
+        assert isinstance(ts.error, ZeroDivisionError)
+    assert [r for r in caplog.records if r.name.startswith("rxpipe")] == []
