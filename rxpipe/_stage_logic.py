@@ -98,7 +98,8 @@ class Stage:
     Class attributes: ``prefetch`` (above), ``replenish`` (items, None: ``p - p // 4``),
     ``lazy`` (above), ``log_hook_errors`` (False: a hook's exception is signalled without a log
     line, for hooks that call user functions), ``kind`` (the operator's name in graphs and
-    default stage names; None: the class name in snake_case), ``passes_capabilities`` (True for a stage whose items are its upstream's items,
+    default stage names; None: the class name in snake_case), ``passes_capabilities`` (True for a
+    stage whose items are its upstream's items,
     e.g. a filter: it shows the upstream's declared capabilities), ``inputs_first`` (True: the
     inputs get their credit before the main upstream, see :meth:`open_input`). Class method
     :meth:`graph_inputs`: the Flowables the stage will open, when its arguments name them.
