@@ -39,6 +39,9 @@ __all__ = ["check_operator", "CHECKS"]
 CHECKS = ("demand", "bounds", "cancel", "error", "completion")
 
 _CHARS = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"
+#: a failing run's drawing: columns of a marble row, and requests listed, at most
+_MAX_COLUMNS = 100
+_MAX_MARKS = 12
 
 
 def _as_factory(op_factory: Any) -> Callable[[], Operator]:
@@ -83,10 +86,18 @@ class _Log:
 
         lines = []
         for row in ("source", "output"):
-            lines.append(f"  {row + ':':10}{self._draw(self.rows[row], char)}")
+            drawn = self._draw(self.rows[row], char)
+            if len(drawn) > _MAX_COLUMNS:
+                drawn = f"{drawn[:_MAX_COLUMNS]}… ({len(drawn)} columns)"
+            lines.append(f"  {row + ':':10}{drawn}")
         for row in ("upstream", "demand"):
+            entries = self.rows[row]
             marks = ", ".join(f"{'cancel' if kind == 'cancel' else f'request({_n(value)})'}@{frame}"
-                              for frame, kind, value in self.rows[row])
+                              for frame, kind, value in entries[:_MAX_MARKS])
+            if len(entries) > _MAX_MARKS:
+                last_frame, last_kind, last_value = entries[-1]
+                last = "cancel" if last_kind == "cancel" else f"request({_n(last_value)})"
+                marks += f", … {len(entries) - _MAX_MARKS - 1} more …, {last}@{last_frame}"
             lines.append(f"  {row + ':':10}{marks or '(nothing)'}")
         shown = ", ".join(f"{c}={r}" for (_, r), c in list(legend.items())[:24])
         lines.append(f"  legend:   {shown}{', ...' if len(legend) > 24 else ''}  (one column = {self.frame_s} s)")
@@ -145,24 +156,48 @@ class _Source(TestPublisher[Any]):
 
 
 class _Sink(TestSubscriber[Any]):
+    """The downstream of the stage under test: it sees the stage's signals as they are (no strict
+    boundary in between, which would drop what breaks a rule) and notes the first one that breaks
+    §1.1 (beyond demand) or §1.7 (after a terminal signal)."""
+
     __test__ = False
+    _rx_internal = True  # Flowable.subscribe: not wrapped, so a broken rule reaches us
 
     def __init__(self, log: _Log) -> None:
         super().__init__()
         self.log = log
-        self.errors = 0
+        self.violation: tuple[str, str] | None = None
+
+    def _break(self, rule: str, detail: str) -> None:
+        if self.violation is None:
+            self.violation = (rule, detail)
+
+    def _after_terminal(self, signal: str) -> None:
+        ended = "on_complete" if self.completed else f"on_error({self.error!r})"
+        self._break("terminal", f"{signal} after {ended} (Reactive Streams §1.7)")
 
     def on_next(self, item: Any) -> None:
         self.log.add("output", "next", item)
+        if self.done:
+            self._after_terminal(f"on_next({item!r})")
+            return
+        if len(self.values) >= self.requested:
+            self._break("demand", f"it emitted item {len(self.values) + 1} ({item!r}) with {self.requested} "
+                        f"requested (Reactive Streams §1.1)")
         super().on_next(item)
 
     def on_error(self, error: BaseException) -> None:
-        self.errors += 1
         self.log.add("output", "error", error)
+        if self.done:
+            self._after_terminal(f"on_error({error!r})")
+            return
         super().on_error(error)
 
     def on_complete(self) -> None:
         self.log.add("output", "complete")
+        if self.done:
+            self._after_terminal("on_complete")
+            return
         super().on_complete()
 
     def request(self, n: int) -> None:
@@ -204,11 +239,12 @@ class _Run:
                              f"{detail}\n{self.log.render()}")
 
     def check_signals(self) -> None:
+        if self.sink.violation is not None:
+            rule, detail = self.sink.violation
+            self.fail(rule, detail)
         error = self.sink.error
-        if isinstance(error, MissingBackpressureError):
-            self.fail("demand", f"it emitted beyond downstream demand (Reactive Streams §1.1): {error}")
-        if self.sink.errors > 1 or (self.sink.completed and error is not None):
-            self.fail("terminal", "more than one terminal signal reached downstream (Reactive Streams §1.7)")
+        if isinstance(error, MissingBackpressureError):  # a stage before it noticed an overrun
+            self.fail("demand", f"{error}")
 
     async def frames(self, n: int = 1) -> None:
         await asyncio.sleep(n * self.frame_s)
@@ -245,6 +281,18 @@ class _Run:
         timers = _live_timers(self.loop)
         if timers:
             self.fail("timers", f"{len(timers)} timer(s) still scheduled after {after}: {timers[:3]!r}")
+
+    async def nothing_left(self, after: str) -> None:
+        """No timer and no task of the stage's left once the run ended (a few loop turns for
+        cancelled tasks to finish)."""
+        current = asyncio.current_task()
+        for _ in range(5):
+            await asyncio.sleep(0)
+        self.no_timers(after)
+        tasks = [t for t in asyncio.all_tasks() if t is not current and not t.done()]
+        if tasks:
+            self.fail("tasks", f"{len(tasks)} task(s) still running after {after}: {tasks[:3]!r} "
+                      f"(cancel what the stage started in on_stop)")
 
     def dropped(self) -> int:
         names = {self.flow.name}
@@ -367,7 +415,8 @@ def check_operator(op_factory: Callable[..., Any], *, emits_every_item: bool = T
 
     Each check runs on its own :class:`~rxpipe.testing.VirtualTimeLoop`, so call this from a
     plain (not async) test. The AssertionError names the rule (``demand``, ``bounds``,
-    ``cancel``, ``error``, ``completion``, ``timers``, ``terminal``) and draws the failing run
+    ``cancel``, ``error``, ``completion``, ``terminal`` — a signal after ``on_complete`` or
+    ``on_error`` —, ``timers``, ``tasks`` — left running once the run ended) and draws the failing run
     (source, output, upstream requests, downstream demand).
     Anchor: DESIGN §9; aiostream's shipped ``test_utils``; Reactive Streams' TCK.
     """
@@ -409,9 +458,9 @@ def check_operator(op_factory: Callable[..., Any], *, emits_every_item: bool = T
                 await _check_error(run)
             else:
                 await _check_completion(run, emits_every_item)
-            await asyncio.sleep(0)
-            for timer in _live_timers(run.loop):
-                timer.cancel()
+            if not run.sink.done:
+                run.sink.cancel()
+            await run.nothing_left(f"the {check!r} run ended")
 
         with asyncio.Runner(loop_factory=VirtualTimeLoop) as runner:
             runner.run(one())
