@@ -1259,6 +1259,9 @@ def switch_map(fn: Callable[[T], Any] | None = None, *, name: str | None = None)
     An item whose stream was still running when the next came is counted as dropped (reason
     ``"switched"``, metric ``rxpipe_stage_dropped_total``) and told ``on_discard("switched")``
     (a ``CompletionRequest``'s client gets ``DroppedError``).
+    Synchronous sources: over ``rx.range``/``rx.from_iterable`` every outer item arrives before the
+    first inner emits, so only the last item's stream is seen — as reactivex's ``from_iterable``
+    gives, while reactivex's ``range`` (scheduled) lets each inner run first.
     Signals: TypeError (raised here) for a ``fn`` that is not callable. ``fn`` raising or
     returning something else, an error of the source or of the running stream: the other is
     cancelled and the error is signalled at once (a cancelled stream's error is never heard).
@@ -1318,6 +1321,9 @@ def combine_latest(*others: Flowable[Any], prefetch: int = DEFAULT_INNER_PREFETC
     against every source's window, so a source never has more than ``prefetch`` items requested
     and waiting. An item arriving before every source has one only updates the latest values:
     it uses no downstream demand.
+    Synchronous sources: each source is read in rounds of its window, so over a synchronous
+    source longer than ``prefetch`` the tuples interleave by rounds where reactivex (which reads
+    each synchronous source to its end) pairs only the last values (raise ``prefetch`` to match).
     Signals: TypeError (raised here) for an argument that is not a Flowable; ValueError for
     ``prefetch < 1``. Completes when every source completed and its items went out, or at once
     when a source completes without ever emitting (no tuple can ever be made: the others are
