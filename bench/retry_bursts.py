@@ -106,7 +106,7 @@ async def _round(root: Path, clients: int, gap_s: float, log_dir: str) -> tuple[
 
 def _table(header: list[str], rows: list[list[str]]) -> str:
     widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
-    lines = ["  ".join(c.rjust(w) for c, w in zip(r, widths)) for r in [header, *rows]]
+    lines = ["  ".join(c.rjust(w) for c, w in zip(r, widths, strict=True)) for r in [header, *rows]]
     return "\n".join(lines)
 
 

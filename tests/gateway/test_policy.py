@@ -4,14 +4,10 @@ from __future__ import annotations
 
 import random
 from collections import deque
-from typing import TYPE_CHECKING
 
 import pytest
 
 from rxpipe.gateway._policy import RESERVATION_MARGIN, DrainMeter, KeyBuckets, clamp_retry_after, retry_after_headers
-
-if TYPE_CHECKING:
-    from rxpipe.gateway import Gateway
 
 
 def drained(meter: DrainMeter, every_s: float, n: int, waiting: int) -> None:

@@ -94,8 +94,7 @@ async def _burst(gateway: Gateway, engine: SimulatedEngine, clients: int) -> Bur
 async def _two_bursts(gap_s: float, clients: int = 200) -> tuple[BurstResult, BurstResult]:
     pipeline = load_pipeline(str(ROOT / "pipelines" / "llm_gateway.py"), {"queue_capacity": 8, "max_num_seqs": 4})
     (gateway,) = [s for s in pipeline.stages if isinstance(s, Gateway)]
-    (engine,) = [getattr(s, "engine") for s in pipeline.stages if isinstance(getattr(s, "engine", None),
-                                                                               SimulatedEngine)]
+    (engine,) = [e for e in (getattr(s, "engine", None) for s in pipeline.stages) if isinstance(e, SimulatedEngine)]
     gateway._rng = random.Random(26)
     running = asyncio.ensure_future(pipeline.run())
     try:
