@@ -659,3 +659,23 @@ async def test_a_retry_after_over_the_cap_fails_at_once_and_pauses_that_long(
             e.submit(CompletionRequest(prompt="refused"))
     finally:
         await e.aclose()
+
+
+async def test_leaving_a_started_pipeline_closes_the_engines_http_session(server: StubServer) -> None:
+    """``async with pipeline.start()``: a clean stop closes the engines of its execute stages (the
+    session an OpenAIEngine made was left open, and aiohttp complained at exit)."""
+    import aiohttp
+
+    from rxpipe.gateway import Gateway, edge_queue
+    from rxpipe.runtime import Pipeline
+
+    e = make(server)
+    pipeline = Pipeline(Gateway(), edge_queue(2), ops.execute(e), drain_timeout_s=1.0)
+    assert pipeline.engines == [e]
+    async with pipeline.start(port=0) as running:
+        async with aiohttp.ClientSession() as http:
+            async with http.post(f"{running.url}/v1/completions", json={"prompt": "x", "max_tokens": 1}) as r:
+                assert r.status == 200
+        session = e._session
+        assert session is not None and not session.closed
+    assert session.closed and e._session is None and not e.available
