@@ -4,8 +4,8 @@
 
 ``POST /v1/completions`` and ``POST /v1/chat/completions`` answer ``"stream": true`` with SSE
 (``data: {...}`` chunks, a final chunk with ``finish_reason``, a usage chunk when
-``stream_options.include_usage`` unless ``stream_usage`` is 0, then ``data: [DONE]``) and any other request with one JSON body
-(with ``usage`` unless ``json_usage`` is 0); ``plain`` answers JSON and ``always_sse`` SSE
+``stream_options.include_usage`` unless ``stream_usage`` is 0, then ``data: [DONE]``) and any other
+request with one JSON body (with ``usage`` unless ``json_usage`` is 0); ``plain`` answers JSON and ``always_sse`` SSE
 whatever was asked. The delays, ``token_bytes``, ``empty_every`` and ``cut_after`` apply to both
 (a cut JSON body is half its bytes, then the connection closed). It counts concurrent requests,
 answers ``throttle_status`` (429) with ``Retry-After`` to the first ``throttle`` requests and to
