@@ -5,7 +5,8 @@ from __future__ import annotations
 import asyncio
 from typing import Any, AsyncIterable, TypeVar
 
-from ._demand import EMPTY_SUBSCRIPTION, DrainSubscription, QueueDrainSubscription, Replenisher, log
+from ._cleanup import failed, track
+from ._demand import EMPTY_SUBSCRIPTION, DrainSubscription, QueueDrainSubscription, Replenisher
 from ._protocol import UNBOUNDED, Subscriber
 from .flowable import DEFAULT_PREFETCH, Flowable
 
@@ -35,6 +36,7 @@ class _AsyncIterableSubscription(QueueDrainSubscription):
     def start(self, loop: asyncio.AbstractEventLoop) -> None:
         if not self.cancelled:
             self.task = loop.create_task(self._pump(), name="rxpipe from_async_iterable pump")
+            track(self.task)
 
     async def _pump(self) -> None:
         iterator: Any = None
@@ -60,14 +62,18 @@ class _AsyncIterableSubscription(QueueDrainSubscription):
         except asyncio.CancelledError:
             raise
         except Exception as error:
-            self.finish(error)
+            if self.cancelled:
+                # cancelled mid-anext: the generator's own cleanup (its finally) raised instead
+                failed(error, "from_async_iterable: the async iterator raised while it was cancelled")
+            else:
+                self.finish(error)
         finally:
             aclose = getattr(iterator, "aclose", None)
             if aclose is not None:
                 try:
                     await aclose()
-                except Exception:
-                    log.exception("closing the async iterator raised")
+                except Exception as error:
+                    failed(error, "from_async_iterable: closing the async iterator raised")
 
     def _on_delivered(self, count: int) -> None:
         due = self.replenisher.consumed(count)
@@ -107,7 +113,10 @@ def from_async_iterable(iterable: AsyncIterable[T], *, prefetch: int = DEFAULT_P
 
     Pulls at most ``prefetch`` items ahead of what went downstream (DESIGN §2 rule), with one pump
     task per subscription. Cancelling cancels the task and closes the iterator (``aclose``).
-    An exception from the iterator is signalled after the items pulled before it.
+    An exception from the iterator is signalled after the items pulled before it. One its cleanup
+    raises after a cancel (in its ``finally`` or ``aclose``) has no subscriber left to go to: it
+    is logged (logger ``rxpipe``, ERROR) and raised by the :meth:`~rxpipe.Pipeline.run` that
+    started the source (:mod:`rxpipe._cleanup`).
     Must be subscribed on a running event loop (RuntimeError otherwise).
     """
     if not isinstance(iterable, AsyncIterable):

@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 from typing import Any, AsyncIterator, Callable, Iterator
 
+from . import _cleanup
 from ._demand import log
 from ._link import LINK_SLOTS, UpstreamLink
 from .errors import MissingBackpressureError
@@ -76,7 +77,8 @@ class Pipeline:
             print(running.url)        # the HTTP edge's URL, when the graph has one
 
     Leaving the block drains the services (in-flight work finishes within ``drain_timeout_s``
-    seconds), cancels the subscription and stops everything.
+    seconds), cancels the subscription and stops everything: the services, then the engines of
+    its ``execute`` stages (``Engine.aclose``: an ``OpenAIEngine`` closes its HTTP session).
     """
 
     def __init__(self, source: Flowable[Any], *operators: Operator, name: str = "pipeline",
@@ -102,6 +104,16 @@ class Pipeline:
         return [stage for stage in walk(self.flowable) if isinstance(stage, Service)]
 
     @property
+    def engines(self) -> list[Any]:
+        """The engines of its ``execute`` stages (each once), in graph order."""
+        found: list[Any] = []
+        for stage in walk(self.flowable):
+            engine = getattr(stage, "engine", None)
+            if engine is not None and callable(getattr(engine, "aclose", None)) and engine not in found:
+                found.append(engine)
+        return found
+
+    @property
     def serves_http(self) -> bool:
         return bool(self.services)
 
@@ -111,14 +123,42 @@ class Pipeline:
         items are counted as they arrive, inside upstream's signal, with no task wake per item
         (a serving graph's output — one Completion per request — costs nothing to consume).
 
-        Raises the pipeline's error. Cancelling the calling task cancels the subscription.
+        Raises the pipeline's error, or an error ``on_item`` raised. Cancelling the calling task
+        (``asyncio.timeout``, ``wait_for``) cancels the subscription at once: nothing upstream
+        runs on after the caller got its ``CancelledError``/``TimeoutError``. When the graph is
+        done, the tasks of its sources that are still cleaning up after a cancel are awaited
+        (up to ``drain_timeout_s``) and the first error their cleanup raised is raised here (it
+        is logged too; :mod:`rxpipe._cleanup`); a cancelled run only logs them.
         """
+        watch, token = _cleanup.watch()
+        try:
+            count = await self._consume(on_item)
+        except asyncio.CancelledError:
+            raise
+        except BaseException:
+            await watch.settle(self.drain_timeout_s)  # logged by the sources; the graph's error wins
+            raise
+        finally:
+            _cleanup.unwatch(token)
+        await watch.settle(self.drain_timeout_s)
+        if watch.errors:
+            raise watch.errors[0]
+        return count
+
+    async def _consume(self, on_item: Callable[[Any], Any] | None) -> int:
         if on_item is None:
             return await _drain(self.flowable)
         count = 0
-        async for item in self.flowable:
-            count += 1
-            on_item(item)
+        items = self.flowable.__aiter__()
+        try:
+            async for item in items:
+                count += 1
+                on_item(item)
+        finally:
+            # leaving for any reason (an error, a cancel) cancels upstream now: an ``async for``
+            # left by an exception does not close its iterator, and the frame the caller's
+            # traceback holds would keep the subscription running
+            await items.aclose()  # type: ignore[attr-defined]
         return count
 
     @contextlib.asynccontextmanager
@@ -175,6 +215,11 @@ class RunningPipeline:
                           exc_info=(type(error), error, error.__traceback__))
         for service in reversed(services):
             await service.stop()
+        for engine in self.pipeline.engines:
+            try:
+                await engine.aclose()  # an OpenAIEngine's HTTP session, a batch function's thread...
+            except Exception:
+                log.exception("pipeline %r: closing engine %r failed", self.pipeline.name, engine)
 
 
 class _CountingSink(UpstreamLink):

@@ -182,6 +182,15 @@ class _HTTPCall(_OpenAIState):
         if completion.done:  # stalled
             self._settle(call, True)
             return False
+        if request.stream and response.content_type != "application/json" and not (
+                call.usage and isinstance(call.usage.get("prompt_tokens"), int)):
+            # a stream without usage (llama-cpp-python's server): count its prompt as a
+            # non-streamed answer does (see _openai_usage)
+            await self._count_prompt(call)
+            if completion.cancel_requested:
+                self._settle(call, None)
+                self._end(call, "cancelled")
+                return False
         self._settle(call, True)
         self.succeeded += 1
         if call.started_s is not None:

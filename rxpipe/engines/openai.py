@@ -31,7 +31,7 @@ from __future__ import annotations
 import asyncio
 import math
 import random
-from collections import deque
+from collections import OrderedDict, deque
 from typing import Any, Literal, Mapping
 
 import aiohttp
@@ -43,6 +43,7 @@ from ..stage import SerialLoop
 from ._concurrency import ConcurrencyLimit
 from ._openai_backoff import _Backoff
 from ._openai_state import _DONE, _RUNNING, _WAITING, _Call, _wake
+from ._openai_usage import _UsageProbe
 from ._openai_wire import _HTTPCall, parse_retry_after, wire_request_id
 from ._settings import OPENAI_SETTINGS
 from .records import Completion, CompletionRequest, CompletionResult
@@ -60,7 +61,7 @@ def _arg(name: str, value: Any) -> Any:
     return OPENAI_SETTINGS.check(name, value, f"OpenAIEngine({name}=)")
 
 
-class OpenAIEngine(_HTTPCall, _Backoff):
+class OpenAIEngine(_HTTPCall, _Backoff, _UsageProbe):
     """An OpenAI-compatible server behind the executor (``execute(OpenAIEngine(...))``).
 
     Args:
@@ -104,12 +105,17 @@ class OpenAIEngine(_HTTPCall, _Backoff):
         stall_timeout_s: a streaming request whose consumer gives no credit for this long
             finishes ``"stalled"`` and its HTTP call is closed (None: never).
         include_usage: for streamed calls, ask for ``stream_options.include_usage`` (exact token
-            counts in the last chunk; vLLM, OpenAI and llama.cpp support it). Without usage, each
-            streamed chunk of a choice counts one token, an empty-text one too (llama.cpp sends
-            those for the bytes of a character split across tokens), except the closing chunk
-            that carries ``finish_reason`` with no text. A non-streamed answer carries ``usage``
-            anyway; without it its text counts 1 token per 4 UTF-8 bytes (the estimate used for
-            prompts, :func:`~rxpipe.engines.estimate_tokens`).
+            counts in the last chunk; vLLM, SGLang and OpenAI send them). A stream that ends
+            without usage (llama-cpp-python's server sends none) is counted as its non-streamed
+            answer would be: each streamed chunk of a choice counts one token, an empty-text one
+            too (llama.cpp sends those for the bytes of a character split across tokens), except
+            the closing chunk that carries ``finish_reason`` with no text and a chat stream's
+            opening role; its prompt tokens are the backend's, asked once per distinct prompt
+            with a non-streamed one-token call of the same prompt (``usage_probes`` counts them;
+            ``usage_cache_entries`` counts are kept; :mod:`rxpipe.engines._openai_usage`). So
+            the same request has the same usage streamed or not. A non-streamed answer carries
+            ``usage`` anyway; without it its text counts 1 token per 4 UTF-8 bytes and so does
+            its prompt (the estimate, :func:`~rxpipe.engines.estimate_tokens`).
         max_answer_bytes: the largest non-streamed answer body read (bytes, default 16 MiB); a
             bigger one fails the request with ``EngineError`` (a backend gone wrong must not fill
             the gateway's memory).
@@ -235,6 +241,8 @@ class OpenAIEngine(_HTTPCall, _Backoff):
         self._breaker_timer: asyncio.TimerHandle | None = None
         self._down_since: float | None = None
         self._paused_since: float | None = None
+        self._prompt_counts = OrderedDict()
+        self.usage_missing = self.usage_probes = 0
         #: 429/503 answers received; pauses started; calls that completed with a 2xx stream
         self.throttled = 0
         self.pauses = 0

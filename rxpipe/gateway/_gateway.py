@@ -105,11 +105,13 @@ class Gateway(Flowable[CompletionRequest], Service):
     RFC 9110), clamped to [``retry_after_min_s``, ``retry_after_max_s``].
 
     Retry-After is a reservation: for ``queue_full`` and ``unavailable``, with the drain rate
-    ``r`` measured over the last 10 s (starts per second, times 0.9), the k-th refusal within
-    one drain interval gets about ``(backlog + k) / r`` — each refusal takes the next free
-    admission slot after the last one promised — plus a jitter of up to half an interval, so
-    clients that honour it (the ``openai`` SDK does) come back spread at the drain rate instead
-    of in lock-step. Before any rate is measured the value is 1–2 s, jittered. No refusal
+    ``r`` measured over the last 10 s (starts per second while requests waited), the k-th
+    refusal within one drain interval gets about ``(backlog + k) / r`` — each refusal takes the
+    next free admission slot after the last one promised, and a promise leaves the book when its
+    time passes (:class:`~rxpipe.gateway._policy.DrainMeter`) — plus a jitter of up to half an
+    interval, so clients that honour it (the ``openai`` SDK does) come back spread at the drain
+    rate instead of in lock-step, and a second burst is told times from the backlog it meets,
+    never an earlier burst's. Before any rate is measured the value is 1–2 s, jittered. No refusal
     advertises less than the remaining pause of a throttled engine (``engine.retry_after_s``:
     an OpenAIEngine paused by its backend's 429/503). ``rate_limited`` tells the time to the
     key's next token, ``deadline`` the excess over the budget spread one drain interval apart
@@ -335,6 +337,16 @@ class Gateway(Flowable[CompletionRequest], Service):
                        f"rate limit reached for tenant {decision.tenant!r} (requests or tokens per minute); "
                        f"retry after the indicated delay", decision.headers)
 
+    def started(self, request: CompletionRequest, completion: Completion, now: float) -> None:
+        """The engine took ``request`` at loop time ``now``: the drain meter counts the start and,
+        when the completion ends, the slot it frees; the tenant's reservation is settled then."""
+        self.meter.record_start(now)
+        completion.result.add_done_callback(self._finished)
+        self.tenant_started(request, completion)
+
+    def _finished(self, _: asyncio.Future[CompletionResult]) -> None:
+        self.meter.record_finish(self._running_loop().time())
+
     def tenant_started(self, request: CompletionRequest, completion: Completion) -> None:
         """The engine took ``request``: its queue wait is observed, and at completion its
         quota and VTC counter are reconciled with the real token counts (any outcome)."""
@@ -465,7 +477,7 @@ class Gateway(Flowable[CompletionRequest], Service):
             return Refusal(429, "queue_full", self._retry_after_queue(now),
                            "the server is at capacity (queue full); retry after the indicated delay",
                            decision.headers if decision is not None else None)
-        self.meter.record_admit()
+        self.meter.record_admit(now)
         return None
 
     def reject(self, refusal: Refusal) -> None:

@@ -281,8 +281,7 @@ class _Edge:
                 return
             completion = reply.result()
             started = True
-            gateway.meter.record_start(loop.time())
-            gateway.tenant_started(item, completion)
+            gateway.started(item, completion, loop.time())
             if item.stream:
                 on_result(None)
             else:
@@ -331,7 +330,7 @@ class _Edge:
                 if reply.done() and not reply.cancelled() and reply.exception() is None:
                     on_reply(reply)  # it started before its callback ran (the client left meanwhile)
                 else:
-                    gateway.meter.record_abandon()
+                    gateway.meter.record_abandon(loop.time())
 
     async def _stream(self, request: web.Request, item: CompletionRequest, completion: Completion, *,
                       chat: bool) -> web.StreamResponse:

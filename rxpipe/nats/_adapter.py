@@ -335,6 +335,15 @@ class NatsWorkerBroker(_NatsBroker, WorkerBroker):
     def __init__(self, settings: NatsSettings) -> None:
         super().__init__(settings)
         self.pulled = 0
+        #: the ack subjects of what this worker holds (delivered, not acknowledged nor released),
+        #: by stream sequence: published with its liveness, so that a worker restarted under its
+        #: name gives them back at once (:meth:`_recover_own`)
+        self.holding: dict[int, str] = {}
+        #: held requests of an earlier process of this name given back at start
+        self.recovered = 0
+        self._recovery_done = False
+        self._beat: dict[str, Any] = {"pause_s": 0.0, "model": None}
+        self._announcing: set[asyncio.Task[None]] = set()
         self._inbox = ""
         self._buffer: list[Msg] = []
         self._arrived: asyncio.Event | None = None
@@ -356,6 +365,55 @@ class NatsWorkerBroker(_NatsBroker, WorkerBroker):
                                               cb=self._on_control, ordered_consumer=True, idle_heartbeat=0.5,
                                               deliver_policy=api.DeliverPolicy.NEW)]
         self._ready = True
+        if not self._recovery_done:
+            await self._recover_own()
+            self._recovery_done = True
+
+    async def _recover_own(self) -> None:
+        """The same rule as Redis's ``XREADGROUP ... 0``: what an earlier process of this name
+        held when it stopped without giving it back (kill -9) is taken up at once. JetStream
+        owns no message per worker name, so this worker's liveness message lists the ack
+        subjects of what it holds; at start each one still within ``ack_wait`` of that message
+        (not redelivered to another worker yet) is answered ``-NAK``: redelivered now, before
+        new requests, instead of after ``visibility_timeout_s``."""
+        assert self.nc is not None
+        s = self.settings
+        subject = self.names.live_subject("w", s.consumer)
+        beats = await self._beats([subject])
+        if subject not in beats:
+            return
+        at_s, payload = beats[subject]
+        try:
+            held = orjson.loads(payload).get("held") or []
+        except (orjson.JSONDecodeError, AttributeError):
+            return
+        now_s = _ts((await self._info(self.names.live, "-"))["ts"])
+        if not held or now_s - at_s >= s.visibility_timeout_s:
+            return  # nothing held, or redelivered to others already
+        for ack_subject in held:
+            if isinstance(ack_subject, str) and ack_subject.startswith("$JS.ACK."):
+                await self.nc.publish(ack_subject, b"-NAK")
+        await self.nc.flush(timeout=s.command_timeout_s)
+        self.recovered += len(held)
+        log.info("worker %s: %d requests it held before its start given back for redelivery at once", s.consumer,
+                 len(held))
+
+    def _announce(self) -> None:
+        """Publish this worker's liveness with what it holds now (no wait for the store's ack:
+        the next heartbeat publishes it again)."""
+        if self.nc is not None and self.nc.is_connected:
+            beat = orjson.dumps({**self._beat, "held": list(self.holding.values())})
+            task = asyncio.ensure_future(self._quietly(self.nc.publish(
+                self.names.live_subject("w", self.settings.consumer), beat)))
+            self._announcing.add(task)
+            task.add_done_callback(self._announcing.discard)
+
+    @staticmethod
+    async def _quietly(publish: Any) -> None:
+        try:
+            await publish
+        except Exception as error:  # the next heartbeat says it again
+            log.debug("nats: liveness not published: %r", error)
 
     async def _reconnected(self) -> None:
         # The server forgot the pull requests of the old connection: the next read re-grants
@@ -410,6 +468,10 @@ class NatsWorkerBroker(_NatsBroker, WorkerBroker):
             meta = msg.metadata
             out.append(Delivery(meta.sequence.stream, msg.data, int(meta.num_delivered), meta.timestamp.timestamp(),
                                 msg))
+            if msg.reply:
+                self.holding[meta.sequence.stream] = msg.reply
+        if out:
+            self._announce()
         return out
 
     async def read_control(self, block_s: float) -> list[tuple[bytes, float]]:
@@ -449,6 +511,7 @@ class NatsWorkerBroker(_NatsBroker, WorkerBroker):
                 await msg.nak()
             else:
                 raise ValueError(f"unknown write {op.kind!r}")
+            self.holding.pop(op.args[0].key, None)
         if batch:
             await self._publish(ops, batch, results)
         return results
@@ -468,7 +531,8 @@ class NatsWorkerBroker(_NatsBroker, WorkerBroker):
     async def heartbeat(self, consumer: str, pause_s: float, held: list[Delivery], model: str | None = None) -> float:
         if not self._ready:
             await self.open()
-        beat = orjson.dumps({"pause_s": pause_s, "model": model})
+        self._beat = {"pause_s": pause_s, "model": model}
+        beat = orjson.dumps({**self._beat, "held": list(self.holding.values())})
         await self.js.publish(self.names.live_subject("w", consumer), beat)
         for delivery in held:
             await delivery.ref.in_progress()
@@ -488,6 +552,7 @@ class NatsWorkerBroker(_NatsBroker, WorkerBroker):
                 await msg.nak()
             except Exception:
                 pass
+            self.holding.pop(msg.metadata.sequence.stream, None)
         for sub in self._subs:
             try:
                 await sub.unsubscribe()

@@ -1,8 +1,10 @@
 """Redis Streams as a broker adapter of :mod:`rxpipe.transport` (DESIGN §8).
 
 - requests: the stream ``settings.stream`` (one field ``r``), consumer group ``settings.group``;
-  a worker's read is ``XAUTOCLAIM`` (entries idle past ``visibility_timeout_s``, with their
-  delivery count from ``XPENDING``) before ``XREADGROUP ... COUNT n BLOCK ms``; ack is ``XACK``;
+  a worker's read is, at start, its own pending entries (``XREADGROUP ... 0``: a worker restarted
+  under its old name takes up what it held at once), then ``XAUTOCLAIM`` (entries idle past
+  ``visibility_timeout_s``, with their delivery count from ``XPENDING``) before ``XREADGROUP ...
+  COUNT n BLOCK ms``; ack is ``XACK``;
   a request withdrawn by its gateway is ``XDEL``-ed; a held entry is kept fresh with ``XCLAIM ...
   JUSTID`` (idle time back to 0); acknowledged entries are trimmed (``XTRIM MINID``).
 - replies: one stream per gateway (field ``m``), written ``XADD ... NOMKSTREAM`` (a gateway whose
@@ -261,8 +263,10 @@ class RedisGatewayBroker(_RedisBroker, GatewayBroker):
 
 
 class RedisWorkerBroker(_RedisBroker, WorkerBroker):
-    """The worker side on Redis (see the module docstring). ``claimed`` counts entries taken
-    over from other consumers (``XAUTOCLAIM``); ``features`` what the server offers."""
+    """The worker side on Redis (see the module docstring). ``recovered`` counts the entries of its
+    own pending entries list read first at start (a worker restarted under its old name gets
+    them at once, not after ``visibility_timeout_s``); ``claimed`` counts entries taken over from
+    other consumers (``XAUTOCLAIM``); ``features`` what the server offers."""
 
     def __init__(self, settings: RedisSettings) -> None:
         super().__init__(settings)
@@ -270,6 +274,10 @@ class RedisWorkerBroker(_RedisBroker, WorkerBroker):
         self.control_reader: Redis | None = None
         self.features: Features | None = None
         self.claimed = 0
+        #: entries of its own pending list read at start (a restart under the same name)
+        self.recovered = 0
+        #: where the reading of its own pending entries list is (None: read through)
+        self._own_cursor: bytes | None = b"0-0"
         self._claim_cursor = b"0-0"
         self._next_claim = 0.0
         self._control_id: bytes | None = None
@@ -316,7 +324,9 @@ class RedisWorkerBroker(_RedisBroker, WorkerBroker):
             raise ValueError(f"unknown write {op.kind!r}")
 
     async def fetch(self, n: int, block_s: float) -> list[Delivery]:
-        """Claimed entries first (at most once per ``BLOCK`` interval), else new ones."""
+        """This consumer's own pending entries first (a worker restarted under its old name:
+        ``XREADGROUP ... <id>`` reads its pending entries list from the start, until it is read
+        through), then claimed entries (at most once per ``BLOCK`` interval), else new ones."""
         s = self.settings
         if self.commands is None:
             await self.open()
@@ -324,6 +334,10 @@ class RedisWorkerBroker(_RedisBroker, WorkerBroker):
         assert commands is not None
         loop = asyncio.get_running_loop()
         try:
+            if self._own_cursor is not None:
+                own = await self._own_pending(n)
+                if own:
+                    return own
             if loop.time() >= self._next_claim:
                 cursor, entries, *_ = await call(commands.xautoclaim, s.stream, s.group, s.consumer,
                                                  s.visibility_ms, start_id=self._claim_cursor, count=n)
@@ -352,6 +366,24 @@ class RedisWorkerBroker(_RedisBroker, WorkerBroker):
                 found.append(Delivery(entry_id, None if fields is None else fields.get(b"r", b""), 1,
                                       _id_time(entry_id)))
         return found
+
+    async def _own_pending(self, n: int) -> list[Delivery]:
+        """Up to ``n`` entries of this consumer's pending entries list after ``_own_cursor``
+        (what an earlier process of the same name read and never acknowledged), with their
+        delivery counts; [] once it is read through (then the cursor is done for good)."""
+        s = self.settings
+        assert self.commands is not None
+        response: Any = await call(self.commands.xreadgroup, s.group, s.consumer, {s.stream: self._own_cursor},
+                                   count=n)
+        entries = [entry for _key, found in (response or ()) for entry in found]
+        if not entries:
+            self._own_cursor = None
+            return []
+        self._own_cursor = entries[-1][0]
+        self.recovered += len(entries)
+        log.info("worker %s: %d entries of its own pending from before its start, read first", s.consumer,
+                 len(entries))
+        return await self._claimed(entries)
 
     async def _claimed(self, entries: list[tuple[bytes, Any]]) -> list[Delivery]:
         """Claimed entries with their delivery count (``XPENDING``, which ``XAUTOCLAIM`` increments)."""

@@ -22,13 +22,15 @@ from typing import Any, Awaitable, Callable, Mapping, TypeVar
 from redis.asyncio import BlockingConnectionPool, Redis
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
+from redis.exceptions import ConnectionError as RedisConnectionError
 
 from ..settings import Schema, schema_of, setting
 from ..transport._backoff import Backoff
+from ..transport._interface import BrokerBusyError
 from ..transport._settings import SCHEMES, TransportSettings, default_consumer, public_url
 
-__all__ = ["RedisSettings", "REDIS_SETTINGS", "redis_settings", "Backoff", "call", "make_client", "default_consumer",
-           "public_url"]
+__all__ = ["RedisSettings", "REDIS_SETTINGS", "redis_settings", "Backoff", "call", "make_client", "PoolTimeoutError",
+           "default_consumer", "public_url"]
 
 T = TypeVar("T")
 
@@ -47,7 +49,8 @@ class RedisSettings(TransportSettings):
     ``redis://host:port/db``, redis-py's URL syntax; ``rediss://`` for TLS) plus:
 
     pool_size: connections of the command pool per process (each blocking reader has its own).
-    pool_timeout_s: how long a command waits for a free pooled connection (then ``ConnectionError``).
+    pool_timeout_s: how long a command waits for a free pooled connection (then ``PoolTimeoutError``, a
+        redis-py ``ConnectionError`` that says so: Redis itself may be up).
     trim_interval_s: a worker trims acknowledged entries off the stream this often (s).
     """
 
@@ -93,13 +96,37 @@ def make_client(settings: RedisSettings, *, connections: int, blocking: bool = F
 _IN_FLIGHT: set[asyncio.Task[Any]] = set()
 
 
+class PoolTimeoutError(RedisConnectionError, BrokerBusyError):
+    """No connection of a client's pool came free within ``pool_timeout_s``: every one was busy
+    with other commands. Redis itself may be up; retried like an unreachable Redis (it is a
+    redis-py ``ConnectionError``), logged as what it is."""
+
+
+async def _command(command: Callable[..., Awaitable[T]], *args: Any, **kwargs: Any) -> T:
+    try:
+        return await command(*args, **kwargs)
+    except RedisConnectionError as error:
+        # redis-py's BlockingConnectionPool says a wait for a free connection that timed out as
+        # ConnectionError("No connection available.") from a TimeoutError: name it
+        if isinstance(error.__cause__, TimeoutError) and not isinstance(error, PoolTimeoutError):
+            pool = getattr(getattr(command, "__self__", None), "connection_pool", None)
+            size = getattr(pool, "max_connections", None)
+            wait = getattr(pool, "timeout", None)
+            raise PoolTimeoutError(
+                f"no pooled Redis connection came free within pool_timeout_s={wait:g} s: all {size} were busy "
+                f"(Redis answers; raise pool_size or lower the load)" if size is not None and wait is not None
+                else "no pooled Redis connection came free within pool_timeout_s") from error
+        raise
+
+
 async def call(command: Callable[..., Awaitable[T]], *args: Any, **kwargs: Any) -> T:
     """Await ``command(*args, **kwargs)`` in a task of its own, through ``asyncio.shield``.
 
     If the caller is cancelled the command still runs to its reply, so its connection goes back
     to the pool clean (never a reply left unread for the next caller: CVE-2023-28858/28859).
+    A wait for a pooled connection that timed out raises :class:`PoolTimeoutError`.
     """
-    task: asyncio.Task[T] = asyncio.ensure_future(command(*args, **kwargs))
+    task: asyncio.Task[T] = asyncio.ensure_future(_command(command, *args, **kwargs))
     _IN_FLIGHT.add(task)
     task.add_done_callback(_finished)
     return await asyncio.shield(task)

@@ -24,7 +24,14 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-__all__ = ["GatewayBroker", "WorkerBroker", "Delivery", "Snapshot", "WorkerBeat", "WriteOp"]
+__all__ = ["GatewayBroker", "WorkerBroker", "Delivery", "Snapshot", "WorkerBeat", "WriteOp", "BrokerBusyError"]
+
+
+class BrokerBusyError(Exception):
+    """A command could not be sent in time although the broker may well be up: every connection
+    of the adapter's pool stayed busy (Redis: no pooled connection came free within
+    ``pool_timeout_s``). An adapter raises a subclass that is also one of its ``transient``
+    types (it is retried the same way), and the logs say it as what it is, never "unreachable"."""
 
 
 @dataclass(slots=True)

@@ -34,7 +34,7 @@ from ..stage import DrainSubscription, InternalSubscriber
 from ._backoff import Backoff
 from ._clock import BrokerClock
 from ._codec import cancel_payload, credit_payload, decode_reply, encode_request
-from ._interface import GatewayBroker, Snapshot, WorkerBeat
+from ._interface import BrokerBusyError, GatewayBroker, Snapshot, WorkerBeat
 from ._replies import ReplyRouter
 from ._settings import TransportSettings
 from ._writer import Writer
@@ -181,6 +181,8 @@ class TransportSink(Flowable[Any], Service):
         self.up = False
         #: the broker was lost (or unreachable from the start) and is not back yet: said once
         self._lost = False
+        #: ... because a command found every pooled connection busy (the broker itself may be up)
+        self._busy = False
         #: the model of the edge in front (set in :meth:`attach`), and the workers' other models named
         self.served_model: str | None = None
         self._warned_models: set[str] = set()
@@ -295,18 +297,27 @@ class TransportSink(Flowable[Any], Service):
     # -- reachability ----------------------------------------------------------------------------
     def _down(self, error: BaseException) -> None:
         """The broker did not answer (a command, a read, or the adapter saw the connection drop):
-        said once per outage ("lost"; "unreachable" when it never answered yet)."""
+        said once per outage ("lost"; "unreachable" when it never answered yet). A command that
+        found every pooled connection busy (:class:`BrokerBusyError`) is said as that."""
         if self.up or not self._lost:
-            log.warning("%s %s: %s %s (%r); answering 503 until it is back", self.kind, self.name, self.broker.name,
-                        "lost" if self.up else "unreachable", error)
+            if isinstance(error, BrokerBusyError):
+                log.warning("%s %s: %s; answering 503 until a command goes through", self.kind, self.name, error)
+            else:
+                log.warning("%s %s: %s %s (%r); answering 503 until it is back", self.kind, self.name,
+                            self.broker.name, "lost" if self.up else "unreachable", error)
         self.up = False
         self._lost = True
+        self._busy = isinstance(error, BrokerBusyError)
 
     def _up(self) -> None:
         if not self.up:
-            log.info("%s %s: %s is %s", self.kind, self.name, self.broker.name, "back" if self._lost else "reachable")
+            if self._busy:
+                log.info("%s %s: commands to %s go through again", self.kind, self.name, self.broker.name)
+            else:
+                log.info("%s %s: %s is %s", self.kind, self.name, self.broker.name,
+                         "back" if self._lost else "reachable")
             self.up = True
-            self._lost = False
+            self._lost = self._busy = False
         if self._link is not None:
             self._link.top_up()
 

@@ -37,7 +37,7 @@ from ._ack import AckHandle, RemoteRequest
 from ._backoff import Backoff
 from ._clock import BrokerClock
 from ._codec import decode_control, decode_request
-from ._interface import Delivery, WorkerBroker
+from ._interface import BrokerBusyError, Delivery, WorkerBroker
 from ._serve import ReplyPublisher
 from ._settings import TransportSettings, public_url
 from ._writer import Writer
@@ -122,6 +122,8 @@ class WorkerSource(Flowable[RemoteRequest], Service):
         self.model: str | None = None
         #: loop time since when the broker has not answered (None: it answers); said once per outage
         self._down_since: float | None = None
+        #: ... because a command found every pooled connection busy (the broker itself may be up)
+        self._busy = False
         self._ever_up = False
         self._subscription: _SourceSubscription | None = None
         self._writer: Writer | None = None
@@ -287,8 +289,14 @@ class WorkerSource(Flowable[RemoteRequest], Service):
         loop = asyncio.get_running_loop()
         if self._down_since is None:
             self._down_since = loop.time()
-            log.warning("worker %s: %s %s (%r); reading, replies and acks wait and are retried with backoff",
-                        self.settings.consumer, self.broker.name, "lost" if self._ever_up else "unreachable", error)
+            self._busy = isinstance(error, BrokerBusyError)
+            if self._busy:
+                log.warning("worker %s: %s; reading, replies and acks wait and are retried with backoff",
+                            self.settings.consumer, error)
+            else:
+                log.warning("worker %s: %s %s (%r); reading, replies and acks wait and are retried with backoff",
+                            self.settings.consumer, self.broker.name, "lost" if self._ever_up else "unreachable",
+                            error)
         else:
             log.debug("worker %s: %s still unreachable (%r)", self.settings.consumer, self.broker.name, error)
 
@@ -299,7 +307,8 @@ class WorkerSource(Flowable[RemoteRequest], Service):
         since = self._down_since
         if since is not None:
             self._down_since = None
-            log.info("worker %s: %s is back after %.1f s", self.settings.consumer, self.broker.name,
+            back = f"commands to {self.broker.name} go through again" if self._busy else f"{self.broker.name} is back"
+            log.info("worker %s: %s after %.1f s", self.settings.consumer, back,
                      asyncio.get_running_loop().time() - since)
 
     # -- Service ---------------------------------------------------------------------------------

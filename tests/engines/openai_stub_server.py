@@ -4,8 +4,8 @@
 
 ``POST /v1/completions`` and ``POST /v1/chat/completions`` answer ``"stream": true`` with SSE
 (``data: {...}`` chunks, a final chunk with ``finish_reason``, a usage chunk when
-``stream_options.include_usage``, then ``data: [DONE]``) and any other request with one JSON body
-(with ``usage`` unless ``json_usage`` is 0); ``plain`` answers JSON and ``always_sse`` SSE
+``stream_options.include_usage`` unless ``stream_usage`` is 0, then ``data: [DONE]``) and any other
+request with one JSON body (with ``usage`` unless ``json_usage`` is 0); ``plain`` answers JSON and ``always_sse`` SSE
 whatever was asked. The delays, ``token_bytes``, ``empty_every`` and ``cut_after`` apply to both
 (a cut JSON body is half its bytes, then the connection closed). It counts concurrent requests,
 answers ``throttle_status`` (429) with ``Retry-After`` to the first ``throttle`` requests and to
@@ -48,6 +48,7 @@ DEFAULTS: dict[str, Any] = {
     "plain": 0,               # 1: answer one JSON body (a server that ignores "stream": true)
     "always_sse": 0,          # 1: answer SSE (a server that ignores "stream": false)
     "json_usage": 1,          # 0: a JSON answer without "usage"
+    "stream_usage": 1,        # 0: a stream without usage even when asked (llama-cpp-python's server)
     "cut_after": -1,          # >= 0: abort the connection after this many tokens (a crash mid-stream)
     "capacity": 0,            # > 0: answer throttle_status (with retry_after) above this many in flight
     "base_delay_s": 0.0,      # seconds after the response headers, before the first token
@@ -195,7 +196,7 @@ def make_app(state: State) -> Any:
                 written += 1
                 state.written[rid] = written
             await response.write(chunk(None if chat else "", finish))
-            if (body.get("stream_options") or {}).get("include_usage"):
+            if (body.get("stream_options") or {}).get("include_usage") and opts["stream_usage"]:
                 usage = {"prompt_tokens": 3, "completion_tokens": n, "total_tokens": 3 + n}
                 await response.write(b"data: " + json.dumps({"id": rid, "choices": [], "usage": usage}).encode()
                                      + b"\n\n")

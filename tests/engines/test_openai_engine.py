@@ -659,3 +659,53 @@ async def test_a_retry_after_over_the_cap_fails_at_once_and_pauses_that_long(
             e.submit(CompletionRequest(prompt="refused"))
     finally:
         await e.aclose()
+
+
+async def test_leaving_a_started_pipeline_closes_the_engines_http_session(server: StubServer) -> None:
+    """``async with pipeline.start()``: a clean stop closes the engines of its execute stages (the
+    session an OpenAIEngine made was left open, and aiohttp complained at exit)."""
+    import aiohttp
+
+    from rxpipe.gateway import Gateway, edge_queue
+    from rxpipe.runtime import Pipeline
+
+    e = make(server)
+    pipeline = Pipeline(Gateway(), edge_queue(2), ops.execute(e), drain_timeout_s=1.0)
+    assert pipeline.engines == [e]
+    async with pipeline.start(port=0) as running:
+        async with aiohttp.ClientSession() as http:
+            async with http.post(f"{running.url}/v1/completions", json={"prompt": "x", "max_tokens": 1}) as r:
+                assert r.status == 200
+        session = e._session
+        assert session is not None and not session.closed
+    assert session.closed and e._session is None and not e.available
+
+
+@pytest.mark.parametrize("chat", [False, True], ids=["completions", "chat"])
+async def test_a_stream_without_usage_is_counted_as_its_whole_answer_would_be(server: StubServer, chat: bool) -> None:
+    """A backend that sends no usage when streaming (llama-cpp-python's server): the prompt count
+    is the backend's, asked once per prompt with a one-token non-streamed call, and the tokens
+    are counted from the stream: the same usage streamed or not (the estimate said 1 here)."""
+    server.control(stream_usage=0, tokens=4)
+    e = make(server, chat=chat)
+    try:
+        request = {"messages": [{"role": "user", "content": "x"}]} if chat else {"prompt": "x"}
+        whole = await e.submit(CompletionRequest(max_tokens=4, **request)).result  # type: ignore[arg-type]
+        streamed = await submit(e, CompletionRequest(max_tokens=4, stream=True, **request)).result  # type: ignore[arg-type]
+        assert (streamed.prompt_tokens, streamed.completion_tokens) == (whole.prompt_tokens, whole.completion_tokens)
+        assert (streamed.prompt_tokens, streamed.completion_tokens) == (3, 4)
+        assert streamed.text == whole.text == " t0 t1 t2 t3"
+        assert (e.usage_missing, e.usage_probes) == (1, 1)
+        probe = server.state()["bodies"][-1]["body"]
+        assert probe["stream"] is False and probe["max_tokens"] == 1 and "stream_options" not in probe
+        assert (probe.get("messages") if chat else probe.get("prompt")) == (request.get("messages") or "x")
+        # the same prompt again: the count is known, no call more
+        again = await submit(e, CompletionRequest(max_tokens=2, stream=True, **request)).result  # type: ignore[arg-type]
+        assert (again.prompt_tokens, again.completion_tokens, e.usage_probes) == (3, 2, 1)
+        # a backend whose whole answer has no usage either: the estimate stays (1 token per 4 bytes)
+        server.control(json_usage=0)
+        other = {"messages": [{"role": "user", "content": "yy"}]} if chat else {"prompt": "yy"}
+        estimated = await submit(e, CompletionRequest(max_tokens=1, stream=True, **other)).result  # type: ignore[arg-type]
+        assert (estimated.prompt_tokens, estimated.completion_tokens, e.usage_probes) == (1, 1, 2)
+    finally:
+        await e.aclose()

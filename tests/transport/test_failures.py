@@ -64,6 +64,40 @@ async def test_kill_9_of_a_worker_every_accepted_request_completes_exactly_once(
 
 
 @pytest.mark.timeout(90)
+async def test_a_worker_restarted_under_its_name_after_kill_9_takes_up_what_it_held_at_once(
+        broker: Broker, processes: Processes) -> None:
+    """Redis: its own pending entries list, read first (XREADGROUP ... 0); NATS: the ack subjects
+    its liveness message listed, given back (-NAK) at start. Either way what the killed process
+    held runs again as soon as the new one is up, not after visibility_timeout_s (30 s)."""
+    visibility_s, tokens = 30.0, 20
+    slow = ("max_num_seqs=4", "step_overhead_s=0.05", f"visibility_timeout_s={visibility_s}")
+    gw = gateway(processes, broker.url)
+    victim = worker(processes, broker.url, *slow, "consumer=w1")
+    async with session() as http:
+        tasks = [asyncio.ensure_future(complete(http, gw.url, f"request {i}", tokens, stream=i % 2 == 0))
+                 for i in range(4)]
+        deadline = time.monotonic() + 20
+        while sample(worker_metrics(victim), "rxpipe_engine_running_seqs", engine="sim") < 4:  # it holds all 4
+            assert time.monotonic() < deadline
+            await asyncio.sleep(0.05)
+        victim.kill9()
+        killed = time.monotonic()
+        again = worker(processes, broker.url, *slow, "consumer=w1")
+        started_s = time.monotonic() - killed
+        results = await asyncio.wait_for(asyncio.gather(*tasks), 60)
+    recovery_s = max(done for *_, done in results) - killed
+    print(f"\n{kind(broker)}: restarted under its name after kill -9: answered {recovery_s:.2f} s after the kill "
+          f"(the new process was up after {started_s:.2f} s; visibility_timeout_s = {visibility_s:g})")
+    for i, (status, _, body, _) in enumerate(results):
+        assert status == 200, body
+        text = streamed_text(body)[0] if i % 2 == 0 else body["choices"][0]["text"]
+        assert len(text.split()) == tokens, text
+    # up, then each request run again (20 steps of 50 ms): far from the 30 s a claim would wait
+    assert recovery_s <= started_s + 5.0 < visibility_s / 2, (recovery_s, started_s)
+    assert again.proc.poll() is None
+
+
+@pytest.mark.timeout(90)
 async def test_broker_stopped_mid_load_503_while_down_200_after_restart_nothing_accepted_lost(
         broker: Broker, processes: Processes) -> None:
     tokens = 10
