@@ -393,7 +393,8 @@ class NatsWorkerBroker(_NatsBroker, WorkerBroker):
         for ack_subject in held:
             if isinstance(ack_subject, str) and ack_subject.startswith("$JS.ACK."):
                 await self.nc.publish(ack_subject, b"-NAK")
-        await self.nc.flush(timeout=s.command_timeout_s)
+        # nats-py types flush's timeout as whole seconds; our bound is a float, so it wraps the call
+        await asyncio.wait_for(self.nc.flush(), s.command_timeout_s)
         self.recovered += len(held)
         log.info("worker %s: %d requests it held before its start given back for redelivery at once", s.consumer,
                  len(held))
