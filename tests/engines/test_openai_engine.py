@@ -124,13 +124,16 @@ async def test_chat_messages_stream_from_v1_chat_completions(server: StubServer)
         result = await submit(e, CompletionRequest(messages=messages, stream=True)).result
         assert result.text == " t0 t1 t2 t3" and result.finish_reason == "stop"
         assert result.completion_tokens == 4  # one per streamed delta without usage
-        assert result.prompt_tokens == CompletionRequest(messages=messages).prompt_tokens
+        # no usage in the stream: the backend's count, asked once non-streamed (the estimate would be 1)
+        assert (result.prompt_tokens, e.usage_probes) == (3, 1)
         await submit(forced, CompletionRequest(prompt="as chat", max_tokens=1, stream=True)).result
         with pytest.raises(ValueError, match="chat=False"):
             plain.submit(CompletionRequest(messages=messages))
-        first, second = server.state()["bodies"]
+        first, probe, second = server.state()["bodies"]
         assert first["path"] == "/v1/chat/completions"
         assert first["body"] == {"model": "stub-model", "messages": messages, "stream": True}
+        assert probe["path"] == "/v1/chat/completions"  # the prompt count, asked as the non-streamed path gets it
+        assert probe["body"] == {"model": "stub-model", "messages": messages, "stream": False, "max_tokens": 1}
         assert second["path"] == "/v1/chat/completions"
         assert second["body"]["messages"] == [{"role": "user", "content": "as chat"}]
     finally:
