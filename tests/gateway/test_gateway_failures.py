@@ -157,7 +157,7 @@ async def test_drain_timeout_bounds_shutdown(tmp_path: Path) -> None:
                 results = await asyncio.wait_for(asyncio.gather(*work), 10)
             except aiohttp.ClientError as error:  # the rare disconnect: keep what the server said
                 raise AssertionError(f"{error!r} {time.monotonic() - signalled:.2f} s after SIGTERM; "
-                                     f"server exit {gateway.proc.poll()}; its log:\n{gateway.output()}") from error
+                                     f"server exit {gateway.proc.poll()}; its log:\n{gateway.output}") from error
             answered = time.monotonic() - signalled
         assert [status for status, _ in results] == [503] * 6
         assert {body["error"]["code"] for _, body in results} == {"draining"}
