@@ -12,6 +12,7 @@ from typing import Any
 import aiohttp
 import orjson
 import pytest
+from aiohttp import web
 
 from rxpipe import operators as ops
 from rxpipe.engines import SimulatedEngine
@@ -132,6 +133,45 @@ async def test_a_body_that_never_arrives_gets_408() -> None:
         assert head.startswith(b"HTTP/1.1 408")
         writer.close()
         await writer.wait_closed()
+
+
+@pytest.mark.parametrize("after_s", [0.0, 0.1])
+async def test_a_request_arriving_as_the_server_stops_is_answered(monkeypatch: pytest.MonkeyPatch,
+                                                                   after_s: float) -> None:
+    # Nothing is in flight when the drain starts, so it ends at once. A client connected before
+    # and its request reaches the server only as the listener closes (0 s), or a moment after
+    # (a client that stalled): it gets its 503, not a connection closed without an answer.
+    pipeline = Pipeline(Gateway(), ops.buffer(2), ops.execute(fast_engine()))
+    body = orjson.dumps({"prompt": "x", "max_tokens": 1})
+    request = (b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+               b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
+    async with pipeline.start(port=0) as running:
+        assert running.url
+        host, port = running.url.removeprefix("http://").split(":")
+        reader, writer = await asyncio.open_connection(host, int(port))
+        # answered on another connection opened after it: the server has accepted this one
+        # (a connection still in the listen backlog when the listener closes is reset)
+        assert await asyncio.wait_for(_health_on_another_connection(running.url), 5) == 200
+        stop_listening = web.TCPSite.stop
+
+        async def stop_listening_then_send(site: web.TCPSite) -> None:
+            await stop_listening(site)
+            asyncio.get_running_loop().call_later(after_s, writer.write, request)
+
+        monkeypatch.setattr(web.TCPSite, "stop", stop_listening_then_send)
+    answer = await asyncio.wait_for(reader.read(), 5)  # to EOF: the server closed after answering
+    writer.close()
+    head, _, payload = answer.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 503 "), answer
+    assert b"Connection: close" in head.split(b"\r\n")  # draining: no connection kept for another request
+    assert orjson.loads(payload)["error"]["code"] == "draining"
+
+
+async def _health_on_another_connection(url: str) -> int:
+    """A request on a new connection, answered: the server's loop has run its accept callbacks
+    for the connections opened before it."""
+    async with aiohttp.ClientSession() as http, http.get(f"{url}/healthz") as r:
+        return r.status
 
 
 # Once in a clean CI run (1 of ~10 full runs; never in 20 runs of this test alone, loaded or not)
