@@ -606,8 +606,8 @@ class Gateway(Flowable[CompletionRequest], Service):
             runner, self._runner = self._runner, None
             unanswered = await runner.stop_listening(SHUTDOWN_TIMEOUT_S, self._force)
             if unanswered:
-                log.warning("stop: %d connections opened before the listener closed sent no complete request "
-                            "within %g s; they are closed without an answer", unanswered, SHUTDOWN_TIMEOUT_S)
+                log.warning("stop: %d connections still owed an answer after %g s (no complete request yet, or "
+                            "its handler still running); closing them", unanswered, SHUTDOWN_TIMEOUT_S)
             await runner.cleanup()
         self._loop = None
 
