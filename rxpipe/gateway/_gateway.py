@@ -31,6 +31,7 @@ from ._tenants import Tenants, TenantsFileError
 
 if TYPE_CHECKING:
     from ..runtime import Pipeline
+    from ._server import EdgeRunner
 
 __all__ = ["Gateway"]
 
@@ -38,6 +39,11 @@ log = logging.getLogger("rxpipe.gateway")
 
 #: the estimated queue wait is scaled by this before the latency-budget check
 _WAIT_MARGIN = 1.1
+
+#: at stop, after the drain: how long connections opened before the listener closed get to have
+#: their request answered (503 ``draining``), then how long aiohttp waits for a handler still
+#: running before it cancels it (seconds, each; a second SIGINT/SIGTERM cuts the first short)
+SHUTDOWN_TIMEOUT_S = 2.0
 
 
 class _Admission(DrainSubscription):
@@ -166,7 +172,7 @@ class Gateway(Flowable[CompletionRequest], Service):
         self._admission: _Admission | None = None
         self._idle: asyncio.Event | None = None
         self._force: asyncio.Event | None = None
-        self._runner: web.AppRunner | None = None
+        self._runner: EdgeRunner | None = None
         #: per-tenant admission (None: one tenant). Its clock is time.monotonic: it is built
         #: before any loop runs, and it only ever compares its own readings.
         self.tenant_gate: TenantGate | None = None
@@ -522,11 +528,12 @@ class Gateway(Flowable[CompletionRequest], Service):
         app = make_app(self, self._loop)
         # handler_cancellation: a client that disconnects cancels its handler, so queued work is
         # withdrawn and running work cancelled (DESIGN §5); access logs off (per-request cost);
-        # our own drain comes first, so aiohttp's shutdown waits only briefly for stragglers.
+        # our own drain and stop_listening come first, so aiohttp's shutdown waits only briefly
+        # for stragglers.
         cfg = self.config
         self._runner = EdgeRunner(app, max_connections=cfg.max_connections, header_timeout_s=cfg.header_timeout_s,
                                   keepalive_timeout=cfg.keepalive_timeout_s, handler_cancellation=True,
-                                  access_log=None, shutdown_timeout=2.0, logger=HTTP_LOG)
+                                  access_log=None, shutdown_timeout=SHUTDOWN_TIMEOUT_S, logger=HTTP_LOG)
         await self._runner.setup()
         port = port if port is not None else 8000
         site = web.TCPSite(self._runner, host, port)
@@ -588,10 +595,19 @@ class Gateway(Flowable[CompletionRequest], Service):
         self._force.set()
 
     async def stop(self) -> None:
+        """Stop serving (after :meth:`drain`): close the listener; answer what reached the
+        connections already open (503 ``draining``: a request on the wire as the drain ended, a
+        client that connected and had not sent yet), within :data:`SHUTDOWN_TIMEOUT_S` or until
+        :meth:`abort`; then close every connection (aiohttp's ``AppRunner.cleanup``)."""
         if self._sighup:
             self._sighup = _on_sighup(self, False)
         if self._runner is not None:
+            self.draining = True  # what still arrives is refused as such
             runner, self._runner = self._runner, None
+            unanswered = await runner.stop_listening(SHUTDOWN_TIMEOUT_S, self._force)
+            if unanswered:
+                log.warning("stop: %d connections still owed an answer after %g s (no complete request yet, or "
+                            "its handler still running); closing them", unanswered, SHUTDOWN_TIMEOUT_S)
             await runner.cleanup()
         self._loop = None
 

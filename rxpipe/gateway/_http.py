@@ -104,7 +104,7 @@ class _Edge:
         elapsed = time.perf_counter() - started
         REQUEST_DURATION.observe(elapsed)
         if not response.prepared:  # a stream set its headers before its status line went out
-            _answer_headers(request, response)
+            _answer_headers(request, response, self.gateway.draining)
         if self.gateway.access_log:
             self._access(request, route, response, elapsed)
         return response
@@ -360,7 +360,7 @@ class _Edge:
             if not writer.pending and isinstance(writer.error, EngineError):
                 return self._failed(item, writer.error)
             bound_socket_buffers(request, self.config.stream_buffer_bytes)
-            _answer_headers(request, response)
+            _answer_headers(request, response, self.gateway.draining)
             await response.prepare(request)
             try:
                 if chat:
@@ -511,10 +511,14 @@ def _clear_answer_state(request: web.Request) -> None:
     request[_RATELIMIT] = None
 
 
-def _answer_headers(request: web.Request, response: web.StreamResponse) -> None:
+def _answer_headers(request: web.Request, response: web.StreamResponse, draining: bool) -> None:
     """``x-request-id`` on every answer (streams too): the client's own, if sane, else a new one;
     ``x-rxpipe-cache`` when ``ops.cache`` decided; a tenant's ``x-ratelimit-*`` headers (those a
-    refusal set itself are fresher and kept). Call before the status line goes out."""
+    refusal set itself are fresher and kept); while ``draining``, ``Connection: close`` (RFC 9112
+    §9.6): the server closes the connection after this answer, so no client sends another request
+    on it as the server stops. Call before the status line goes out."""
+    if draining:
+        response.force_close()
     headers = response.headers
     headers["x-request-id"] = new_request_id(request.headers.get("x-request-id"))
     item = request[_ITEM]
@@ -526,7 +530,7 @@ def _answer_headers(request: web.Request, response: web.StreamResponse) -> None:
             headers.setdefault(name, value)
 
 
-def _operational(route: str, handler: Handler) -> Handler:
+def _operational(gateway: Gateway, route: str, handler: Handler) -> Handler:
     """``handler`` of an operational route, counted by route and code, with the answer headers."""
 
     async def counted(request: web.Request) -> web.StreamResponse:
@@ -539,13 +543,13 @@ def _operational(route: str, handler: Handler) -> Handler:
         except Exception as error:
             response = _unhandled(request, error)
         count_request(route, response.status)
-        _answer_headers(request, response)
+        _answer_headers(request, response, gateway.draining)
         return response
 
     return counted
 
 
-def _unrouted(app: web.Application) -> Handler:
+def _unrouted(gateway: Gateway, app: web.Application) -> Handler:
     """The catch-all route: OpenAI's JSON error body for a path no route serves (404
     ``unknown_route``) or a method the path's route does not take (405 ``method_not_allowed``,
     with ``Allow``), instead of aiohttp's text answers."""
@@ -562,7 +566,7 @@ def _unrouted(app: web.Application) -> Handler:
         else:
             response = _error(404, f"no route {request.method} {request.path}", "not_found_error", "unknown_route")
         count_request(request.path if request.path in _ROUTES else "other", response.status)
-        _answer_headers(request, response)
+        _answer_headers(request, response, gateway.draining)
         return response
 
     catch_all = app.router.add_resource("/{path:.*}")
@@ -577,11 +581,11 @@ def make_app(gateway: Gateway, loop: asyncio.AbstractEventLoop) -> web.Applicati
     # partials of one coroutine function: aiohttp calls them straight, no wrapper layer
     app.router.add_post(_COMPLETIONS, functools.partial(edge.serve, chat=False))
     app.router.add_post(_CHAT, functools.partial(edge.serve, chat=True))
-    app.router.add_get("/v1/models", _operational("/v1/models", edge.models))
-    app.router.add_get("/v1/models/{model}", _operational("other", edge.model))
-    app.router.add_get("/metrics", _operational("/metrics", edge.metrics))
-    app.router.add_get("/health", _operational("/health", edge.healthz))  # vLLM's name for the liveness probe
-    app.router.add_get("/healthz", _operational("/healthz", edge.healthz))
-    app.router.add_get("/readyz", _operational("/readyz", edge.readyz))
-    _unrouted(app)
+    app.router.add_get("/v1/models", _operational(gateway, "/v1/models", edge.models))
+    app.router.add_get("/v1/models/{model}", _operational(gateway, "other", edge.model))
+    app.router.add_get("/metrics", _operational(gateway, "/metrics", edge.metrics))
+    app.router.add_get("/health", _operational(gateway, "/health", edge.healthz))  # vLLM's name for the liveness probe
+    app.router.add_get("/healthz", _operational(gateway, "/healthz", edge.healthz))
+    app.router.add_get("/readyz", _operational(gateway, "/readyz", edge.readyz))
+    _unrouted(gateway, app)
     return app

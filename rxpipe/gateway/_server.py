@@ -12,7 +12,10 @@ Its documented extension point is the request handler class itself, so the edge 
   is lowered to what ``RLIMIT_NOFILE`` allows, leaving room for the process's own files);
 - ``header_timeout_s``: a connection that has not completed a request head within it of being
   opened is closed (slow-header clients); idle keep-alive connections, and a slow head on one,
-  are closed after ``keepalive_timeout_s`` (aiohttp's keep-alive timer).
+  are closed after ``keepalive_timeout_s`` (aiohttp's keep-alive timer);
+- stopping answers what arrived: :meth:`EdgeRunner.stop_listening` closes the listener, then
+  waits (bounded) until no connection owes an answer, before ``AppRunner.cleanup`` closes every
+  connection without a handler running and drops bytes that arrive on them after.
 """
 
 from __future__ import annotations
@@ -58,6 +61,9 @@ HTTP_LOG = logging.getLogger("rxpipe.gateway.http")
 HTTP_LOG.addFilter(_ClientErrorFilter())
 
 _MAX_REQUEST_ID = 128
+
+#: how often :meth:`EdgeRunner.stop_listening` looks whether every connection is answered (s)
+SETTLE_POLL_S = 0.005
 
 
 def new_request_id(given: str | None = None) -> str:
@@ -146,6 +152,18 @@ class _EdgeProtocol(RequestHandler):
             self._header_timer = None
         super().connection_lost(exc)
 
+    @property
+    def owes_answer(self) -> bool:
+        """A request reached this connection and is not answered yet, or none has yet (a new
+        connection: its client is sending one). False once it is closed, or idle after an answer
+        (aiohttp's own idle test, ``RequestHandler._process_keepalive``: the connection's task
+        waits for the next request and none is queued)."""
+        if self.transport is None:
+            return False
+        waiter = self._waiter
+        idle = waiter is not None and not waiter.done() and not self._messages
+        return not idle or self._request_count == 0
+
     def handle_error(self, request: Any, status: int = 500, exc: BaseException | None = None,
                      message: str | None = None) -> web.StreamResponse:
         """The answer to a request that failed before (or outside) the application: JSON, with
@@ -199,6 +217,32 @@ class EdgeRunner(web.AppRunner):
             log.info("max_connections lowered from %d to %d: the open-file limit (ulimit -n) allows no more",
                      max_connections, self.max_connections)
         self.header_timeout_s = header_timeout_s
+
+    async def stop_listening(self, timeout_s: float, abort: asyncio.Event | None = None) -> int:
+        """Close the listening sockets (no new connection), then wait until no open connection
+        :attr:`~_EdgeProtocol.owes_answer`, at most ``timeout_s`` seconds or until ``abort`` is
+        set. Returns how many connections still owe one (``cleanup`` closes them unanswered).
+
+        Run it before ``cleanup``: aiohttp's graceful shutdown waits only for handlers already
+        running; a connection whose request is still on the wire, or not yet read, is closed
+        without an answer, and its client sees the connection close (not a 503 it could retry
+        elsewhere). A new connection's head is due within ``header_timeout_s`` of its opening
+        anyway (its timer closes it), so this waits at most the smaller of the two. Polled every
+        :data:`SETTLE_POLL_S`: aiohttp signals no "answered and idle" event, and this runs once
+        per shutdown."""
+        for site in list(self.sites):
+            await site.stop()
+        server = self.server
+        if server is None:
+            return 0
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        while True:
+            owing = sum(1 for connection in server.connections
+                        if isinstance(connection, _EdgeProtocol) and connection.owes_answer)
+            if not owing or loop.time() >= deadline or (abort is not None and abort.is_set()):
+                return owing
+            await asyncio.sleep(SETTLE_POLL_S)
 
     async def _make_server(self) -> web.Server:
         server = await super()._make_server()

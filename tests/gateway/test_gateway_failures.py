@@ -12,6 +12,7 @@ from typing import Any
 import aiohttp
 import orjson
 import pytest
+from aiohttp import web
 
 from rxpipe import operators as ops
 from rxpipe.engines import SimulatedEngine
@@ -20,6 +21,7 @@ from rxpipe.runtime import Pipeline
 
 from .server import GatewayProcess
 from .test_gateway import post
+from .test_llm_gateway_process import metric
 
 
 def fast_engine(**kwargs: Any) -> SimulatedEngine:
@@ -134,11 +136,58 @@ async def test_a_body_that_never_arrives_gets_408() -> None:
         await writer.wait_closed()
 
 
-# Once in a clean CI run (1 of ~10 full runs; never in 20 runs of this test alone, loaded or not)
-# one of the six clients saw the connection close without an answer during the drain. The cause
-# is not found yet; until it is, one rerun keeps it from blocking unrelated work, and a second
-# failure in a row still fails.
-@pytest.mark.flaky(reruns=1)
+@pytest.mark.parametrize("after_s", [0.0, 0.1])
+async def test_a_request_arriving_as_the_server_stops_is_answered(monkeypatch: pytest.MonkeyPatch,
+                                                                   after_s: float) -> None:
+    # Nothing is in flight when the drain starts, so it ends at once. A client connected before
+    # and its request reaches the server only as the listener closes (0 s), or a moment after
+    # (a client that stalled): it gets its 503, not a connection closed without an answer.
+    pipeline = Pipeline(Gateway(), ops.buffer(2), ops.execute(fast_engine()))
+    body = orjson.dumps({"prompt": "x", "max_tokens": 1})
+    request = (b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+               b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
+    async with pipeline.start(port=0) as running:
+        assert running.url
+        host, port = running.url.removeprefix("http://").split(":")
+        reader, writer = await asyncio.open_connection(host, int(port))
+        # answered on another connection opened after it: the server has accepted this one
+        # (a connection still in the listen backlog when the listener closes is reset)
+        assert await asyncio.wait_for(_health_on_another_connection(running.url), 5) == 200
+        stop_listening = web.TCPSite.stop
+
+        async def stop_listening_then_send(site: web.TCPSite) -> None:
+            await stop_listening(site)
+            asyncio.get_running_loop().call_later(after_s, writer.write, request)
+
+        monkeypatch.setattr(web.TCPSite, "stop", stop_listening_then_send)
+    answer = await asyncio.wait_for(reader.read(), 5)  # to EOF: the server closed after answering
+    writer.close()
+    head, _, payload = answer.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 503 "), answer
+    assert b"Connection: close" in head.split(b"\r\n")  # draining: no connection kept for another request
+    assert orjson.loads(payload)["error"]["code"] == "draining"
+
+
+async def _admitted(http: aiohttp.ClientSession, url: str, *, admitted: int, running: int) -> None:
+    """Until the gateway has admitted ``admitted`` requests and its engine runs ``running``
+    (a stalled client or server would otherwise be signalled before its requests arrived)."""
+    while True:
+        async with http.get(f"{url}/metrics") as r:
+            text = await r.text()
+        if (metric(text, 'rxpipe_stage_items_total{direction="out",stage="gateway"}') == admitted
+                and metric(text, 'rxpipe_engine_running_seqs{engine="sim"}') == running):
+            return
+        await asyncio.sleep(0.02)
+
+
+async def _health_on_another_connection(url: str) -> int:
+    """A request on a new connection, answered: the server's loop has run its accept callbacks
+    for the connections opened before it."""
+    async with aiohttp.ClientSession() as http, http.get(f"{url}/healthz") as r:
+        return r.status
+
+
+# Its rare CI failure: requests reaching the gateway as it stopped were closed unanswered (see the test above).
 @pytest.mark.loops("asyncio")
 async def test_drain_timeout_bounds_shutdown(tmp_path: Path) -> None:
     gateway = GatewayProcess(tmp_path, "max_num_seqs=4", "step_overhead_s=0.02", "decode_s_per_seq=0",
@@ -150,14 +199,14 @@ async def test_drain_timeout_bounds_shutdown(tmp_path: Path) -> None:
                     return r.status, await r.json()
 
             work = [asyncio.ensure_future(one()) for _ in range(6)]  # ~8 s each, 4 run, 2 wait
-            await asyncio.sleep(0.3)
+            await asyncio.wait_for(_admitted(http, gateway.url, admitted=6, running=4), 10)
             signalled = time.monotonic()
             gateway.proc.send_signal(signal.SIGTERM)
             try:
                 results = await asyncio.wait_for(asyncio.gather(*work), 10)
             except aiohttp.ClientError as error:  # the rare disconnect: keep what the server said
                 raise AssertionError(f"{error!r} {time.monotonic() - signalled:.2f} s after SIGTERM; "
-                                     f"server exit {gateway.proc.poll()}; its log:\n{gateway.output()}") from error
+                                     f"server exit {gateway.proc.poll()}; its log:\n{gateway.output}") from error
             answered = time.monotonic() - signalled
         assert [status for status, _ in results] == [503] * 6
         assert {body["error"]["code"] for _, body in results} == {"draining"}
