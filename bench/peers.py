@@ -16,7 +16,8 @@ lines (rxpipe's default; ``--log-level warn`` for the Rust routers, ``LITELLM_LO
     smg          ``smg launch --worker-urls MOCK --policy round_robin`` (SGLang model gateway, Rust)
     vllm-router  ``vllm-router --worker-urls MOCK --policy round_robin`` (Rust)
     litellm      ``litellm --config CONFIG --num_workers 1``, the model ``sim`` as ``openai/sim`` at
-                 MOCK/v1 (LiteLLM proxy, Python; optional: drop it from ``--arms``)
+                 MOCK/v1, no master key (no other arm checks keys), the bundled cost map
+                 (LiteLLM proxy, Python; optional: drop it from ``--arms``)
     direct       no gateway: the same load straight at the mock (the baseline of the latency
                  column, and the proof that the mock and the load are not what limits an arm)
 
@@ -32,8 +33,8 @@ Columns (medians over rounds):
                  on core 1); the median of the 7 round medians through the gateway minus the same
                  measured directly against the mock
     req/s at c=64        non-streamed requests (``max_tokens`` 16) answered per second by 64
-                 connections for ``--duration-s`` (``wrk`` when installed, else an aiohttp client on
-                 uvloop in a process on core 1); only 2xx answers count
+                 connections for ``--duration-s`` (``wrk`` with a 60 s timeout when installed, else an
+                 aiohttp client on uvloop in a process on core 1); only 2xx answers count
     CPU per request      the gateway's user + system CPU (``/proc/PID/stat`` utime + stime, the
                  process and its children, every thread) over that run divided by its answers
     tokens/s, 64 streams ``--streams`` concurrent streamed requests of ``--stream-tokens`` 256 tokens,
@@ -49,7 +50,9 @@ limited that run (the mock or the load on core 1 was).
 
 Protocol. Sequential latency runs first: each of its rounds runs every arm once in rotated order
 (A B C, B C A, ...). Then ``--rounds`` rounds, each running every arm's request run, then every
-arm's stream run, in rotated order: drift of a shared machine hits every arm alike. Timed runs say
+arm's stream run, in rotated order: drift of a shared machine hits every arm alike. After each
+run the gateway is let go idle (requests the run's clients left behind worked off) before the
+next run starts. Timed runs say
 little on a busy machine: run it on an idle one, under ``flock /tmp/bench.lock`` where others share it.
 """
 
@@ -155,9 +158,11 @@ def start_arm(name: str, mock: Proc, work: Path, logs: Path) -> Arm:
                           f"      api_base: {mock.url}/v1\n      api_key: bench\n")
         args = [str(anchor_binary(name, work)), "--config", str(config), "--host", "127.0.0.1", "--port", str(port),
                 "--num_workers", "1"]
-        # no network here: the model cost map from the package, no telemetry, no per-request logs
+        # no network here: the model cost map from the package, no telemetry, no per-request logs;
+        # no master key, as no other arm checks one (recent releases refuse to start without one
+        # unless told this)
         env = {**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True", "LITELLM_TELEMETRY": "False",
-               "LITELLM_LOG": "ERROR"}
+               "LITELLM_LOG": "ERROR", "LITELLM_DANGEROUSLY_PERMIT_WEAK_OR_UNSET_MASTER_KEY": "true"}
         ready, timeout_s = "/health/liveliness", 240.0
     else:
         raise ValueError(f"unknown arm {name!r}: one of {', '.join(ARMS)}")
@@ -304,8 +309,8 @@ def measure_requests(arm: Arm, connections: int, duration_s: float, use_wrk: boo
     body = _body(SHORT_TOKENS, stream=False)
     cpu0, t0 = _tree_cpu_s(arm.pid), time.monotonic()
     if use_wrk:
-        answers, elapsed, statuses = _wrk(arm.url + PATH, body, connections, duration_s)
-        good, bad = statuses["2xx"], statuses["non-2xx"]
+        answers, elapsed, statuses = _wrk(arm.url + PATH, body, connections, duration_s, timeout_s=60.0)
+        good, bad = statuses["2xx"], statuses["non-2xx"] + statuses.get("timeout", 0)
     else:
         report = _client(arm.url + PATH, body, connections, duration_s, sse=False)
         elapsed = float(report["elapsed_s"])  # type: ignore[arg-type]
@@ -325,6 +330,19 @@ def measure_streams(arm: Arm, streams: int, tokens: int, duration_s: float) -> S
                   int(report["failed"]))
 
 
+def settle(arm: Arm, idle_share: float = 0.05, limit_s: float = 60.0) -> None:
+    """Wait until ``arm``'s process is idle (under ``idle_share`` of a core over 0.25 s), at most
+    ``limit_s``: a gateway still working off requests a run left behind (answers nobody reads any
+    more) would otherwise take CPU from the next run on its core."""
+    deadline = time.monotonic() + limit_s
+    while time.monotonic() < deadline:
+        cpu0 = _tree_cpu_s(arm.pid)
+        time.sleep(0.25)
+        if _tree_cpu_s(arm.pid) - cpu0 < idle_share * 0.25:
+            return
+    print(f"{arm.name} still busy {limit_s:.0f} s after its run", file=sys.stderr)
+
+
 def _rotated(arms: list[Arm], round_no: int) -> list[Arm]:
     k = round_no % len(arms)
     return arms[k:] + arms[:k]
@@ -339,7 +357,9 @@ def run(arms: list[Arm], args: argparse.Namespace, use_wrk: bool) -> Results:
             print(f"sequential round {round_no + 1} {arm.name:12} median {median:7.3f} ms", file=sys.stderr)
     for arm in arms:  # warm-up
         measure_requests(arm, args.connections, args.warmup_s, use_wrk)
+        settle(arm)
         measure_streams(arm, args.streams, args.stream_tokens, args.warmup_s)
+        settle(arm)
     for round_no in range(args.rounds):
         for kind, table in (("requests", results.requests), ("streams", results.streams)):
             for arm in _rotated(arms, round_no):
@@ -347,6 +367,7 @@ def run(arms: list[Arm], args: argparse.Namespace, use_wrk: bool) -> Results:
                     sample = measure_requests(arm, args.connections, args.duration_s, use_wrk)
                 else:
                     sample = measure_streams(arm, args.streams, args.stream_tokens, args.duration_s)
+                settle(arm)
                 table.setdefault(arm.name, []).append(sample)
                 print(f"round {round_no + 1} {kind:8} {arm.name:12} {sample.rate:10,.0f}/s {sample.cpu_us:8.1f} µs "
                       f"core {sample.core_share * 100:3.0f} % bad {sample.bad}", file=sys.stderr)
