@@ -38,15 +38,22 @@ Columns (medians over rounds):
     CPU per request      the gateway's user + system CPU (``/proc/PID/stat`` utime + stime, the
                  process and its children, every thread) over that run divided by its answers
     tokens/s, 64 streams ``--streams`` concurrent streamed requests of ``--stream-tokens`` 256 tokens,
-                 each client sending the next when its stream ends; tokens counted as they arrive (an
-                 aiohttp client on uvloop, core 1; a finished stream must carry exactly 256 tokens and
-                 ``[DONE]``, else it counts as failed and its tokens not at all)
-    CPU per token        the gateway's CPU over that run divided by the tokens received
+                 each client sending the next when its stream ends, for ``--duration-s`` exactly (then
+                 every stream is cut, even one still waiting for its first byte); tokens counted as they
+                 arrive (an aiohttp client on uvloop, core 1; a finished stream must carry exactly 256
+                 tokens and ``[DONE]``, else it counts as failed and its tokens not at all)
+    CPU per token        the gateway's CPU over that window (read by the client at its start and
+                 end) divided by the tokens received in it
 Direct's row gives the mock's absolute latency and its own CPU. The second table gives each arm's
 ratio to smg: throughputs and CPU costs as the median of per-round ratios (paired: the two arms ran
 in the same round, minutes apart at most), added latency as the ratio of the medians. A throughput
 cell is marked with the gateway's share of its core when under 85 %: the gateway was not what
 limited that run (the mock or the load on core 1 was).
+
+A run lasts ``--duration-s``, or longer for a slow arm (up to ``--max-window-s``): long enough for
+10 answers per connection, and for 2 streams per client, at the rate of the arm's warm-up run;
+otherwise the window's edges are measured (the work on the first wave of requests falls in the
+window, their answers partly after it). A cell whose run was still short is marked so.
 
 Protocol. Sequential latency runs first: each of its rounds runs every arm once in rotated order
 (A B C, B C A, ...). Then ``--rounds`` rounds, each running every arm's request run, then every
@@ -86,6 +93,8 @@ PATH = "/v1/chat/completions"
 MODEL = "sim"
 WORD = b"tok "  # every mock token's text
 SHORT_TOKENS = 16
+REQUEST_WAVES = 10  # answers per connection a req/s run needs at least
+STREAM_WAVES = 2    # streams per client a tokens/s run needs at least
 
 
 def _body(max_tokens: int, *, stream: bool) -> dict[str, Any]:
@@ -239,24 +248,24 @@ def _seq_main(url: str, requests: int) -> None:
     sys.stdout.buffer.write(orjson.dumps(latencies))
 
 
-def stream_run(url: str, streams: int, tokens: int, duration_s: float) -> dict[str, Any]:
-    """Tokens/s of ``streams`` concurrent streams of ``tokens`` tokens, from a process on core 1."""
+def stream_run(url: str, streams: int, tokens: int, duration_s: float, pid: int) -> dict[str, Any]:
+    """Tokens/s of ``streams`` concurrent streams of ``tokens`` tokens, from a process on core 1,
+    and process ``pid``'s CPU seconds over the same window (read by that process)."""
     out = subprocess.run(_pin(1) + [sys.executable, __file__, "_streams", url, str(streams), str(tokens),
-                                    str(duration_s)], capture_output=True, check=True).stdout
+                                    str(duration_s), str(pid)], capture_output=True, check=True).stdout
     return dict(orjson.loads(out))
 
 
-async def _streams(url: str, streams: int, tokens: int, duration_s: float) -> dict[str, Any]:
+async def _streams(url: str, streams: int, tokens: int, duration_s: float, pid: int) -> dict[str, Any]:
     import aiohttp
 
     body = orjson.dumps(_body(tokens, stream=True))
     received = finished = failed = 0
     statuses: dict[str, int] = {}
-    stop_at = 0.0
 
     async def client(session: aiohttp.ClientSession) -> None:
         nonlocal received, finished, failed
-        while time.monotonic() < stop_at:
+        while True:
             async with session.post(url + PATH, data=body, headers={"Content-Type": "application/json"}) as response:
                 statuses[str(response.status)] = statuses.get(str(response.status), 0) + 1
                 if response.status != 200:
@@ -268,24 +277,29 @@ async def _streams(url: str, streams: int, tokens: int, duration_s: float) -> di
                     # a token's text may straddle two reads: count over the last 32 bytes + this
                     # read, less what those bytes held already
                     joined = tail + data
-                    count += joined.count(WORD) - tail.count(WORD)
+                    new = joined.count(WORD) - tail.count(WORD)
+                    count += new
+                    received += new  # counted as it arrives: the window may end mid-stream
                     tail = joined[-32:]
-                    if time.monotonic() >= stop_at:
-                        received += count  # cut at the window's end: what arrived in it
-                        return
                 if count == tokens and tail.rstrip().endswith(b"data: [DONE]"):
-                    received += count
                     finished += 1
                 else:
+                    received -= count  # a wrong or cut answer counts for nothing
                     failed += 1
 
     async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0),
                                      timeout=aiohttp.ClientTimeout(total=None, sock_read=60)) as session:
-        started = time.monotonic()
-        stop_at = started + duration_s
-        await asyncio.gather(*(client(session) for _ in range(streams)))
-        elapsed = min(time.monotonic(), stop_at) - started
-    return {"tokens": received, "finished": finished, "failed": failed, "elapsed_s": elapsed, "statuses": statuses}
+        cpu0, started = _tree_cpu_s(pid), time.monotonic()
+        tasks = [asyncio.create_task(client(session)) for _ in range(streams)]
+        done, _ = await asyncio.wait(tasks, timeout=duration_s)
+        # the window's end, hard: streams still waiting for their first byte are cut too
+        elapsed, cpu_s, tokens_in_window = time.monotonic() - started, _tree_cpu_s(pid) - cpu0, received
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        errors = [repr(t.exception()) for t in done if not t.cancelled() and t.exception()]
+    return {"tokens": tokens_in_window, "finished": finished, "failed": failed + len(errors), "elapsed_s": elapsed,
+            "cpu_s": cpu_s, "statuses": statuses, "errors": errors[:3]}
 
 
 # ---------------------------------------------------------------- measuring
@@ -296,6 +310,7 @@ class Sample:
     cpu_us: float      # gateway CPU µs per answer or per token
     core_share: float  # gateway CPU s per wall s
     bad: int           # non-2xx answers, failed streams
+    short: bool = False  # the run was shorter than its steady state needs (--max-window-s)
 
 
 @dataclass
@@ -322,12 +337,11 @@ def measure_requests(arm: Arm, connections: int, duration_s: float, use_wrk: boo
 
 
 def measure_streams(arm: Arm, streams: int, tokens: int, duration_s: float) -> Sample:
-    cpu0, t0 = _tree_cpu_s(arm.pid), time.monotonic()
-    report = stream_run(arm.url, streams, tokens, duration_s)
-    cpu, wall = _tree_cpu_s(arm.pid) - cpu0, time.monotonic() - t0
-    received = int(report["tokens"])
-    return Sample(received / float(report["elapsed_s"]), cpu * 1e6 / max(1, received), cpu / wall,
-                  int(report["failed"]))
+    report = stream_run(arm.url, streams, tokens, duration_s, arm.pid)
+    received, cpu, wall = int(report["tokens"]), float(report["cpu_s"]), float(report["elapsed_s"])
+    if report["errors"]:
+        print(f"{arm.name}: streams failed: {report['errors']}", file=sys.stderr)
+    return Sample(received / wall, cpu * 1e6 / max(1, received), cpu / wall, int(report["failed"]))
 
 
 def settle(arm: Arm, idle_share: float = 0.05, limit_s: float = 60.0) -> None:
@@ -355,18 +369,32 @@ def run(arms: list[Arm], args: argparse.Namespace, use_wrk: bool) -> Results:
             median = statistics.median(sequential_ms(arm.url, args.seq_requests))
             results.seq_ms.setdefault(arm.name, []).append(median)
             print(f"sequential round {round_no + 1} {arm.name:12} median {median:7.3f} ms", file=sys.stderr)
+    # A run must be long enough for its steady state: at least ``REQUEST_WAVES`` answers per
+    # connection and ``STREAM_WAVES`` streams per client at the warm-up's rate (a slow gateway's
+    # first answers come after a whole wave of work), else the window's edges are measured.
+    windows: dict[tuple[str, str], float] = {}
     for arm in arms:  # warm-up
-        measure_requests(arm, args.connections, args.warmup_s, use_wrk)
+        warm = measure_requests(arm, args.connections, args.warmup_s, use_wrk)
         settle(arm)
-        measure_streams(arm, args.streams, args.stream_tokens, args.warmup_s)
+        windows[arm.name, "requests"] = REQUEST_WAVES * args.connections / max(warm.rate, 1e-3)
+        warm = measure_streams(arm, args.streams, args.stream_tokens, args.warmup_s)
         settle(arm)
+        windows[arm.name, "streams"] = STREAM_WAVES * args.streams * args.stream_tokens / max(warm.rate, 1e-3)
+    for key, needed_s in windows.items():
+        windows[key] = min(args.max_window_s, max(args.duration_s, needed_s))
+        if needed_s > args.duration_s:
+            print(f"{key[0]} {key[1]}: runs of {windows[key]:.1f} s (steady state needs {needed_s:.1f} s)",
+                  file=sys.stderr)
     for round_no in range(args.rounds):
         for kind, table in (("requests", results.requests), ("streams", results.streams)):
             for arm in _rotated(arms, round_no):
                 if kind == "requests":
-                    sample = measure_requests(arm, args.connections, args.duration_s, use_wrk)
+                    sample = measure_requests(arm, args.connections, windows[arm.name, kind], use_wrk)
+                    sample.short = sample.rate * windows[arm.name, kind] < REQUEST_WAVES * args.connections
                 else:
-                    sample = measure_streams(arm, args.streams, args.stream_tokens, args.duration_s)
+                    sample = measure_streams(arm, args.streams, args.stream_tokens, windows[arm.name, kind])
+                    sample.short = sample.rate * windows[arm.name, kind] < \
+                        STREAM_WAVES * args.streams * args.stream_tokens
                 settle(arm)
                 table.setdefault(arm.name, []).append(sample)
                 print(f"round {round_no + 1} {kind:8} {arm.name:12} {sample.rate:10,.0f}/s {sample.cpu_us:8.1f} µs "
@@ -385,6 +413,8 @@ def _rate(samples: list[Sample], unit: str = "", who: str = "gateway") -> str:
         text += f" ({who} at {share * 100:.0f} % of its core)"
     if bad:
         text += f" ({bad} failed)"
+    if any(s.short for s in samples):
+        text += " (window short of steady state)"
     return text
 
 
@@ -393,24 +423,25 @@ def _paired(ours: list[Sample], theirs: list[Sample], key: str) -> str:
     return f"{statistics.median(ratios):.2f}×" if ratios else "—"
 
 
-def table(results: Results, names: list[str]) -> str:
+def table(results: Results, names: list[str], connections: int, streams: int) -> str:
     direct_ms = statistics.median(results.seq_ms["direct"])
     labels = {"rxpipe": "rxpipe `llm_router.py`", "smg": "`smg` (SGLang model gateway, Rust)",
               "vllm-router": "`vllm-router` (Rust)", "litellm": "LiteLLM proxy", "direct": "direct to the mock"}
-    lines = ["| through | sequential added latency | req/s at c=64 | CPU per request | tokens/s, 64 streams | "
-             "CPU per token |", "|---|---:|---:|---:|---:|---:|"]
+    lines = [f"| through | sequential added latency | req/s at c={connections} | CPU per request | "
+             f"tokens/s, {streams} streams | CPU per token |", "|---|---:|---:|---:|---:|---:|"]
     added: dict[str, float] = {}
     for name in names:
-        requests, streams = results.requests[name], results.streams[name]
+        req_samples, stream_samples = results.requests[name], results.streams[name]
         if name == "direct":
             latency = f"({direct_ms:.2f} ms itself)"
         else:
             added[name] = statistics.median(results.seq_ms[name]) - direct_ms
             latency = f"{added[name]:.2f} ms"
         who = "mock" if name == "direct" else "gateway"
-        lines.append(f"| {labels[name]} | {latency} | {_rate(requests, '', who)} | "
-                     f"{statistics.median(s.cpu_us for s in requests):,.0f} µs | {_rate(streams, 'k', who)} | "
-                     f"{statistics.median(s.cpu_us for s in streams):,.1f} µs |")
+        lines.append(f"| {labels[name]} | {latency} | {_rate(req_samples, '', who)} | "
+                     f"{statistics.median(s.cpu_us for s in req_samples):,.0f} µs | "
+                     f"{_rate(stream_samples, 'k', who)} | "
+                     f"{statistics.median(s.cpu_us for s in stream_samples):,.1f} µs |")
     if "smg" in results.requests:
         lines += ["", "| through | added latency × smg | req/s × smg | CPU per request × smg | tokens/s × smg | "
                       "CPU per token × smg |", "|---|---:|---:|---:|---:|---:|"]
@@ -432,6 +463,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=5, help="paired rounds of the throughput runs")
     parser.add_argument("--duration-s", type=float, default=5.0, help="seconds per throughput run")
     parser.add_argument("--warmup-s", type=float, default=1.0, help="seconds of each warm-up run")
+    parser.add_argument("--max-window-s", type=float, default=60.0,
+                        help="longest run of a slow arm (whose steady state needs more than --duration-s)")
     parser.add_argument("--seq-rounds", type=int, default=7)
     parser.add_argument("--seq-requests", type=int, default=25)
     parser.add_argument("--connections", type=int, default=64, help="connections of the req/s run")
@@ -468,6 +501,8 @@ def main(argv: list[str] | None = None) -> int:
             try:
                 arms.append(start_arm(name, mock, work, logs))
             except RuntimeError as error:
+                if name == "direct":
+                    raise  # without the mock nothing can be measured
                 failed[name] = "did not start: " + str(error).strip()[-600:]
         print(f"load: {'wrk' if use_wrk else 'aiohttp client'} (req/s), aiohttp client on uvloop (streams), "
               f"http.client (sequential); pinning: {'taskset' if _pin(0) else 'none'}; arms: "
@@ -479,7 +514,7 @@ def main(argv: list[str] | None = None) -> int:
                 arm.proc.stop()
         mock.stop()
     print()
-    print(table(results, [a.name for a in arms if a.name != "direct"] + ["direct"]))
+    print(table(results, [a.name for a in arms if a.name != "direct"] + ["direct"], args.connections, args.streams))
     mock_rate = statistics.median(s.rate for s in results.requests["direct"])
     mock_tokens = statistics.median(s.rate for s in results.streams["direct"])
     for name in (a.name for a in arms if a.name != "direct"):
@@ -498,7 +533,8 @@ if __name__ == "__main__":
     elif sys.argv[1:2] == ["_streams"]:
         import uvloop
 
-        report = uvloop.run(_streams(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), float(sys.argv[5])))
+        report = uvloop.run(_streams(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), float(sys.argv[5]),
+                                     int(sys.argv[6])))
         sys.stdout.buffer.write(orjson.dumps(report))
     else:
         sys.exit(main())
