@@ -33,12 +33,12 @@ Columns (medians over rounds):
                  on core 1); the median of the 7 round medians through the gateway minus the same
                  measured directly against the mock
     req/s at c=64        non-streamed requests (``max_tokens`` 16) answered per second by 64
-                 connections for ``--duration-s`` (``wrk`` with a 60 s timeout when installed, else an
+                 connections for the run's window (``wrk`` with a 60 s timeout when installed, else an
                  aiohttp client on uvloop in a process on core 1); only 2xx answers count
     CPU per request      the gateway's user + system CPU (``/proc/PID/stat`` utime + stime, the
                  process and its children, every thread) over that run divided by its answers
     tokens/s, 64 streams ``--streams`` concurrent streamed requests of ``--stream-tokens`` 256 tokens,
-                 each client sending the next when its stream ends, for ``--duration-s`` exactly (then
+                 each client sending the next when its stream ends, for the run's window exactly (then
                  every stream is cut, even one still waiting for its first byte); tokens counted as they
                  arrive (an aiohttp client on uvloop, core 1; a finished stream must carry exactly 256
                  tokens and ``[DONE]``, else it counts as failed and its tokens not at all)
@@ -48,7 +48,8 @@ Direct's row gives the mock's absolute latency and its own CPU. The second table
 ratio to smg: throughputs and CPU costs as the median of per-round ratios (paired: the two arms ran
 in the same round, minutes apart at most), added latency as the ratio of the medians. A throughput
 cell is marked with the gateway's share of its core when under 85 %: the gateway was not what
-limited that run (the mock or the load on core 1 was).
+limited that run (the mock or the load on core 1 was, or, on a loaded machine, other processes
+on the gateway's core).
 
 A run lasts ``--duration-s``, or longer for a slow arm (up to ``--max-window-s``): long enough for
 10 answers per connection, and for 2 streams per client, at the rate of the arm's warm-up run;
@@ -59,8 +60,8 @@ Protocol. Sequential latency runs first: each of its rounds runs every arm once 
 (A B C, B C A, ...). Then ``--rounds`` rounds, each running every arm's request run, then every
 arm's stream run, in rotated order: drift of a shared machine hits every arm alike. After each
 run the gateway is let go idle (requests the run's clients left behind worked off) before the
-next run starts. Timed runs say
-little on a busy machine: run it on an idle one, under ``flock /tmp/bench.lock`` where others share it.
+next run starts. Timed runs say little on a busy machine: run it on an idle one, under
+``flock /tmp/bench.lock`` where others share it.
 """
 
 from __future__ import annotations
@@ -91,7 +92,13 @@ SERVERS = ROOT / "bench" / "serving_servers.py"
 ARMS = ("rxpipe", "smg", "vllm-router", "litellm")
 PATH = "/v1/chat/completions"
 MODEL = "sim"
-WORD = b"tok "  # every mock token's text
+WORD = b"tok "  # every mock token's text; in a stream, every other one is STREAM_WORD
+STREAM_WORD = b"tik "
+
+
+def _count_tokens(data: bytes) -> int:
+    """The mock's token texts in ``data`` (neither word is found elsewhere in an answer)."""
+    return data.count(WORD) + data.count(STREAM_WORD)
 SHORT_TOKENS = 16
 REQUEST_WAVES = 10  # answers per connection a req/s run needs at least
 STREAM_WAVES = 2    # streams per client a tokens/s run needs at least
@@ -197,7 +204,7 @@ def check_answers(url: str, timeout_s: float) -> None:
                 error = f"JSON answer {status}: {data[:300]!r}"
             else:
                 status, data = _post(url, _body(SHORT_TOKENS, stream=True))
-                if status == 200 and data.count(WORD) == SHORT_TOKENS and b'"finish_reason":"length"' in \
+                if status == 200 and _count_tokens(data) == SHORT_TOKENS and b'"finish_reason":"length"' in \
                         data.replace(b" ", b"") and data.rstrip().endswith(b"data: [DONE]"):
                     return
                 error = f"stream answer {status}: {data[:300]!r}"
@@ -277,7 +284,7 @@ async def _streams(url: str, streams: int, tokens: int, duration_s: float, pid: 
                     # a token's text may straddle two reads: count over the last 32 bytes + this
                     # read, less what those bytes held already
                     joined = tail + data
-                    new = joined.count(WORD) - tail.count(WORD)
+                    new = _count_tokens(joined) - _count_tokens(tail)
                     count += new
                     received += new  # counted as it arrives: the window may end mid-stream
                     tail = joined[-32:]

@@ -40,6 +40,7 @@ from aiohttp import ClientSession, ClientTimeout, TCPConnector, web
 
 _GATEWAY_FILE = Path(__file__).resolve().parents[1] / "pipelines" / "llm_gateway.py"
 _WORD = "tok "  # every simulated token is one short word, on both sides
+_STREAM_WORD = "tik "  # backend_app's streams alternate the two
 
 
 def _llm_gateway() -> ModuleType:
@@ -158,11 +159,13 @@ def proxy_app(backend_url: str) -> web.Application:
 def backend_app() -> web.Application:
     """A fast OpenAI-compatible backend (the proxy rows' and ``bench/peers.py``'s mock): answers
     every completion at once with exactly ``max_tokens`` tokens of ``"tok "``, as one JSON body
-    with ``usage``, or, with ``"stream": true``, as one SSE chunk per token (the last one with
-    ``finish_reason``), a usage chunk when ``stream_options.include_usage`` (as vLLM and SGLang),
-    then ``data: [DONE]``. A stream's chunks are encoded once and written as they are: the mock
-    spends as little as it can, so the gateway in front of it is what is measured. ``GET /health``,
-    ``/health_generate`` and ``/v1/models`` answer the routers' health checks and discovery."""
+    with ``usage``, or, with ``"stream": true``, as one SSE chunk per token, ``"tok "`` and
+    ``"tik "`` in turn (the LiteLLM proxy ends a stream whose last 100 chunks are all the same text
+    as a model stuck in a loop), the last one with ``finish_reason``, a usage chunk when
+    ``stream_options.include_usage`` (as vLLM and SGLang), then ``data: [DONE]``. A stream's
+    chunks are encoded once and written as they are: the mock spends as little as it can, so the
+    gateway in front of it is what is measured. ``GET /health``, ``/health_generate`` and
+    ``/v1/models`` answer the routers' health checks and discovery."""
 
     async def complete(request: web.Request) -> web.StreamResponse:
         body = orjson.loads(await request.read())
@@ -176,13 +179,13 @@ def backend_app() -> web.Application:
         head = {"id": "chatcmpl-" + secrets.token_hex(12), "object": "chat.completion.chunk" if chat else
                 "text_completion", "created": int(time.time()), "model": model}
         chunks = []
-        for finish in (None, "length"):
-            choice: dict[str, Any] = ({"index": 0, "delta": {"content": _WORD}, "logprobs": None,
+        for word, finish in ((_WORD, None), (_STREAM_WORD, None), (_WORD, "length")):
+            choice: dict[str, Any] = ({"index": 0, "delta": {"content": word}, "logprobs": None,
                                        "finish_reason": finish} if chat else
-                                      {"text": _WORD, "index": 0, "logprobs": None, "finish_reason": finish})
+                                      {"text": word, "index": 0, "logprobs": None, "finish_reason": finish})
             chunks.append(b"data: " + orjson.dumps({**head, "choices": [choice]}) + b"\n\n")
         for i in range(tokens):
-            await response.write(chunks[i == tokens - 1])
+            await response.write(chunks[2] if i == tokens - 1 else chunks[i % 2])
         if (body.get("stream_options") or {}).get("include_usage"):
             prompt = _prompt_tokens(body)
             usage = {"prompt_tokens": prompt, "completion_tokens": tokens, "total_tokens": prompt + tokens}
