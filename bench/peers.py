@@ -52,7 +52,7 @@ limited that run (the mock or the load on core 1 was, or, on a loaded machine, o
 on the gateway's core).
 
 A run lasts ``--duration-s``, or longer for a slow arm (up to ``--max-window-s``): long enough for
-10 answers per connection, and for 2 streams per client, at the rate of the arm's warm-up run;
+10 answers per connection, and for 2 streams per client, at 2/3 the rate of the arm's warm-up run;
 otherwise the window's edges are measured (the work on the first wave of requests falls in the
 window, their answers partly after it). A cell whose run was still short is marked so.
 
@@ -388,6 +388,7 @@ def run(arms: list[Arm], args: argparse.Namespace, use_wrk: bool) -> Results:
         settle(arm)
         windows[arm.name, "streams"] = STREAM_WAVES * args.streams * args.stream_tokens / max(warm.rate, 1e-3)
     for key, needed_s in windows.items():
+        needed_s *= 1.5  # margin: a second-long warm-up overestimates a slow arm's steady rate
         windows[key] = min(args.max_window_s, max(args.duration_s, needed_s))
         if needed_s > args.duration_s:
             print(f"{key[0]} {key[1]}: runs of {windows[key]:.1f} s (steady state needs {needed_s:.1f} s)",
