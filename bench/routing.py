@@ -51,64 +51,14 @@ import orjson
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-from bench.serving import _cpu_s, _pin  # noqa: E402
+from bench.anchors import ANCHORS, Proc, anchor_binary  # noqa: E402
+from bench.serving import _cpu_s  # noqa: E402
 from tests.gateway.server import free_port  # noqa: E402
 from tests.pipelines.router_helpers import prefix_cache_tokens, shared_prefix_workload  # noqa: E402
 
 RXPIPE = str(Path(sys.executable).with_name("rxpipe"))
 OURS = ("round_robin", "least_loaded", "prefix")
-ANCHORS = {"smg": "smg", "vllm-router": "vllm-router"}  # arm -> PyPI package (and console script)
 MAX_IN_FLIGHT = [16, 8]  # --max-in-flight, --prefix-balance-abs
-
-
-def _wait_http(url: str, proc: subprocess.Popen[bytes], log: Path, timeout_s: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"exited with {proc.returncode}: {log.read_text(errors='replace')[-2000:]}")
-        try:
-            with urllib.request.urlopen(url, timeout=2) as response:
-                if response.status < 500:
-                    return
-        except OSError:
-            pass
-        time.sleep(0.2)
-    raise RuntimeError(f"no answer from {url} within {timeout_s} s: {log.read_text(errors='replace')[-2000:]}")
-
-
-class Proc:
-    """A server process pinned to ``core``, output to a log file."""
-
-    def __init__(self, args: list[str], core: int, log: Path, url: str, ready_path: str) -> None:
-        self.log = log
-        self.url = url
-        self._out = log.open("wb")
-        self.proc = subprocess.Popen(_pin(core) + args, stdout=self._out, stderr=subprocess.STDOUT, cwd=ROOT)
-        try:
-            _wait_http(url + ready_path, self.proc, log)
-        except BaseException:
-            self.stop()
-            raise
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        self._out.close()
-
-
-def anchor_binary(arm: str, work: Path) -> Path:
-    """The anchor's console script in its own venv under ``work`` (installed from PyPI once)."""
-    venv = work / f"venv-{arm}"
-    binary = venv / "bin" / ANCHORS[arm]
-    if not binary.exists():
-        subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
-        subprocess.run([str(venv / "bin" / "pip"), "install", "-q", ANCHORS[arm]], check=True)
-    return binary
 
 
 def start_router(arm: str, backends: list[str], work: Path, logs: Path) -> Proc:

@@ -2,7 +2,7 @@
 
     rxpipe run bench/serving_servers.py --port 8100 --set mode=admit        # rxpipe, zero-cost engine
     python bench/serving_servers.py bare --port 8101                        # the bare aiohttp handlers
-    python bench/serving_servers.py backend --port 8102                     # the proxy rows' backend
+    python bench/serving_servers.py backend --port 8102                     # the mock backend (proxy rows, peers.py)
 
 rxpipe modes (``--set mode=...``; every other key is one of ``pipelines/llm_gateway.py``):
     admit    ``pipelines/llm_gateway.py``'s graph on a zero-cost SimulatedEngine (no step, prefill
@@ -21,7 +21,7 @@ on the same loop (uvloop): parse the JSON body with orjson, build the same OpenA
 per request (200), answer 429 with ``Retry-After``/``retry-after-ms`` and an OpenAI error body
 without reading the body, stream the same SSE chunks with one ``write`` per token, and proxy with
 one shared ``aiohttp.ClientSession``. ``backend`` is a minimal OpenAI-compatible completion server
-that the two proxies share.
+(JSON and SSE, answered at once) that the two proxies share, and ``bench/peers.py``'s mock backend.
 """
 
 from __future__ import annotations
@@ -40,6 +40,7 @@ from aiohttp import ClientSession, ClientTimeout, TCPConnector, web
 
 _GATEWAY_FILE = Path(__file__).resolve().parents[1] / "pipelines" / "llm_gateway.py"
 _WORD = "tok "  # every simulated token is one short word, on both sides
+_STREAM_WORD = "tik "  # backend_app's streams alternate the two
 
 
 def _llm_gateway() -> ModuleType:
@@ -156,18 +157,56 @@ def proxy_app(backend_url: str) -> web.Application:
 
 
 def backend_app() -> web.Application:
-    """A fast OpenAI-compatible backend: answers every completion at once with ``max_tokens`` tokens."""
+    """A fast OpenAI-compatible backend (the proxy rows' and ``bench/peers.py``'s mock): answers
+    every completion at once with exactly ``max_tokens`` tokens of ``"tok "``, as one JSON body
+    with ``usage``, or, with ``"stream": true``, as one SSE chunk per token, ``"tok "`` and
+    ``"tik "`` in turn (the LiteLLM proxy ends a stream whose last 100 chunks are all the same text
+    as a model stuck in a loop), the last one with ``finish_reason``, a usage chunk when
+    ``stream_options.include_usage`` (as vLLM and SGLang), then ``data: [DONE]``. A stream's
+    chunks are encoded once and written as they are: the mock spends as little as it can, so the
+    gateway in front of it is what is measured. ``GET /health``, ``/health_generate`` and
+    ``/v1/models`` answer the routers' health checks and discovery."""
 
-    async def complete(request: web.Request) -> web.Response:
+    async def complete(request: web.Request) -> web.StreamResponse:
         body = orjson.loads(await request.read())
-        return web.Response(body=_completion(body.get("model", "sim"), _prompt_tokens(body),
-                                             int(body.get("max_tokens") or 16),
-                                             chat=request.path.endswith("/chat/completions")),
-                            content_type="application/json")
+        chat = request.path.endswith("/chat/completions")
+        model, tokens = body.get("model", "sim"), int(body.get("max_tokens") or 16)
+        if not body.get("stream"):
+            return web.Response(body=_completion(model, _prompt_tokens(body), tokens, chat=chat),
+                                content_type="application/json")
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
+        await response.prepare(request)
+        head = {"id": "chatcmpl-" + secrets.token_hex(12), "object": "chat.completion.chunk" if chat else
+                "text_completion", "created": int(time.time()), "model": model}
+        chunks = []
+        for word, finish in ((_WORD, None), (_STREAM_WORD, None), (_WORD, "length")):
+            choice: dict[str, Any] = ({"index": 0, "delta": {"content": word}, "logprobs": None,
+                                       "finish_reason": finish} if chat else
+                                      {"text": word, "index": 0, "logprobs": None, "finish_reason": finish})
+            chunks.append(b"data: " + orjson.dumps({**head, "choices": [choice]}) + b"\n\n")
+        for i in range(tokens):
+            await response.write(chunks[2] if i == tokens - 1 else chunks[i % 2])
+        if (body.get("stream_options") or {}).get("include_usage"):
+            prompt = _prompt_tokens(body)
+            usage = {"prompt_tokens": prompt, "completion_tokens": tokens, "total_tokens": prompt + tokens}
+            await response.write(b"data: " + orjson.dumps({**head, "choices": [], "usage": usage}) + b"\n\n")
+        await response.write(b"data: [DONE]\n\n")
+        await response.write_eof()
+        return response
+
+    async def health(request: web.Request) -> web.Response:
+        return web.Response(text="ok")
+
+    async def models(request: web.Request) -> web.Response:
+        return web.Response(body=orjson.dumps({"object": "list", "data": [
+            {"id": "sim", "object": "model", "created": 0, "owned_by": "bench"}]}), content_type="application/json")
 
     app = web.Application()
     app.router.add_post("/v1/completions", complete)
     app.router.add_post("/v1/chat/completions", complete)
+    app.router.add_get("/health", health)
+    app.router.add_get("/health_generate", health)
+    app.router.add_get("/v1/models", models)
     return app
 
 
