@@ -39,6 +39,19 @@ def anchor_binary(arm: str, work: Path) -> Path:
     return binary
 
 
+def install_anchors(arms: list[str], work: Path) -> dict[str, str]:
+    """Install every anchor among ``arms`` (see :func:`anchor_binary`); returns arm -> why it
+    could not be installed, for those that failed (the bench runs without them and says so)."""
+    failed: dict[str, str] = {}
+    for arm in arms:
+        if arm in ANCHORS:
+            try:
+                anchor_binary(arm, work)
+            except (subprocess.CalledProcessError, OSError) as error:
+                failed[arm] = f"install failed ({error}); see {work / (arm + '-install.log')}"
+    return failed
+
+
 def wait_http(url: str, proc: subprocess.Popen[bytes], log: Path, timeout_s: float = 60.0) -> None:
     """Wait until ``url`` answers below 500; RuntimeError with the log's tail when ``proc`` exits
     or ``timeout_s`` passes first."""

@@ -84,7 +84,7 @@ import orjson
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-from bench.anchors import ANCHORS, Proc, anchor_binary  # noqa: E402
+from bench.anchors import Proc, anchor_binary, install_anchors  # noqa: E402
 from bench.serving import _client, _free_port, _pin, _wrk  # noqa: E402
 
 RXPIPE = str(Path(sys.executable).with_name("rxpipe"))
@@ -491,13 +491,7 @@ def main(argv: list[str] | None = None) -> int:
     logs = work / "logs"
     logs.mkdir(parents=True, exist_ok=True)
 
-    failed: dict[str, str] = {}
-    for name in names:
-        if name in ANCHORS:
-            try:
-                anchor_binary(name, work)
-            except (subprocess.CalledProcessError, OSError) as error:
-                failed[name] = f"install failed ({error}); see {work / (name + '-install.log')}"
+    failed = install_anchors(names, work)
     port = _free_port()
     mock = Proc([sys.executable, str(SERVERS), "backend", "--port", str(port)], 1, logs / f"mock-{port}.log",
                 f"http://127.0.0.1:{port}", "/health")

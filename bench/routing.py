@@ -37,7 +37,6 @@ import os
 import random
 import re
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -51,7 +50,7 @@ import orjson
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-from bench.anchors import ANCHORS, Proc, anchor_binary  # noqa: E402
+from bench.anchors import Proc, anchor_binary, install_anchors  # noqa: E402
 from bench.serving import _cpu_s  # noqa: E402
 from tests.gateway.server import free_port  # noqa: E402
 from tests.pipelines.router_helpers import prefix_cache_tokens, shared_prefix_workload  # noqa: E402
@@ -227,13 +226,7 @@ def main() -> None:
     logs.mkdir(parents=True, exist_ok=True)
     arms = args.arms.split(",")
     loads = [float(x) for x in args.loads.split(",")]
-    unavailable: dict[str, str] = {}
-    for arm in arms:
-        if arm in ANCHORS:
-            try:
-                anchor_binary(arm, work)
-            except (subprocess.CalledProcessError, OSError) as error:
-                unavailable[arm] = f"install failed: {error}"
+    unavailable = install_anchors(arms, work)
     backends: list[Proc] = []
     try:
         for _ in range(args.backends):
