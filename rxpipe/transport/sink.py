@@ -310,6 +310,12 @@ class TransportSink(Flowable[Any], Service):
         self._busy = isinstance(error, BrokerBusyError)
 
     def _up(self) -> None:
+        """A refresh went through: admit again. Not while the adapter knows its connection is
+        down: a refresh answered just before the connection dropped, and taken after the drop
+        was reported, does not mean the broker is back (it would say "back", admit for one
+        refresh interval and say "lost" again)."""
+        if not self.broker.reachable:
+            return
         if not self.up:
             if self._busy:
                 log.info("%s %s: commands to %s go through again", self.kind, self.name, self.broker.name)
