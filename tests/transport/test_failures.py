@@ -130,13 +130,6 @@ async def test_broker_stopped_mid_load_503_while_down_200_after_restart_nothing_
     async with session() as http:
         loops = [asyncio.ensure_future(client_loop(http, k)) for k in range(8)]
         await asyncio.sleep(1.5)
-        # the crash finds requests running on the worker (published before it; their results
-        # cannot be written back before the restart), not only requests the gateway has yet to
-        # publish (answered 503 when the publish fails, as they should be)
-        deadline = time.monotonic() + 10
-        while sample(worker_metrics(wk), "rxpipe_engine_running_seqs", engine="sim") < 1:
-            assert time.monotonic() < deadline, "no request runs on the worker"
-            await asyncio.sleep(0.01)
         down = time.monotonic()
         broker.kill()
         await asyncio.sleep(0.5)
