@@ -33,7 +33,7 @@ import base64
 import datetime
 import logging
 import re
-from typing import Any, Callable
+from typing import Any, Awaitable, Callable, TypeVar
 
 import nats
 import nats.errors
@@ -49,6 +49,8 @@ from ._settings import NatsSettings
 __all__ = ["NatsGatewayBroker", "NatsWorkerBroker", "TRANSIENT", "names"]
 
 log = logging.getLogger("rxpipe.nats")
+
+T = TypeVar("T")
 
 #: errors that mean "NATS is unreachable now" (retryable)
 TRANSIENT: tuple[type[BaseException], ...] = (
@@ -80,6 +82,11 @@ class names:  # noqa: N801 - a namespace of the names derived from the settings
         return f"{self.prefix}.l.{kind}.{_token(member)}"
 
 
+def _retrieved(task: asyncio.Future[Any]) -> None:
+    if not task.cancelled():
+        task.exception()
+
+
 def _ts(text: str) -> float:
     """An RFC 3339 timestamp of the server (nanoseconds allowed) as seconds since the epoch."""
     head, _, frac = text.rstrip("Z").partition(".")
@@ -100,6 +107,8 @@ class _NatsBroker:
         self.nc: NATS | None = None
         self.js: Any = None
         self._ready = False
+        #: resolved when the connection in use drops (None: no answer is awaited on it yet)
+        self._dropped: asyncio.Future[None] | None = None
 
     async def _connect(self) -> None:
         if self.nc is None:
@@ -115,6 +124,9 @@ class _NatsBroker:
 
     async def _disconnected(self) -> None:
         log.debug("nats: disconnected")
+        dropped, self._dropped = self._dropped, None
+        if dropped is not None and not dropped.done():
+            dropped.set_result(None)  # what waits for an answer on that connection fails now (see _answer)
         if self.on_lost is not None and self.nc is not None:  # None: our own close()
             self.on_lost(nats.errors.ConnectionReconnectingError())
 
@@ -126,6 +138,42 @@ class _NatsBroker:
     @property
     def reachable(self) -> bool:
         return self.nc is not None and self.nc.is_connected
+
+    def _connection(self) -> asyncio.Future[None]:
+        """The connection a message sent now goes out on, as a future resolved when it drops
+        (taken before sending a message whose answer :meth:`_answer` awaits). While nats-py
+        reconnects it buffers what is sent and sends it on the next connection: that one."""
+        if self._dropped is None:
+            self._dropped = asyncio.get_running_loop().create_future()
+        return self._dropped
+
+    async def _answer(self, waiting: Awaitable[T], connection: asyncio.Future[None] | None = None) -> T:
+        """The answer ``waiting`` for (a request's reply, JetStream's acks of publishes) sent on
+        ``connection`` (default: the one in use now, see :meth:`_connection`), within
+        ``command_timeout_s`` (else ``TimeoutError``).
+
+        Raises ``ConnectionReconnectingError`` as soon as that connection drops: the server
+        answers on the connection a message came on, so what was sent on a dropped one is never
+        answered (nats-py would wait the whole timeout: 5 s after a crash, when the server may
+        be back already, and a writer or the gateway's refresh waits with it). The fate of such
+        a message is unknown, as after a timeout: the gateway answers its client 503, a worker
+        sends its replies again (the gateway removes duplicates)."""
+        if connection is None:
+            connection = self._connection()
+        task = asyncio.ensure_future(waiting)
+        try:
+            done, _ = await asyncio.wait((task, connection), timeout=self.settings.command_timeout_s,
+                                         return_when=asyncio.FIRST_COMPLETED)
+        except BaseException:
+            task.cancel()
+            raise
+        if task in done:
+            return task.result()
+        task.cancel()
+        task.add_done_callback(_retrieved)  # an answer that came meanwhile is not "never retrieved"
+        if connection.done():
+            raise nats.errors.ConnectionReconnectingError
+        raise TimeoutError
 
     async def _ensure_streams(self, consumer: bool = False) -> bool:
         """Create the four streams if missing (and with ``consumer``, the workers' consumer); True
@@ -164,7 +212,8 @@ class _NatsBroker:
         """``STREAM.INFO`` as the server sent it (its ``ts`` is the server's clock)."""
         assert self.nc is not None
         body = orjson.dumps({"subjects_filter": subjects_filter}) if subjects_filter else b""
-        reply = await self.nc.request(f"$JS.API.STREAM.INFO.{stream}", body, timeout=self.settings.command_timeout_s)
+        reply = await self._answer(self.nc.request(f"$JS.API.STREAM.INFO.{stream}", body,
+                                                   timeout=self.settings.command_timeout_s))
         data = orjson.loads(reply.data)
         error = data.get("error")
         if error:
@@ -179,8 +228,8 @@ class _NatsBroker:
         nc, stream, timeout = self.nc, self.names.live, self.settings.command_timeout_s
 
         async def last(subject: str) -> tuple[str, tuple[float, bytes] | None]:
-            reply = await nc.request(f"$JS.API.STREAM.MSG.GET.{stream}", orjson.dumps({"last_by_subj": subject}),
-                                     timeout=timeout)
+            reply = await self._answer(nc.request(f"$JS.API.STREAM.MSG.GET.{stream}",
+                                                  orjson.dumps({"last_by_subj": subject}), timeout=timeout))
             message = orjson.loads(reply.data).get("message")
             if not message:
                 return subject, None
@@ -241,6 +290,7 @@ class NatsGatewayBroker(_NatsBroker, GatewayBroker):
             await self.open()
         self._check()
         js, n = self.js, self.names
+        connection = self._connection()
         results: list[Any] = []
         pending: list[tuple[int, Any]] = []
         for op in ops:
@@ -252,16 +302,15 @@ class NatsGatewayBroker(_NatsBroker, GatewayBroker):
                 results.append(op.args[0])
             else:
                 raise ValueError(f"unknown write {op.kind!r}")
-        acks = await asyncio.wait_for(asyncio.gather(*(f for _, f in pending), return_exceptions=True),
-                                      self.settings.command_timeout_s)
+        acks = await self._answer(asyncio.gather(*(f for _, f in pending), return_exceptions=True), connection)
         if acks and all(isinstance(a, TRANSIENT) for a in acks):
             raise acks[0]
         for (i, _), ack in zip(pending, acks, strict=True):
             results[i] = ack if isinstance(ack, BaseException) else ack.seq
         withdrawn = [i for i, op in enumerate(ops) if op.kind == "withdraw"]
         if withdrawn:
-            deleted = await asyncio.gather(*(js.delete_msg(n.requests, ops[i].args[0]) for i in withdrawn),
-                                           return_exceptions=True)
+            deleted = await self._answer(asyncio.gather(*(js.delete_msg(n.requests, ops[i].args[0])
+                                                          for i in withdrawn), return_exceptions=True))
             for i, result in zip(withdrawn, deleted, strict=True):
                 if isinstance(result, TRANSIENT):
                     raise result
@@ -275,11 +324,11 @@ class NatsGatewayBroker(_NatsBroker, GatewayBroker):
         n = self.names
         reset = False
         try:
-            await self.js.publish(n.live_subject("g", gateway_id), b"")
+            await self._answer(self.js.publish(n.live_subject("g", gateway_id), b""))
             info = await self._info(n.requests)
         except nats.js.errors.NoStreamResponseError:
             reset = await self._ensure_streams()
-            await self.js.publish(n.live_subject("g", gateway_id), b"")
+            await self._answer(self.js.publish(n.live_subject("g", gateway_id), b""))
             info = await self._info(n.requests)
         except nats.js.errors.NotFoundError:
             reset = await self._ensure_streams()
@@ -519,10 +568,10 @@ class NatsWorkerBroker(_NatsBroker, WorkerBroker):
 
     async def _publish(self, ops: list[WriteOp], batch: dict[str, list[int]], results: list[Any]) -> None:
         js = self.js
+        connection = self._connection()
         futures = [await js.publish_async(subject, b"\n".join(ops[i].args[1] for i in indices))
                    for subject, indices in batch.items()]
-        acks = await asyncio.wait_for(asyncio.gather(*futures, return_exceptions=True),
-                                      self.settings.command_timeout_s)
+        acks = await self._answer(asyncio.gather(*futures, return_exceptions=True), connection)
         for indices, ack in zip(batch.values(), acks, strict=True):
             if isinstance(ack, TRANSIENT):
                 raise ack
@@ -534,7 +583,7 @@ class NatsWorkerBroker(_NatsBroker, WorkerBroker):
             await self.open()
         self._beat = {"pause_s": pause_s, "model": model}
         beat = orjson.dumps({**self._beat, "held": list(self.holding.values())})
-        await self.js.publish(self.names.live_subject("w", consumer), beat)
+        await self._answer(self.js.publish(self.names.live_subject("w", consumer), beat))
         for delivery in held:
             await delivery.ref.in_progress()
         info = await self._info(self.names.live, "-")

@@ -161,8 +161,9 @@ class TransportSink(Flowable[Any], Service):
 
     As a :class:`~rxpipe.runtime.Service` it owns the adapter's connections. While the broker is
     unreachable ``engine.available`` is False (the edge answers 503 ``unavailable``), a publish
-    that fails answers its client 503, and every loop retries with backoff; it recovers on its
-    own when the broker is back.
+    that fails answers its client 503, and every loop retries with backoff but the backlog
+    refresh, which goes on every ``refresh_interval_s``: it recovers on its own at most
+    ``refresh_interval_s`` plus one round trip after the broker answers again.
     """
 
     kind = "transport_sink"
@@ -310,6 +311,12 @@ class TransportSink(Flowable[Any], Service):
         self._busy = isinstance(error, BrokerBusyError)
 
     def _up(self) -> None:
+        """A refresh went through: admit again. Not while the adapter knows its connection is
+        down: a refresh answered just before the connection dropped, and taken after the drop
+        was reported, does not mean the broker is back (it would say "back", admit for one
+        refresh interval and say "lost" again)."""
+        if not self.broker.reachable:
+            return
         if not self.up:
             if self._busy:
                 log.info("%s %s: commands to %s go through again", self.kind, self.name, self.broker.name)
@@ -413,6 +420,13 @@ class TransportSink(Flowable[Any], Service):
                             served, model, model)
 
     async def _refresh_loop(self) -> None:
+        """Refresh every ``refresh_interval_s``, and as often while the broker is unreachable:
+        a refresh that goes through is what lets the edge admit again (``up``), so it answers
+        503 at most ``refresh_interval_s`` plus one round trip after the broker answers again.
+        A backoff would add up to ``backoff_cap_s`` to that, and spare the broker nothing: the
+        probe is the command a gateway sends that often while the broker is up. Backoff only
+        after an unexpected error, or when every pooled connection was busy
+        (:class:`BrokerBusyError`: the broker answers, this process is overloaded)."""
         s = self.settings
         backoff = Backoff(s.backoff_base_s, s.backoff_cap_s)
         while not self._stopping:
@@ -422,7 +436,8 @@ class TransportSink(Flowable[Any], Service):
                 backoff.reset()
             except self.broker.transient as error:
                 self._down(error)
-                delay = max(delay, backoff.next_delay())
+                if isinstance(error, BrokerBusyError):
+                    delay = max(delay, backoff.next_delay())
             except Exception:
                 log.exception("%s %s: backlog refresh failed", self.kind, self.name)
                 delay = max(delay, backoff.next_delay())

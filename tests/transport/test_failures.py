@@ -10,12 +10,23 @@ from typing import Any
 
 import pytest
 
+from tests.redis.servers import PipelineProcess
 from tests.redis.test_pipelines_process import complete, session, streamed_text
 
 from .conftest import Broker, Processes
 from .helpers import gateway, sample, scrape, worker, worker_metrics
 
 pytestmark = pytest.mark.loops("asyncio")
+
+
+def diagnosis(log: list[tuple[float, int, dict[str, str], Any, float]], down: float, up: float,
+              *processes: PipelineProcess) -> str:
+    """What answered other than 200 after the crash, when (s after the restart), and each
+    process's log: the message of a failed assertion."""
+    failed = [(round(sent - up, 3), round(done - up, 3), status, body) for sent, status, _, body, done in log
+              if status != 200 and done > down]
+    logs = "\n".join(f"--- {p.log_path.name}\n{p.output}" for p in processes)
+    return f"down at {down - up:.3f} s; not 200 after the crash (sent, done, status, body): {failed}\n{logs}"
 
 
 def kind(broker: Broker) -> str:
@@ -143,11 +154,12 @@ async def test_broker_stopped_mid_load_503_while_down_200_after_restart_nothing_
     assert len(while_down) >= 5 and set(while_down) == {503}, while_down
     in_flight = [(status, done) for sent, status, _, _, done in log if sent < down < done]
     survived = [done for status, done in in_flight if status == 200 and done > up]
-    assert survived, in_flight  # accepted before the crash, answered after the restart
+    assert survived, (in_flight, diagnosis(log, down, up, gw, wk))  # accepted before the crash, answered after it
     after = [status for sent, status, *_ in log if sent > up + 3.0]
-    assert len(after) >= 8 and set(after) == {200}, after
-    print(f"\n{kind(broker)} restart: {statuses[200]} answered 200, {statuses[503]} 503 (only while down), "
-          f"{len(survived)} accepted before the crash answered after it")
+    assert len(after) >= 8 and set(after) == {200}, (after, diagnosis(log, down, up, gw, wk))
+    last_503_s = max((sent - up for sent, status, *_ in log if status == 503), default=float("nan"))
+    print(f"\n{kind(broker)} restart: {statuses[200]} answered 200, {statuses[503]} 503 (only while down; the last "
+          f"sent {last_503_s:+.2f} s after the restart), {len(survived)} accepted before the crash answered after it")
     # each process says it once per outage: lost (a warning), then back (info)
     name = {"redis": "Redis", "nats": "NATS"}[kind(broker)]
     for process, who in ((gw, f"{kind(broker)}_sink broker: "), (wk, "worker ")):
