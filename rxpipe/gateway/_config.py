@@ -70,6 +70,10 @@ class GatewayConfig:
     keepalive_timeout_s: an idle keep-alive connection is closed after it (seconds).
     header_timeout_s: a new connection that has not sent a complete request head within it is
         closed (seconds).
+    shutdown_timeout_s: at stop, after the drain: how long connections opened before the
+        listener closed get to have their request answered (503 ``draining``), then how long
+        aiohttp waits for a handler still running before cancelling it (seconds, each; a second
+        SIGINT/SIGTERM cuts it short).
     tenants_file: path of a tenants file (JSON, or TOML by its ``.toml`` suffix; schema in
         :class:`~rxpipe.gateway.Tenants`), or None for one tenant. With it, admission is per
         tenant (DESIGN §5 "Many tenants"): auth keys are ``api_keys`` plus every tenant's keys,
@@ -107,6 +111,9 @@ class GatewayConfig:
                                          minimum=0, exclusive_minimum=True)
     header_timeout_s: float = setting(10.0, "number", "a new connection without a complete request head by then is "
                                                       "closed (s)", minimum=0, exclusive_minimum=True)
+    shutdown_timeout_s: float = setting(2.0, "number", "at stop, after the drain: connections already open get this "
+                                                       "long to have what they sent answered 503 draining (s)",
+                                        minimum=0)
     tenants_file: str | None = setting(None, "str", "tenants (JSON or TOML): per-tenant fair queue, priority, "
                                                     "rpm/tpm (README \"Many tenants\"); null: one tenant",
                                        nullable=True, allow_empty=False)

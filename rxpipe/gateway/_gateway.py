@@ -40,11 +40,6 @@ log = logging.getLogger("rxpipe.gateway")
 #: the estimated queue wait is scaled by this before the latency-budget check
 _WAIT_MARGIN = 1.1
 
-#: at stop, after the drain: how long connections opened before the listener closed get to have
-#: their request answered (503 ``draining``), then how long aiohttp waits for a handler still
-#: running before it cancels it (seconds, each; a second SIGINT/SIGTERM cuts the first short)
-SHUTDOWN_TIMEOUT_S = 2.0
-
 
 class _Admission(DrainSubscription):
     """The gateway's subscription: only a demand counter. The edge holds no queue: an HTTP
@@ -533,7 +528,7 @@ class Gateway(Flowable[CompletionRequest], Service):
         cfg = self.config
         self._runner = EdgeRunner(app, max_connections=cfg.max_connections, header_timeout_s=cfg.header_timeout_s,
                                   keepalive_timeout=cfg.keepalive_timeout_s, handler_cancellation=True,
-                                  access_log=None, shutdown_timeout=SHUTDOWN_TIMEOUT_S, logger=HTTP_LOG)
+                                  access_log=None, shutdown_timeout=cfg.shutdown_timeout_s, logger=HTTP_LOG)
         await self._runner.setup()
         port = port if port is not None else 8000
         site = web.TCPSite(self._runner, host, port)
@@ -597,17 +592,18 @@ class Gateway(Flowable[CompletionRequest], Service):
     async def stop(self) -> None:
         """Stop serving (after :meth:`drain`): close the listener; answer what reached the
         connections already open (503 ``draining``: a request on the wire as the drain ended, a
-        client that connected and had not sent yet), within :data:`SHUTDOWN_TIMEOUT_S` or until
+        client that connected and had not sent yet), within ``config.shutdown_timeout_s`` or until
         :meth:`abort`; then close every connection (aiohttp's ``AppRunner.cleanup``)."""
         if self._sighup:
             self._sighup = _on_sighup(self, False)
         if self._runner is not None:
             self.draining = True  # what still arrives is refused as such
             runner, self._runner = self._runner, None
-            unanswered = await runner.stop_listening(SHUTDOWN_TIMEOUT_S, self._force)
+            timeout_s = self.config.shutdown_timeout_s
+            unanswered = await runner.stop_listening(timeout_s, self._force)
             if unanswered:
                 log.warning("stop: %d connections still owed an answer after %g s (no complete request yet, or "
-                            "its handler still running); closing them", unanswered, SHUTDOWN_TIMEOUT_S)
+                            "its handler still running); closing them", unanswered, timeout_s)
             await runner.cleanup()
         self._loop = None
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import signal
 import socket
 import time
@@ -166,6 +167,28 @@ async def test_a_request_arriving_as_the_server_stops_is_answered(monkeypatch: p
     assert head.startswith(b"HTTP/1.1 503 "), answer
     assert b"Connection: close" in head.split(b"\r\n")  # draining: no connection kept for another request
     assert orjson.loads(payload)["error"]["code"] == "draining"
+
+
+@pytest.mark.parametrize("shutdown_timeout_s", [0.0, 0.4])
+async def test_a_connection_that_sends_nothing_delays_the_stop_by_shutdown_timeout_s_at_most(
+        caplog: pytest.LogCaptureFixture, shutdown_timeout_s: float) -> None:
+    pipeline = Pipeline(Gateway(GatewayConfig(shutdown_timeout_s=shutdown_timeout_s)), ops.buffer(2),
+                        ops.execute(fast_engine()))
+    async with pipeline.start(port=0) as running:
+        assert running.url
+        host, port = running.url.removeprefix("http://").split(":")
+        reader, writer = await asyncio.open_connection(host, int(port))  # owes a request it never sends
+        assert await asyncio.wait_for(_health_on_another_connection(running.url), 5) == 200
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        caplog.set_level(logging.WARNING, "rxpipe.gateway")
+    stopped_s = loop.time() - started
+    assert shutdown_timeout_s <= stopped_s < shutdown_timeout_s + 1.0
+    assert await asyncio.wait_for(reader.read(), 5) == b""  # closed without an answer: it asked nothing
+    writer.close()
+    [warning] = [r.getMessage() for r in caplog.records if "still owed an answer" in r.getMessage()]
+    assert warning == (f"stop: 1 connections still owed an answer after {shutdown_timeout_s:g} s (no complete "
+                       f"request yet, or its handler still running); closing them")
 
 
 async def _admitted(http: aiohttp.ClientSession, url: str, *, admitted: int, running: int) -> None:
