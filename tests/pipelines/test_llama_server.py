@@ -1,7 +1,7 @@
 """A real server nobody here wrote: llama-cpp-python's OpenAI server (the optional ``llama`` extra)
 on a generated tiny GGUF, behind ``OpenAIEngine`` and behind ``pipelines/llm_router.py``.
 
-Skipped without the extra (``pip install -e '.[llama]'``: builds llama.cpp from source, ~10 min on
+Skipped without the extra (``pip install -e '.[llama]'``: builds llama.cpp from source, ~6 min on
 two cores; ``CMAKE_ARGS=-DGGML_NATIVE=OFF`` for a portable build), failed under CI (``.ci/run``
 installs it). The model is generated (``tiny_gguf``): nothing is downloaded.
 """
