@@ -339,7 +339,8 @@ class _Edge:
         # Subscribe before the first await, so the sequence has its credit for the first step.
         created = now_created()
         writer = EventWriter(self.loop, self.config.stream_window,
-                              *token_event_template(item, chat=chat, created=created))
+                              *token_event_template(item, chat=chat, created=created),
+                              flush_bytes=self.config.stream_buffer_bytes)
         completion.tokens.subscribe(writer)
         result_future = completion.result
         transport = request.transport

@@ -17,22 +17,38 @@ __all__ = ["EventWriter", "bound_socket_buffers", "stream_error"]
 
 
 class EventWriter(InternalSubscriber):
-    """The token consumer of one SSE stream: writes each chunk as one whole event straight to
-    the socket from inside ``on_next`` (no task wake, no future per token) while the connection
-    is live and under its write-buffer high-water mark, and only then gives the chunk of credit
-    back; otherwise it queues the event in ``pending`` and wakes the handler task, which writes
-    the queue in one write and grants as much. Invariant: chunks received but not yet written
-    and granted back never exceed ``window`` (the credit asked at subscribe), so what is
-    outstanding upstream plus ``pending`` stays within ``stream_window``. The writes made here
-    bypass aiohttp's payload writer, so its byte counters (``body_length``, access-log sizes)
-    do not include them; the edge runs without an access log."""
+    """The token consumer of one SSE stream: while the connection is live and under its
+    write-buffer high-water mark, ``on_next`` frames each chunk as one whole event (one HTTP
+    chunk) into ``batch`` and gives the chunk of credit back at once (no task wake, no future per
+    token); the batch goes to the socket in one ``transport.write`` at the end of the loop step
+    that filled it (``loop.call_soon``), or at once when it and the transport's buffer reach
+    ``flush_bytes`` (the connection's write high-water mark, ``stream_buffer_bytes``): the chunks
+    one read from the backend carried cost one send, not one per token (as a router forwarding
+    the bytes it read). Otherwise it queues the event in ``pending`` and wakes the handler task,
+    which writes the queue in one write and grants as much; a batch is always written before
+    the handler writes (``wait`` flushes it), so events keep their order. Invariant: chunks
+    received but neither in the transport, nor in the batch (at most ``flush_bytes``, written
+    within this loop step), nor granted back never exceed ``window`` (the credit asked at
+    subscribe), so what is outstanding upstream plus ``pending`` stays within
+    ``stream_window``. The writes made here bypass aiohttp's payload writer, so its byte
+    counters (``body_length``, access-log sizes) do not include them; the edge runs without an
+    access log."""
 
     __slots__ = ("loop", "window", "subscription", "pending", "prefix", "suffix", "transport", "protocol", "live",
-                 "done", "broken", "error", "waiter")
+                 "done", "broken", "error", "waiter", "batch", "batch_bytes", "flush_bytes", "flush_handle")
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, window: int, prefix: bytes, suffix: bytes) -> None:
+    def __init__(self, loop: asyncio.AbstractEventLoop, window: int, prefix: bytes, suffix: bytes,
+                 flush_bytes: int = 16384) -> None:
+        if flush_bytes < 1:
+            raise ValueError(f"flush_bytes must be >= 1, not {flush_bytes!r}")
         self.loop = loop
         self.window = window
+        #: framed events written to the socket by :meth:`flush` (one write), ``batch_bytes`` long
+        self.batch: list[bytes] = []
+        self.batch_bytes = 0
+        #: a batch that brings the transport's buffer to this many bytes is written at once
+        self.flush_bytes = flush_bytes
+        self.flush_handle: asyncio.Handle | None = None
         self.subscription: Subscription | None = None
         self.pending: list[bytes] = []
         #: the token event's template (:func:`token_event_template`)
@@ -68,14 +84,40 @@ class EventWriter(InternalSubscriber):
                 self._wake()
                 return
             # one HTTP chunk (aiohttp's chunked framing) per event: never a split event
-            transport.write(b"%x\r\n%b\r\n" % (len(event), event))
-            self.subscription.request(1)  # type: ignore[union-attr]  # the socket took it
-            if self.protocol.writing_paused:
-                self.live = False  # over the high-water mark: writes go through the handler's
+            framed = b"%x\r\n%b\r\n" % (len(event), event)
+            self.batch.append(framed)
+            self.batch_bytes += len(framed)
+            if self.batch_bytes + transport.get_write_buffer_size() >= self.flush_bytes:
+                self.flush()  # what waits in the transport stays within flush_bytes plus one event
+            elif self.flush_handle is None:
+                self.flush_handle = self.loop.call_soon(self.flush)
+            self.subscription.request(1)  # type: ignore[union-attr]  # the transport (or this step's batch) took it
             return
         else:
             self.pending.append(event)
         self._wake()
+
+    def flush(self) -> None:
+        """Write the batch to the socket in one write (from ``call_soon``, ``wait`` or a full
+        batch); a closing connection drops it and wakes the handler (``broken``)."""
+        handle, self.flush_handle = self.flush_handle, None
+        if handle is not None:
+            handle.cancel()  # a no-op when this is that call
+        if not self.batch:
+            return
+        data = self.batch[0] if len(self.batch) == 1 else b"".join(self.batch)
+        self.batch.clear()
+        self.batch_bytes = 0
+        transport = self.transport
+        if transport is None:
+            return  # the handler let go of the stream (cancel): nobody reads it any more
+        if transport.is_closing():
+            self.broken = True
+            self._wake()
+            return
+        transport.write(data)
+        if self.protocol.writing_paused:
+            self.live = False  # over the high-water mark: writes go through the handler's
 
     def on_error(self, error: BaseException) -> None:
         self.error = error
@@ -100,6 +142,7 @@ class EventWriter(InternalSubscriber):
             await waiter
         finally:
             self.waiter = None
+            self.flush()  # before any write of the handler's: events keep their order
             self.live = False
 
     def grant(self, n: int) -> None:
@@ -110,6 +153,11 @@ class EventWriter(InternalSubscriber):
         """End the stream from this side (the handler is done with it): cancel the subscription
         unless it ended, and let go of it (no writer <-> subscription cycle outlives the answer)."""
         self.live = False
+        if self.flush_handle is not None:
+            self.flush_handle.cancel()
+            self.flush_handle = None
+        self.batch.clear()
+        self.batch_bytes = 0
         subscription, self.subscription = self.subscription, None
         if subscription is not None and not self.done:
             self.done = True
