@@ -16,8 +16,17 @@ also the subject prefix ``P``):
 - ``P_replies`` (limits, ``max_age`` = ``reply_ttl_s``): replies on ``P.r.<gateway>``, published
   with acks (a request is acknowledged only after its last reply is stored); each gateway reads
   its own subject with an ordered consumer (it recreates itself at the next sequence after a gap).
-- ``P_control`` (limits, ``max_age`` = ``cancel_memory_s``): cancels and credit on ``P.c``, read by
-  every worker with an ordered consumer from its present end.
+- ``P_control`` (limits, file storage, ``max_age`` = ``cancel_memory_s``, ``max_msgs`` =
+  :data:`~rxpipe.transport._interface.CONTROL_MAX_MESSAGES`, oldest dropped first): cancels and credit on
+  ``P.c``, read by every worker with an ordered consumer from its present end. File-backed as
+  the other three: a memory stream does not survive a server restart, its configuration
+  included (nats-server issue #6207), and nothing would re-create it, so every credit and
+  cancel after a restart would fail (``NoStreamResponseError``) and a stream running across it
+  stall. On file the stream and its sequence numbers outlive a restart and each worker's ordered
+  consumer recreates itself after the last message it saw (nats-py resets it when idle
+  heartbeats stop): a cancel or credit written while it was away is still delivered. A
+  memory-backed one left by an earlier version is replaced at the next open (see
+  :meth:`_NatsBroker._ensure_streams`).
 - ``P_live`` (one message per subject): liveness on ``P.l.w.<worker>`` (payload: the engine's
   pause and the model it serves) and ``P.l.g.<gateway>``; the stored message's server timestamp is the beat's time, and
   ``STREAM.INFO``'s ``ts`` the server's clock (never a host's).
@@ -43,7 +52,15 @@ from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 from nats.js import api
 
-from ..transport._interface import Delivery, GatewayBroker, Snapshot, WorkerBeat, WorkerBroker, WriteOp
+from ..transport._interface import (
+    CONTROL_MAX_MESSAGES,
+    Delivery,
+    GatewayBroker,
+    Snapshot,
+    WorkerBeat,
+    WorkerBroker,
+    WriteOp,
+)
 from ._settings import NatsSettings
 
 __all__ = ["NatsGatewayBroker", "NatsWorkerBroker", "TRANSIENT", "names"]
@@ -177,7 +194,9 @@ class _NatsBroker:
 
     async def _ensure_streams(self, consumer: bool = False) -> bool:
         """Create the four streams if missing (and with ``consumer``, the workers' consumer); True
-        if a stream was missing (a new or wiped server)."""
+        if a stream was missing (a new or wiped server). A memory-backed control stream (made by
+        an earlier version of this adapter) is replaced by a file-backed one (see
+        :meth:`_control_to_file`)."""
         s, n, js = self.settings, self.names, self.js
         created = False
         specs = [
@@ -185,14 +204,17 @@ class _NatsBroker:
                              storage=api.StorageType.FILE),
             api.StreamConfig(name=n.replies, subjects=[f"{n.prefix}.r.*"], storage=api.StorageType.FILE,
                              max_age=s.reply_ttl_s),
-            api.StreamConfig(name=n.control, subjects=[n.control_subject], storage=api.StorageType.MEMORY,
-                             max_age=s.cancel_memory_s),
+            api.StreamConfig(name=n.control, subjects=[n.control_subject], storage=api.StorageType.FILE,
+                             max_age=s.cancel_memory_s, max_msgs=CONTROL_MAX_MESSAGES,
+                             discard=api.DiscardPolicy.OLD),
             api.StreamConfig(name=n.live, subjects=[f"{n.prefix}.l.>"], storage=api.StorageType.FILE,
                              max_msgs_per_subject=1, max_age=max(60.0, s.reply_ttl_s)),
         ]
         for config in specs:
             try:
-                await js.stream_info(config.name)
+                info = await js.stream_info(config.name)
+                if config.name == n.control and info.config.storage == api.StorageType.MEMORY:
+                    await self._control_to_file(config, info)
             except nats.js.errors.NotFoundError:
                 try:
                     await js.add_stream(config)
@@ -207,6 +229,27 @@ class _NatsBroker:
                 ack_wait=s.visibility_timeout_s, max_deliver=s.max_deliveries + 1, max_ack_pending=s.max_backlog,
                 filter_subject=n.queue))
         return created
+
+    async def _control_to_file(self, config: api.StreamConfig, info: api.StreamInfo) -> None:
+        """Replace the memory-backed control stream ``info`` by ``config`` (file-backed), its
+        sequence numbers continued (``first_seq``: the old last one + 1), so that the ordered
+        consumers of running workers, which recreate themselves after the last sequence they
+        saw, miss nothing written to the new one. Its messages are not copied (every worker read
+        them within a second). Two processes opening at once may both replace it: a control
+        message written between the two replacements is lost (a credit is sent again after
+        ``credit_resend_s``; a lost cancel lets its request run to its end)."""
+        js = self.js
+        first_seq = int(info.state.last_seq or 0) + 1
+        log.warning("nats: the control stream %s is in memory (an earlier rxpipe made it): a server restart would "
+                    "lose it; replacing it by a file-backed one from sequence %d", config.name, first_seq)
+        try:
+            await js.delete_stream(config.name)
+        except nats.js.errors.NotFoundError:  # replaced meanwhile by another process
+            pass
+        try:
+            await js.add_stream(config.evolve(first_seq=first_seq))
+        except nats.js.errors.BadRequestError as error:  # created meanwhile by another process
+            log.debug("nats: add_stream %s: %r", config.name, error)
 
     async def _info(self, stream: str, subjects_filter: str | None = None) -> dict[str, Any]:
         """``STREAM.INFO`` as the server sent it (its ``ts`` is the server's clock)."""

@@ -9,7 +9,8 @@
   JUSTID`` (idle time back to 0); acknowledged entries are trimmed (``XTRIM MINID``).
 - replies: one stream per gateway (field ``m``), written ``XADD ... NOMKSTREAM`` (a gateway whose
   stream expired is gone), read with ``XREAD BLOCK``.
-- control: the stream ``<stream>:control`` (field ``c``, capped at about 10,000 entries), read
+- control: the stream ``<stream>:control`` (field ``c``, capped at about
+  :data:`~rxpipe.transport._interface.CONTROL_MAX_MESSAGES` entries), read
   by every worker with ``XREAD BLOCK`` from its end at start.
 - liveness: the hashes ``<stream>:workers`` (a worker's beat: its engine's pause and model) and
   ``<stream>:gateways``, written by a Lua script that stamps them with Redis ``TIME`` (never a
@@ -31,7 +32,15 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from ..transport._interface import Delivery, GatewayBroker, Snapshot, WorkerBeat, WorkerBroker, WriteOp
+from ..transport._interface import (
+    CONTROL_MAX_MESSAGES,
+    Delivery,
+    GatewayBroker,
+    Snapshot,
+    WorkerBeat,
+    WorkerBroker,
+    WriteOp,
+)
 from ._connection import RedisSettings, call, make_client, settle
 from ._features import Features, detect_features
 from ._trim import trim_acknowledged
@@ -43,9 +52,6 @@ log = logging.getLogger("rxpipe.redis")
 
 #: errors that mean "Redis is unreachable now" (retryable), as opposed to a refused command
 TRANSIENT: tuple[type[BaseException], ...] = (RedisConnectionError, RedisTimeoutError, OSError)
-
-#: a control stream keeps about this many entries (cancels and credit are read within a second)
-_CONTROL_MAXLEN = 10_000
 
 # HSET KEYS[1] ARGV[1] <Redis TIME>, returns TIME: a registration on the broker's clock
 _REGISTER = """
@@ -211,7 +217,7 @@ class RedisGatewayBroker(_RedisBroker, GatewayBroker):
         elif op.kind == "withdraw":
             pipe.xdel(s.stream, op.args[0])
         elif op.kind == "control":
-            pipe.xadd(control_key(s), {b"c": op.args[0]}, maxlen=_CONTROL_MAXLEN, approximate=True)
+            pipe.xadd(control_key(s), {b"c": op.args[0]}, maxlen=CONTROL_MAX_MESSAGES, approximate=True)
         else:
             raise ValueError(f"unknown write {op.kind!r}")
 

@@ -24,7 +24,12 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-__all__ = ["GatewayBroker", "WorkerBroker", "Delivery", "Snapshot", "WorkerBeat", "WriteOp", "BrokerBusyError"]
+__all__ = ["GatewayBroker", "WorkerBroker", "Delivery", "Snapshot", "WorkerBeat", "WriteOp", "BrokerBusyError",
+           "CONTROL_MAX_MESSAGES"]
+
+#: the control channel (cancels and credit) keeps about this many messages, oldest dropped first
+#: (Redis ``XADD MAXLEN ~``, NATS ``max_msgs``): workers read each within a second of its write
+CONTROL_MAX_MESSAGES = 10_000
 
 
 class BrokerBusyError(Exception):

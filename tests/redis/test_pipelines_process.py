@@ -31,9 +31,10 @@ def session() -> aiohttp.ClientSession:
 
 
 async def complete(http: aiohttp.ClientSession, url: str, prompt: str, max_tokens: int,
-                   stream: bool = False) -> tuple[int, dict[str, str], Any, float]:
-    """POST /v1/completions → (status, headers, JSON body or the SSE events' payloads, done time)."""
-    body = {"model": "sim", "prompt": prompt, "max_tokens": max_tokens, "stream": stream}
+                   stream: bool = False, **fields: Any) -> tuple[int, dict[str, str], Any, float]:
+    """POST /v1/completions (``fields``: more of its body, e.g. ``temperature=0``) → (status,
+    headers, JSON body or the SSE events' payloads, done time)."""
+    body = {"model": "sim", "prompt": prompt, "max_tokens": max_tokens, "stream": stream, **fields}
     async with http.post(f"{url}/v1/completions", json=body) as r:
         raw = await r.read()
         done = time.monotonic()

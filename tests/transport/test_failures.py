@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from rxpipe.engines import CompletionRequest, SimulatedEngine
 from tests.redis.servers import PipelineProcess
 from tests.redis.test_pipelines_process import complete, session, streamed_text
 
@@ -108,14 +109,31 @@ async def test_a_worker_restarted_under_its_name_after_kill_9_takes_up_what_it_h
     assert again.proc.poll() is None
 
 
+async def greedy_texts(prompts: list[str], max_tokens: int) -> list[str]:
+    """The answers a worker's simulated engine (default seed) gives ``prompts`` with ``temperature``
+    0: greedy decoding makes the same text in every process."""
+    engine = SimulatedEngine(step_overhead_s=0.0, prefill_s_per_token=0.0, decode_s_per_seq=0.0)
+    try:
+        return [(await engine.submit(CompletionRequest(prompt=prompt, max_tokens=max_tokens,
+                                                       sampling={"temperature": 0})).result).text
+                for prompt in prompts]
+    finally:
+        await engine.aclose()
+
+
 @pytest.mark.timeout(90)
 async def test_broker_stopped_mid_load_503_while_down_200_after_restart_nothing_accepted_lost(
         broker: Broker, processes: Processes) -> None:
-    tokens = 10
+    tokens, long_tokens = 10, 300
     gw = gateway(processes, broker.url, "refresh_interval_s=0.1")
-    wk = worker(processes, broker.url, "max_num_seqs=8", "step_overhead_s=0.02")
+    wk = worker(processes, broker.url, "max_num_seqs=12", "step_overhead_s=0.02")
     stop = asyncio.Event()
     log: list[tuple[float, int, dict[str, str], Any, float]] = []
+    # accepted before the crash and certainly running on the worker when it comes: 300 tokens at
+    # >= 20 ms a step take >= 6 s, the broker dies ~1.6 s after they started and is down >= 2.5 s;
+    # the streamed ones (even i) need credit from the gateway to go on after it is back
+    prompts = [f"long request {i}" for i in range(4)]
+    expected = await greedy_texts(prompts, long_tokens)
 
     async def client_loop(http: Any, k: int) -> None:
         n = 0
@@ -128,8 +146,15 @@ async def test_broker_stopped_mid_load_503_while_down_200_after_restart_nothing_
                 await asyncio.sleep(0.1)
 
     async with session() as http:
+        long = [asyncio.ensure_future(complete(http, gw.url, prompt, long_tokens, stream=i % 2 == 0, temperature=0))
+                for i, prompt in enumerate(prompts)]
+        deadline = time.monotonic() + 20
+        while sample(worker_metrics(wk), "rxpipe_engine_running_seqs", engine="sim") < len(long):  # all 4 run
+            assert time.monotonic() < deadline
+            await asyncio.sleep(0.05)
         loops = [asyncio.ensure_future(client_loop(http, k)) for k in range(8)]
         await asyncio.sleep(1.5)
+        assert not any(t.done() for t in long)
         down = time.monotonic()
         broker.kill()
         await asyncio.sleep(0.5)
@@ -143,6 +168,17 @@ async def test_broker_stopped_mid_load_503_while_down_200_after_restart_nothing_
         await asyncio.sleep(6.0)
         stop.set()
         await asyncio.wait_for(asyncio.gather(*loops), 60)
+        answers = await asyncio.wait_for(asyncio.gather(*long), 60)
+    # each long request: answered 200 after the restart, its whole text, every token exactly once
+    for i, (status, _, body, done) in enumerate(answers):
+        assert status == 200 and done > up, (i, status, body, diagnosis(log, down, up, gw, wk))
+        if i % 2 == 0:
+            text, finish = streamed_text(body)
+        else:
+            text, finish = body["choices"][0]["text"], body["choices"][0]["finish_reason"]
+            assert body["usage"]["completion_tokens"] == long_tokens
+        assert (text, finish) == (expected[i], "length"), (i, diagnosis(log, down, up, gw, wk))
+        assert len(text.split()) == long_tokens
     statuses = Counter(status for _, status, *_ in log)
     assert set(statuses) == {200, 503}, statuses
     for _sent, status, headers, body, _done in log:
@@ -152,14 +188,16 @@ async def test_broker_stopped_mid_load_503_while_down_200_after_restart_nothing_
             assert body["usage"]["completion_tokens"] == tokens
     while_down = [status for sent, status, *_ in log if down + 0.5 <= sent < up]
     assert len(while_down) >= 5 and set(while_down) == {503}, while_down
+    # the client loops' requests in flight at the crash: 200 or 503, as their publish was stored or not
     in_flight = [(status, done) for sent, status, _, _, done in log if sent < down < done]
     survived = [done for status, done in in_flight if status == 200 and done > up]
-    assert survived, (in_flight, diagnosis(log, down, up, gw, wk))  # accepted before the crash, answered after it
     after = [status for sent, status, *_ in log if sent > up + 3.0]
     assert len(after) >= 8 and set(after) == {200}, (after, diagnosis(log, down, up, gw, wk))
     last_503_s = max((sent - up for sent, status, *_ in log if status == 503), default=float("nan"))
     print(f"\n{kind(broker)} restart: {statuses[200]} answered 200, {statuses[503]} 503 (only while down; the last "
-          f"sent {last_503_s:+.2f} s after the restart), {len(survived)} accepted before the crash answered after it")
+          f"sent {last_503_s:+.2f} s after the restart), {len(survived)} of the client loops' and {len(answers)} long "
+          f"ones accepted before the crash answered after it (the long ones {max(a[3] for a in answers) - up:.2f} s "
+          f"after it at the latest)")
     # each process says it once per outage: lost (a warning), then back (info)
     name = {"redis": "Redis", "nats": "NATS"}[kind(broker)]
     for process, who in ((gw, f"{kind(broker)}_sink broker: "), (wk, "worker ")):
