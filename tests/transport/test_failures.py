@@ -34,6 +34,14 @@ def kind(broker: Broker) -> str:
     return broker.url.split(":", 1)[0]
 
 
+async def until_running(process: PipelineProcess, seqs: int, timeout_s: float = 20.0) -> None:
+    """Until the worker ``process``'s engine runs ``seqs`` sequences (its /metrics)."""
+    deadline = time.monotonic() + timeout_s
+    while sample(worker_metrics(process), "rxpipe_engine_running_seqs", engine="sim") < seqs:
+        assert time.monotonic() < deadline, f"the worker never ran {seqs} sequences"
+        await asyncio.sleep(0.05)
+
+
 @pytest.mark.timeout(90)
 async def test_kill_9_of_a_worker_every_accepted_request_completes_exactly_once(
         broker: Broker, processes: Processes) -> None:
@@ -44,10 +52,7 @@ async def test_kill_9_of_a_worker_every_accepted_request_completes_exactly_once(
     async with session() as http:
         tasks = [asyncio.ensure_future(complete(http, gw.url, f"request {i}", tokens, stream=i % 2 == 0))
                  for i in range(8)]
-        deadline = time.monotonic() + 20
-        while sample(worker_metrics(victim), "rxpipe_engine_running_seqs", engine="sim") < 8:  # it holds all 8
-            assert time.monotonic() < deadline
-            await asyncio.sleep(0.05)
+        await until_running(victim, 8)  # it holds all 8
         await asyncio.sleep(0.3)  # a few tokens streamed
         rescuer = worker(processes, broker.url, *slow, "consumer=rescuer")
         assert not any(t.done() for t in tasks)
@@ -88,10 +93,7 @@ async def test_a_worker_restarted_under_its_name_after_kill_9_takes_up_what_it_h
     async with session() as http:
         tasks = [asyncio.ensure_future(complete(http, gw.url, f"request {i}", tokens, stream=i % 2 == 0))
                  for i in range(4)]
-        deadline = time.monotonic() + 20
-        while sample(worker_metrics(victim), "rxpipe_engine_running_seqs", engine="sim") < 4:  # it holds all 4
-            assert time.monotonic() < deadline
-            await asyncio.sleep(0.05)
+        await until_running(victim, 4)  # it holds all 4
         victim.kill9()
         killed = time.monotonic()
         again = worker(processes, broker.url, *slow, "consumer=w1")
@@ -148,10 +150,7 @@ async def test_broker_stopped_mid_load_503_while_down_200_after_restart_nothing_
     async with session() as http:
         long = [asyncio.ensure_future(complete(http, gw.url, prompt, long_tokens, stream=i % 2 == 0, temperature=0))
                 for i, prompt in enumerate(prompts)]
-        deadline = time.monotonic() + 20
-        while sample(worker_metrics(wk), "rxpipe_engine_running_seqs", engine="sim") < len(long):  # all 4 run
-            assert time.monotonic() < deadline
-            await asyncio.sleep(0.05)
+        await until_running(wk, len(long))  # all 4 run
         loops = [asyncio.ensure_future(client_loop(http, k)) for k in range(8)]
         await asyncio.sleep(1.5)
         assert not any(t.done() for t in long)
