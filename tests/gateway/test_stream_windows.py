@@ -5,7 +5,9 @@ outstanding."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import socket
+from collections.abc import AsyncIterator
 from typing import Any
 
 import aiohttp
@@ -93,8 +95,11 @@ def _framed(*texts: str) -> bytes:
     return b"".join(b"%x\r\n%b\r\n" % (len(event), event) for event in events)
 
 
-async def _live_writer(flush_bytes: int) -> tuple[Completion, EventWriter, _CountedWrites, socket.socket]:
-    """A Completion whose tokens go to a live EventWriter (window 2) on one end of a socket pair."""
+@contextlib.asynccontextmanager
+async def _live_writer(
+        flush_bytes: int) -> AsyncIterator[tuple[Completion, EventWriter, _CountedWrites, socket.socket]]:
+    """A Completion whose tokens go to a live EventWriter (window 2) on one end of a socket pair;
+    on exit the writer is cancelled and both ends closed."""
     loop = asyncio.get_running_loop()
     ours, theirs = socket.socketpair()
     transport, protocol = await loop.connect_accepted_socket(lambda: BaseProtocol(loop), ours)
@@ -104,7 +109,13 @@ async def _live_writer(flush_bytes: int) -> tuple[Completion, EventWriter, _Coun
     counted = _CountedWrites(transport)  # type: ignore[arg-type]
     writer.transport, writer.protocol, writer.live = counted, protocol, True  # type: ignore[assignment]
     theirs.setblocking(False)
-    return completion, writer, counted, theirs
+    try:
+        yield completion, writer, counted, theirs
+    finally:
+        writer.cancel()
+        counted.transport.close()
+        theirs.close()
+        await asyncio.sleep(0)  # the transport's close runs
 
 
 async def _received(sock: socket.socket, size: int) -> bytes:
@@ -116,8 +127,7 @@ async def _received(sock: socket.socket, size: int) -> bytes:
 
 
 async def test_chunks_taken_in_one_loop_step_go_out_in_one_write_of_whole_events_in_order() -> None:
-    completion, writer, counted, theirs = await _live_writer(flush_bytes=16384)
-    try:
+    async with _live_writer(flush_bytes=16384) as (completion, writer, counted, theirs):
         texts = [f"t{i}" for i in range(10)]
         for text in texts:  # one backend read's worth of chunks, in one step
             completion.push(text, 1)
@@ -129,16 +139,10 @@ async def test_chunks_taken_in_one_loop_step_go_out_in_one_write_of_whole_events
         completion.push("after", 1)  # a later step: its own write
         await asyncio.sleep(0)
         assert counted.writes[1:] == [_framed("after")]
-    finally:
-        writer.cancel()
-        counted.transport.close()
-        theirs.close()
-        await asyncio.sleep(0)  # the transport's close runs
 
 
 async def test_a_batch_reaching_flush_bytes_is_written_at_once_and_a_cancelled_one_never() -> None:
-    completion, writer, counted, theirs = await _live_writer(flush_bytes=50)  # an event here: 17 bytes
-    try:
+    async with _live_writer(flush_bytes=50) as (completion, writer, counted, theirs):  # an event here: 17 bytes
         texts = [f"t{i}" for i in range(10)]
         for text in texts:
             completion.push(text, 1)
@@ -151,11 +155,6 @@ async def test_a_batch_reaching_flush_bytes_is_written_at_once_and_a_cancelled_o
         await asyncio.sleep(0)
         assert len(counted.writes) == 4
         assert await _received(theirs, len(_framed(*texts))) == _framed(*texts)
-    finally:
-        writer.cancel()
-        counted.transport.close()
-        theirs.close()
-        await asyncio.sleep(0)  # the transport's close runs
 
 
 async def test_flush_bytes_below_one_is_refused() -> None:
