@@ -566,7 +566,11 @@ async def test_a_non_streamed_call_has_no_read_timeout_but_the_total_timeout(ser
     try:
         assert (await e.submit(CompletionRequest(prompt="x", max_tokens=2)).result).text == " t0 t1"
         request = CompletionRequest(prompt="x", max_tokens=2)
-        # no answer within it: unreachable (the gateway's 503), as a connection timeout
+        # no answer within it: unreachable (the gateway's 503), as a connection timeout. The
+        # server now waits far longer than the 0.1 s bound: with only 0.3 s, a test process held
+        # off its core for 0.2 s (a loaded machine) saw the answer and the deadline in one loop
+        # step, and the answer could win.
+        server.control(first_delay_s=30.0)
         with pytest.raises(EngineUnavailableError, match=r"timed out after total_timeout_s=0.1 s \(0 tokens\)"):
             await bounded.submit(request).result
         assert e.breaker.consecutive_failures == 0 and bounded.breaker.consecutive_failures == 1
