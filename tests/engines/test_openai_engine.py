@@ -548,7 +548,7 @@ async def test_a_server_that_ignores_stream_true_still_answers(server: StubServe
 
 
 async def test_a_read_timeout_fails_a_streamed_request(server: StubServer) -> None:
-    server.control(first_delay_s=0.5)
+    server.control(first_delay_s=30.0)  # far over the 0.1 s read timeout, however loaded the machine
     e = make(server, read_timeout_s=0.1)
     try:
         with pytest.raises(EngineError, match="Timeout"):
