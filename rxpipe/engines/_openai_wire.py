@@ -264,8 +264,13 @@ class _HTTPCall(_OpenAIState):
                 events = True
                 if credit and not completion.credit and not await self._await_credit(call):
                     return
-                if completion.cancel_requested or self._take_data(call, line):
+                if completion.cancel_requested:
                     return
+                payload = line[5:].strip()
+                if payload == b"[DONE]":
+                    return
+                if payload:
+                    self._take(call, orjson.loads(payload))
             if not data:
                 return
 
@@ -336,23 +341,26 @@ class _HTTPCall(_OpenAIState):
             call.finish_reason = reason
         return text
 
-    def _take_data(self, call: _Call, line: bytes) -> bool:
-        """Apply one ``data:`` line of an SSE answer; True at ``data: [DONE]`` (the end)."""
-        payload = line[5:].strip()
-        if payload == b"[DONE]":
-            return True
-        if payload:
-            self._take(call, orjson.loads(payload))
-        return False
-
     def _take(self, call: _Call, event: Any) -> None:
-        """Apply one SSE event."""
-        choices = self._open(call, event)
+        """Apply one SSE event (the JSON of one ``data:`` line): its text as one token, its
+        finish reason and usage onto ``call``; ValueError for an ``error`` object or a non-object.
+        A plain token event (a dict without ``error`` or ``usage``) is read inline, the rest
+        through :meth:`_open` and :meth:`_choice_text` as a whole answer is."""
+        if type(event) is dict and "usage" not in event and not event.get("error"):
+            choices = event.get("choices")
+        else:
+            choices = self._open(call, event)
         if not choices:
             return
         choice = choices[0]
-        text = self._choice_text(call, choice, "delta")
+        if call.chat:
+            part = choice.get("delta")
+            text = part.get("content") if type(part) is dict else None
+        else:
+            text = choice.get("text")
         reason = choice.get("finish_reason")
+        if reason:
+            call.finish_reason = reason
         if text:
             if call.first_token_s is None:
                 call.first_token_s = self._loop.time()  # type: ignore[union-attr]
