@@ -163,7 +163,7 @@ class _HTTPCall(_OpenAIState):
                 else:
                     await self._read_events(call, response)
             elif response.content_type == "text/event-stream":  # a server that ignored "stream": false
-                await self._read_all_events(call, response)
+                await self._read_events(call, response, credit=False)
             else:
                 await self._read_answer(call, response)
         except (aiohttp.ClientError, OSError) as error:
@@ -220,9 +220,19 @@ class _HTTPCall(_OpenAIState):
             body["stream"] = False  # one JSON body, its usage included (OpenAI: stream_options only with stream)
         return orjson.dumps(body)
 
-    async def _read_events(self, call: _Call, response: aiohttp.ClientResponse) -> None:
-        """Read a streamed request's SSE events into the completion until ``[DONE]`` or the end
-        of the body, one line at a time, each only while the consumer has credit.
+    async def _read_events(self, call: _Call, response: aiohttp.ClientResponse, *, credit: bool = True) -> None:
+        """Read an SSE answer's ``data:`` lines into the completion until ``[DONE]`` or the end
+        of the body.
+
+        Each read takes whatever arrived (``readany``: often dozens of events at once) and splits
+        its whole lines in one pass; an unfinished line waits for the next read (at most
+        ``max_answer_bytes`` of it: ValueError beyond). Lines end in LF or CRLF; blank lines,
+        comments and ``event:``/``id:`` fields are skipped; each ``data:`` line is one event.
+        With ``credit`` (a streamed request) each event is applied only while the consumer has
+        credit, and nothing more is read from the socket while it has none (TCP backpressure:
+        what one read brought is all that is held here); ``stall_timeout_s`` without credit ends
+        it ``"stalled"``. Without ``credit`` (a request not streamed to its client whose server
+        answered SSE although asked for ``"stream": false``) every event is applied at once.
 
         Stops early when the completion is cancelled or stalled. A body cut short by the server
         (no terminating chunk) raises ``aiohttp.ClientPayloadError``; a clean end without
@@ -231,48 +241,36 @@ class _HTTPCall(_OpenAIState):
         """
         content = response.content
         completion = call.completion
-        events = False
-        while True:
-            # Credit: read nothing while the consumer cannot take a chunk (TCP backpressure).
-            if not completion.credit and not await self._await_credit(call):
-                return
-            line = await content.readline()
-            if not line and not events and not completion.cancel_requested:
-                raise ValueError(f"not an OpenAI answer: a {response.content_type} body without one SSE event")
-            if not line or completion.cancel_requested:
-                return
-            if not line.startswith(b"data:"):
-                continue  # blank separators, comments, event:/id: fields
-            events = True
-            if self._take_data(call, line):
-                return
-
-    async def _read_all_events(self, call: _Call, response: aiohttp.ClientResponse) -> None:
-        """:meth:`_read_events` for a request not streamed to its client whose server answered
-        SSE although asked for ``"stream": false``: each read takes whatever arrived and its whole
-        lines are parsed in one go, no credit. Same lines, same order, same early ends, same
-        ValueError for a body without a single ``data:`` event."""
-        completion = call.completion
-        content = response.content
+        cap = self.max_answer_bytes
         rest = b""
         events = False
         while True:
+            # Credit: read nothing while the consumer cannot take a chunk (TCP backpressure).
+            if credit and not completion.credit and not await self._await_credit(call):
+                return
             data = await content.readany()
-            if not data:
+            if data:
+                lines = (rest + data).split(b"\n")
+                rest = lines.pop()  # an unfinished line waits for the next read
+                if len(rest) > cap:
+                    raise ValueError(f"an SSE line over max_answer_bytes={cap} bytes")
+            else:  # the end of the body
                 if not events and not rest.startswith(b"data:") and not completion.cancel_requested:
                     raise ValueError(f"not an OpenAI answer: a {response.content_type} body without one SSE event")
                 lines = [rest] if rest else []  # a last line without its newline
-            else:
-                lines = (rest + data).split(b"\n")
-                rest = lines.pop()  # an unfinished line waits for the next read
             for line in lines:
-                if completion.cancel_requested:
-                    return
                 if not line.startswith(b"data:"):
                     continue  # blank separators, comments, event:/id: fields
                 events = True
-                if self._take_data(call, line):
+                if credit and not completion.credit and not await self._await_credit(call):
                     return
+                if completion.cancel_requested:
+                    return
+                payload = line[5:].strip()
+                if payload == b"[DONE]":
+                    return
+                if payload:
+                    self._take(call, orjson.loads(payload))
             if not data:
                 return
 
@@ -343,23 +341,26 @@ class _HTTPCall(_OpenAIState):
             call.finish_reason = reason
         return text
 
-    def _take_data(self, call: _Call, line: bytes) -> bool:
-        """Apply one ``data:`` line of an SSE answer; True at ``data: [DONE]`` (the end)."""
-        payload = line[5:].strip()
-        if payload == b"[DONE]":
-            return True
-        if payload:
-            self._take(call, orjson.loads(payload))
-        return False
-
     def _take(self, call: _Call, event: Any) -> None:
-        """Apply one SSE event."""
-        choices = self._open(call, event)
+        """Apply one SSE event (the JSON of one ``data:`` line): its text as one token, its
+        finish reason and usage onto ``call``; ValueError for an ``error`` object or a non-object.
+        A plain token event (a dict without ``error`` or ``usage``) is read inline, the rest
+        through :meth:`_open` and :meth:`_choice_text` as a whole answer is."""
+        if type(event) is dict and "usage" not in event and not event.get("error"):
+            choices = event.get("choices")
+        else:
+            choices = self._open(call, event)
         if not choices:
             return
         choice = choices[0]
-        text = self._choice_text(call, choice, "delta")
+        if call.chat:
+            part = choice.get("delta")
+            text = part.get("content") if type(part) is dict else None
+        else:
+            text = choice.get("text")
         reason = choice.get("finish_reason")
+        if reason:
+            call.finish_reason = reason
         if text:
             if call.first_token_s is None:
                 call.first_token_s = self._loop.time()  # type: ignore[union-attr]

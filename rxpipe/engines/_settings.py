@@ -77,5 +77,6 @@ OPENAI_SETTINGS = Schema(
     Setting("throttle_retries", 5, "int", "how often one request is sent again after a 429/503", minimum=0),
     STALL_TIMEOUT,
     Setting("include_usage", True, "bool", "ask a streamed call for usage (stream_options.include_usage)"),
-    Setting("max_answer_bytes", 16 * 2**20, "int", "the largest non-streamed answer read (bytes)", minimum=1),
+    Setting("max_answer_bytes", 16 * 2**20, "int",
+            "the largest non-streamed answer, and the longest SSE line, read (bytes)", minimum=1),
 )

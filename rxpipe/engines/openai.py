@@ -116,9 +116,9 @@ class OpenAIEngine(_HTTPCall, _Backoff, _UsageProbe):
             the same request has the same usage streamed or not. A non-streamed answer carries
             ``usage`` anyway; without it its text counts 1 token per 4 UTF-8 bytes and so does
             its prompt (the estimate, :func:`~rxpipe.engines.estimate_tokens`).
-        max_answer_bytes: the largest non-streamed answer body read (bytes, default 16 MiB); a
-            bigger one fails the request with ``EngineError`` (a backend gone wrong must not fill
-            the gateway's memory).
+        max_answer_bytes: the largest non-streamed answer body read, and the longest line of
+            an SSE answer (bytes, default 16 MiB); a bigger one fails the request with
+            ``EngineError`` (a backend gone wrong must not fill the gateway's memory).
         headers: extra HTTP headers for every call (they win over the engine's own, including
             ``X-Request-Id``). session: an ``aiohttp.ClientSession`` to use
             (not closed by :meth:`aclose`); default: one of our own, bounded to

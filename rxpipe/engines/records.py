@@ -382,6 +382,13 @@ class _TokenSubscription(DrainSubscription):
             self.downstream.on_next(chunk)
             if self.cancelled:
                 return
+            if not c._pending_tokens and not c.done:
+                # a consumer that gives its credit back inside on_next (the SSE writer) marked
+                # the loop missed: nothing is pending, nothing ended and nothing failed (fail()
+                # cancels: returned above), so another pass would do nothing (once per
+                # streamed token otherwise)
+                self._missed = False
+                return
         if c.done and not c._pending_tokens:
             if c._error is not None:
                 self._error(c._error)

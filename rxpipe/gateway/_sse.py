@@ -34,8 +34,9 @@ class EventWriter(InternalSubscriber):
     counters (``body_length``, access-log sizes) do not include them; the edge runs without an
     access log."""
 
-    __slots__ = ("loop", "window", "subscription", "pending", "prefix", "suffix", "transport", "protocol", "live",
-                 "done", "broken", "error", "waiter", "batch", "batch_bytes", "flush_bytes", "flush_handle")
+    __slots__ = ("loop", "window", "subscription", "pending", "prefix", "suffix", "fixed_bytes", "transport",
+                 "protocol", "live", "done", "broken", "error", "waiter", "batch", "batch_bytes", "flush_bytes",
+                 "flush_handle")
 
     def __init__(self, loop: asyncio.AbstractEventLoop, window: int, prefix: bytes, suffix: bytes,
                  flush_bytes: int = 16384) -> None:
@@ -53,6 +54,8 @@ class EventWriter(InternalSubscriber):
         self.pending: list[bytes] = []
         #: the token event's template (:func:`token_event_template`)
         self.prefix, self.suffix = prefix, suffix
+        #: bytes of an event besides its text's JSON string
+        self.fixed_bytes = len(prefix) + len(suffix)
         self.transport: asyncio.Transport | None = None
         self.protocol: Any = None
         #: True while on_next may write to the socket itself (this task is waiting, not writing)
@@ -76,7 +79,7 @@ class EventWriter(InternalSubscriber):
         subscription.request(self.window)
 
     def on_next(self, chunk: Any) -> None:
-        event = self.prefix + orjson.dumps(chunk.text) + self.suffix
+        text = orjson.dumps(chunk.text)
         transport = self.transport
         if self.live and transport is not None and not self.protocol.writing_paused:
             if transport.is_closing():
@@ -84,7 +87,7 @@ class EventWriter(InternalSubscriber):
                 self._wake()
                 return
             # one HTTP chunk (aiohttp's chunked framing) per event: never a split event
-            framed = b"%x\r\n%b\r\n" % (len(event), event)
+            framed = b"%x\r\n%b%b%b\r\n" % (self.fixed_bytes + len(text), self.prefix, text, self.suffix)
             self.batch.append(framed)
             self.batch_bytes += len(framed)
             if self.batch_bytes + transport.get_write_buffer_size() >= self.flush_bytes:
@@ -94,7 +97,7 @@ class EventWriter(InternalSubscriber):
             self.subscription.request(1)  # type: ignore[union-attr]  # the transport (or this step's batch) took it
             return
         else:
-            self.pending.append(event)
+            self.pending.append(self.prefix + text + self.suffix)
         self._wake()
 
     def flush(self) -> None:

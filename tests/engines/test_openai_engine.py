@@ -8,6 +8,7 @@ import random
 import time
 import uuid
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -684,11 +685,105 @@ async def test_a_request_without_credit_parses_whatever_arrived_line_by_line_acr
         call = _Call(Completion(request, e, asyncio.get_running_loop()), chat=False)
         whole = (b": a comment\r\n\r\n" + event("a") + b"\r\n\r\n" + event("b") + b"\n\n" + event("c"))
         cut = whole.index(b"b") + 1
-        await e._read_all_events(call, Response(whole[:7], whole[7:cut], whole[cut:]))  # type: ignore[arg-type]
+        await e._read_events(call, Response(whole[:7], whole[7:cut], whole[cut:]), credit=False)  # type: ignore[arg-type]
         assert call.parts == ["a", "b", "c"] and call.tokens == 3
         call = _Call(Completion(CompletionRequest(prompt="p"), e, asyncio.get_running_loop()), chat=False)
-        await e._read_all_events(call, Response(event("x") + b"\n\ndata: [DONE]\n\n" + event("y") + b"\n"))  # type: ignore[arg-type]
+        await e._read_events(call, Response(event("x") + b"\n\ndata: [DONE]\n\n" + event("y") + b"\n"), credit=False)  # type: ignore[arg-type]
         assert call.parts == ["x"]  # nothing after [DONE]
+    finally:
+        await e.aclose()
+
+
+class _Reads:
+    """``response.content`` of a fake SSE answer: ``readany`` hands out the given parts in order
+    (then b"": the end of the body) and counts the reads made."""
+
+    def __init__(self, *parts: bytes) -> None:
+        self.parts = list(parts)
+        self.reads = 0
+
+    async def readany(self) -> bytes:
+        self.reads += 1
+        return self.parts.pop(0) if self.parts else b""
+
+
+class _SSEResponse:
+    content_type = "text/event-stream"
+
+    def __init__(self, *parts: bytes) -> None:
+        self.content = _Reads(*parts)
+
+
+def _text_event(text: str, finish: str = "null") -> bytes:
+    return b'data: {"choices": [{"text": "' + text.encode() + b'", "finish_reason": ' + finish.encode() + b"}]}"
+
+
+async def _streamed_call(e: OpenAIEngine, credit: int) -> tuple[Any, TestSubscriber[TokenChunk]]:
+    from rxpipe.engines._openai_state import _Call
+
+    e._bind()
+    completion = Completion(CompletionRequest(prompt="p", stream=True), e, asyncio.get_running_loop())
+    call = _Call(completion, chat=False)
+    completion.engine_state = call  # credit_granted wakes the call's credit wait
+    sink = TestSubscriber[TokenChunk](initial_request=credit)
+    completion.tokens.subscribe(sink)
+    return call, sink
+
+
+async def test_a_streamed_read_carrying_many_events_is_applied_one_event_per_credit_and_read_no_further() -> None:
+    """One read brought five events and a part of a sixth while the consumer has credit 1: one
+    event is applied per credit granted, and the socket is not read again until the local ones
+    are used up (TCP backpressure holds); the event cut across the reads arrives whole."""
+    e = OpenAIEngine("http://127.0.0.1:9", model="m", max_in_flight=1, stall_timeout_s=None)
+    try:
+        call, sink = await _streamed_call(e, credit=1)
+        first = b"".join(_text_event(f"t{i}") + b"\n\n" for i in range(5)) + _text_event("t5")[:20]
+        response = _SSEResponse(first, _text_event("t5")[20:] + b"\n\ndata: [DONE]\n\n")
+        task = asyncio.ensure_future(e._read_events(call, response))  # type: ignore[arg-type]
+        for _ in range(5):
+            await asyncio.sleep(0)
+        assert [c.text for c in sink.values] == ["t0"] and response.content.reads == 1
+        for i in range(1, 5):
+            sink.request(1)
+            for _ in range(5):
+                await asyncio.sleep(0)
+            assert [c.text for c in sink.values] == [f"t{j}" for j in range(i + 1)]
+            assert response.content.reads == 1 and call.tokens == i + 1
+        sink.request(1)
+        for _ in range(5):
+            await asyncio.sleep(0)
+        assert [c.text for c in sink.values] == [f"t{j}" for j in range(6)] and call.tokens == 6
+        assert not task.done()  # as with a line per read: [DONE] too is taken only with credit
+        sink.request(1)
+        await asyncio.wait_for(task, 5)
+        assert response.content.reads == 2  # [DONE] ended it: the end of the body was never awaited
+    finally:
+        await e.aclose()
+
+
+@pytest.mark.parametrize("credit", [True, False])
+async def test_sse_lines_with_crlf_ends_and_a_last_data_line_without_its_newline_are_read(credit: bool) -> None:
+    """CRLF line ends, comments and ``event:`` fields, and a last ``data:`` line the body ended
+    without a newline after: the same events, streamed (with credit) or not."""
+    e = OpenAIEngine("http://127.0.0.1:9", model="m", max_in_flight=1, stall_timeout_s=None)
+    try:
+        call, sink = await _streamed_call(e, credit=UNBOUNDED)
+        body = (b": keep-alive\r\n\r\nevent: token\r\n" + _text_event("a") + b"\r\n\r\n"
+                + _text_event("b") + b"\r\n\r\n" + _text_event("", '"length"'))
+        await e._read_events(call, _SSEResponse(body[:9], body[9:]), credit=credit)  # type: ignore[arg-type]
+        assert call.parts == ["a", "b"] and call.tokens == 2 and call.finish_reason == "length"
+    finally:
+        await e.aclose()
+
+
+async def test_an_sse_line_longer_than_max_answer_bytes_fails_the_read() -> None:
+    e = OpenAIEngine("http://127.0.0.1:9", model="m", max_in_flight=1, stall_timeout_s=None, max_answer_bytes=64)
+    try:
+        call, sink = await _streamed_call(e, credit=UNBOUNDED)
+        response = _SSEResponse(_text_event("a") + b"\n\n" + b"data: " + b"x" * 58, b"y")
+        with pytest.raises(ValueError, match="an SSE line over max_answer_bytes=64 bytes"):
+            await e._read_events(call, response)  # type: ignore[arg-type]
+        assert call.parts == ["a"] and response.content.reads == 2  # 65 bytes: one over
     finally:
         await e.aclose()
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import re
+from typing import Any
 
 import pytest
 
@@ -19,6 +20,7 @@ from rxpipe.engines import (
     estimate_tokens,
 )
 from rxpipe.errors import EngineUnavailableError, RxPipeError
+from rxpipe.stage import InternalSubscriber
 from rxpipe.testing import TestSubscriber
 
 from .helpers import engine, req
@@ -108,3 +110,71 @@ async def test_a_finished_completion_with_nothing_pending_completes_without_dema
     ts = TestSubscriber[TokenChunk]()
     c.tokens.subscribe(ts)
     assert ts.values == [] and ts.completed
+
+
+class _Owner:
+    """A Completion's owner that records what the Completion calls back."""
+
+    def __init__(self) -> None:
+        self.cancelled = 0
+        self.credit_grants = 0
+
+    def cancel_completion(self, completion: Completion) -> None:
+        self.cancelled += 1
+
+    def credit_granted(self, completion: Completion) -> None:
+        self.credit_grants += 1
+
+
+class _GivesCreditBack(InternalSubscriber):
+    """A token consumer that gives each chunk's credit back inside ``on_next`` (as the gateway's
+    SSE writer does), with ``request(bad)`` after the chunk numbered ``bad_after``."""
+
+    def __init__(self, bad_after: int = -1) -> None:
+        self.values: list[TokenChunk] = []
+        self.errors: list[BaseException] = []
+        self.completed = 0
+        self.bad_after = bad_after
+        self.subscription: Any = None
+
+    def on_subscribe(self, subscription: Any) -> None:
+        self.subscription = subscription
+        subscription.request(1)
+
+    def on_next(self, chunk: TokenChunk) -> None:
+        self.values.append(chunk)
+        self.subscription.request(0 if chunk.index == self.bad_after else 1)
+
+    def on_error(self, error: BaseException) -> None:
+        self.errors.append(error)
+
+    def on_complete(self) -> None:
+        self.completed += 1
+
+
+async def test_credit_given_back_inside_on_next_delivers_each_push_once_then_the_end_once() -> None:
+    owner = _Owner()
+    c = Completion(CompletionRequest(prompt="p", stream=True), owner, asyncio.get_running_loop())
+    consumer = _GivesCreditBack()
+    c.tokens.subscribe(consumer)
+    for text in ("a", "b", "c"):
+        c.push(text, 1)
+    assert consumer.values == [TokenChunk(0, "a", 1), TokenChunk(1, "b", 1), TokenChunk(2, "c", 1)]
+    assert c.credit == 1 and owner.credit_grants == 4 and not consumer.completed
+    c.finish(CompletionResult("abc", "stop", 1, 3, 0.0, 0.0, 0.0))
+    assert consumer.completed == 1 and consumer.errors == [] and len(consumer.values) == 3
+
+
+async def test_a_bad_request_inside_on_next_is_signalled_after_it_returns() -> None:
+    """Reactive Streams §3.9 through the token stream: ``request(0)`` from inside ``on_next``
+    cancels the stream and signals ``on_error`` once ``on_next`` returned (§1.3), even though
+    nothing is pending then."""
+    owner = _Owner()
+    c = Completion(CompletionRequest(prompt="p", stream=True), owner, asyncio.get_running_loop())
+    consumer = _GivesCreditBack(bad_after=1)
+    c.tokens.subscribe(consumer)
+    for text in ("a", "b", "c"):
+        c.push(text, 1)
+    assert [chunk.text for chunk in consumer.values] == ["a", "b"]
+    assert len(consumer.errors) == 1 and isinstance(consumer.errors[0], ValueError)
+    assert "§3.9" in str(consumer.errors[0]) and owner.cancelled == 1 and c.cancel_requested
