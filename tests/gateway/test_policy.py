@@ -218,6 +218,9 @@ def test_service_time_is_a_p90_of_recent_samples() -> None:
     for i in range(100):
         meter.record_service(i / 100)
     assert meter.service_time() == 0.9
+    for _ in range(10):  # every sample counts at once: 0.00-0.09 left, ten of 2.0 came
+        meter.record_service(2.0)
+    assert meter.service_time() == 2.0
     for _ in range(100):  # the window moves: old samples leave
         meter.record_service(0.05)
     assert meter.service_time() == 0.05
