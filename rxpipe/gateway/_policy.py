@@ -131,7 +131,8 @@ class DrainMeter:
         while intervals and intervals[0][0] < now - self.horizon_s:
             self._span -= intervals.popleft()[1]
         if len(intervals) < 2:
-            self._span = sum(interval for _, interval in intervals)  # no rounding drift carried on
+            # no rounding drift carried on (no sum(<genexpr>): asked for every refusal)
+            self._span = intervals[0][1] if intervals else 0.0
             return None
         if self._span < self.min_span_s:  # no rate from one group of finishes
             return None
