@@ -152,7 +152,8 @@ class OpenAIEngine(_HTTPCall, _Backoff, _UsageProbe):
     Cancelling a Completion (or its token stream) closes its HTTP connection at once, so the
     server sees the disconnect and frees its slot (vLLM aborts the sequence); the engine's slot
     is free one loop iteration later. Every request carries ``X-Request-Id:
-    wire_request_id(request.id)`` (a UUID4 form of the id) unless ``headers`` sets one.
+    wire_request_id(request.id)`` (a UUID4: the gateway's id digits themselves, else a digest of
+    the id) unless ``headers`` sets one.
 
     Tasks: one per running call, none while idle. Timers: the pause, the breaker's half-open
     wake-up, and one deadline timer for ``total_timeout_s`` (armed for the earliest deadline of
