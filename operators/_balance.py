@@ -51,7 +51,10 @@ class Replicas:
 
     @property
     def available(self) -> bool:
-        return any(engine.available for engine in self.engines)
+        for engine in self.engines:  # a loop, not any(<genexpr>): asked for every request
+            if engine.available:
+                return True
+        return False
 
     @property
     def retry_after_s(self) -> float:
@@ -171,7 +174,7 @@ class BalanceRun(UpstreamLink):
     """
 
     __slots__ = (*LINK_SLOTS, "stage", "ports", "attached_ports", "live", "pending", "cursor", "pump",
-                 "terminal", "listening", "__weakref__")
+                 "terminal", "listening", "saw_unavailable", "__weakref__")
     hands_itself_downstream = False
 
     def __init__(self, stage: BalanceFlowable) -> None:
@@ -187,6 +190,9 @@ class BalanceRun(UpstreamLink):
         #: upstream's terminal signal once received: True (completed) or the error
         self.terminal: BaseException | bool | None = None
         self.listening = False
+        #: the last pass saw a live port whose engine was unavailable (or did not look at every
+        #: port): only then can an engine's capacity signal change what a pass decides
+        self.saw_unavailable = True
         self.link_upstream(stage.name)
 
     # -- ports -----------------------------------------------------------------------------------
@@ -200,7 +206,7 @@ class BalanceRun(UpstreamLink):
             if self.live:
                 for engine in self.stage.port_engines:
                     if engine is not None:
-                        engine.add_capacity_listener(self.pump)
+                        engine.add_capacity_listener(self.on_capacity)
                 self.listening = True
                 self.stage.source._subscribe_safely(self)
             else:
@@ -216,12 +222,23 @@ class BalanceRun(UpstreamLink):
         else:
             self.pump()  # its items may go to another port
 
+    def on_capacity(self) -> None:
+        """A branch's engine has more free slots, or became available (its capacity listener).
+
+        Free slots reach the run as its ports' requests (the branch's ``execute`` asks); what
+        only the run sees is an engine turning available, which makes its port eligible. So a
+        pass runs when the last one saw an unavailable engine, holds items, or is running now
+        (then it is marked missed); otherwise a pass would decide exactly what the last one did
+        and is skipped (one per finished request on the router's path)."""
+        if self.saw_unavailable or self.pending or self.terminal is not None or self.pump.running:
+            self.pump()
+
     def _stop_listening(self) -> None:
         if self.listening:
             self.listening = False
             for engine in self.stage.port_engines:
                 if engine is not None:
-                    engine.remove_capacity_listener(self.pump)
+                    engine.remove_capacity_listener(self.on_capacity)
 
     def _discard_pending(self, reason: str) -> None:
         items = [item for item, _ in self.pending]
@@ -229,12 +246,6 @@ class BalanceRun(UpstreamLink):
         discard_all(items, reason, self.counters)
 
     # -- dispatch ----------------------------------------------------------------------------------
-    def _eligible(self, port: PortSubscription | None) -> bool:
-        if port is None or port.cancelled or port.finished or port.demand <= 0:
-            return False
-        engine = self.stage.port_engines[port.k]
-        return engine is None or engine.available
-
     def choose(self, excluded: frozenset[int] | set[int] = frozenset(), item: Any = None) -> PortSubscription | None:
         """The eligible port with the most demand; among equal demand the first at or after
         ``cursor`` (round-robin). With the stage's ``affinity`` and an ``item``, the affinity
@@ -242,30 +253,45 @@ class BalanceRun(UpstreamLink):
         ports = self.ports
         n = len(ports)
         affinity = self.stage.affinity
+        engines = self.stage.port_engines
+        cursor = self.cursor
         if affinity is not None and item is not None:
             candidates = []
             for step in range(n):
-                k = (self.cursor + step) % n
+                k = cursor + step
+                if k >= n:
+                    k -= n
                 port = ports[k]
-                if k not in excluded and self._eligible(port):
-                    candidates.append((k, port.demand))  # type: ignore[union-attr]
+                # eligible: live, not finished, with demand, its engine (if any) available
+                if port is None or port.cancelled or port.finished or k in excluded:
+                    continue
+                demand = port.demand
+                if demand > 0:
+                    engine = engines[k]
+                    if engine is None or engine.available:
+                        candidates.append((k, demand))
             if not candidates:
                 return None
             chosen = affinity.choose(item, candidates)
-            if not any(k == chosen for k, _ in candidates):
-                raise ProtocolViolationError(f"{self.stage.name}: routing policy {affinity!r} chose branch "
-                                             f"{chosen!r}, not one of those with demand {candidates}")
-            return ports[chosen]
+            for k, _ in candidates:
+                if k == chosen:
+                    return ports[k]
+            raise ProtocolViolationError(f"{self.stage.name}: routing policy {affinity!r} chose branch "
+                                         f"{chosen!r}, not one of those with demand {candidates}")
         best: PortSubscription | None = None
         best_demand = 0
         for step in range(n):
-            k = (self.cursor + step) % n
+            k = cursor + step
+            if k >= n:
+                k -= n
             port = ports[k]
-            if k in excluded or not self._eligible(port):
+            if port is None or port.cancelled or port.finished or k in excluded:
                 continue
-            assert port is not None
-            if port.demand > best_demand:
-                best, best_demand = port, port.demand
+            demand = port.demand
+            if demand > best_demand:
+                engine = engines[k]
+                if engine is None or engine.available:
+                    best, best_demand = port, demand
         return best
 
     def _all_down(self) -> bool:
@@ -305,11 +331,13 @@ class BalanceRun(UpstreamLink):
     def _pump_pass(self) -> None:
         pending = self.pending
         retry = self.stage.retry_unstarted and len(self.ports) > 1
-        down = self._all_down()
+        down: bool | None = None  # _all_down(), asked only when a pass needs it
         while pending:
             item, failover = pending[0]
             port = self.choose(failover.tried if failover is not None else frozenset(), item)
             if port is None:
+                if down is None:
+                    down = self._all_down()
                 if down and self._answer_unavailable(item, failover):
                     pending.popleft()
                     continue
@@ -337,14 +365,30 @@ class BalanceRun(UpstreamLink):
             return
         if self.upstream is None or self.upstream_done:
             return
+        # want: the demand of the eligible ports (and of every live port while all are down);
+        # each port's demand and engine read once
+        engines = self.stage.port_engines
         want = 0
+        saw_unavailable = False
         for port in self.ports:
-            if self._eligible(port) or (down and port is not None and not port.cancelled and not port.finished):
-                assert port is not None
-                want += port.demand
-                if want >= UNBOUNDED:
-                    want = UNBOUNDED
-                    break
+            if port is None or port.cancelled or port.finished:
+                continue
+            demand = port.demand
+            if demand <= 0:
+                continue
+            engine = engines[port.k]
+            if engine is not None and not engine.available:
+                saw_unavailable = True
+                if down is None:
+                    down = self._all_down()
+                if not down:
+                    continue
+            want += demand
+            if want >= UNBOUNDED:
+                want = UNBOUNDED
+                saw_unavailable = True  # not every port was looked at
+                break
+        self.saw_unavailable = saw_unavailable
         if want == UNBOUNDED:
             if self.upstream_outstanding != UNBOUNDED:
                 self.request_upstream(UNBOUNDED)

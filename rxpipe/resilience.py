@@ -154,6 +154,12 @@ class CircuitBreaker:
         return self._advance()
 
     @property
+    def closed(self) -> bool:
+        """True while the circuit is closed (calls pass): :attr:`state` ``== "closed"`` without a
+        clock reading (closed never changes with time alone), for callers polling per request."""
+        return self._state == "closed"
+
+    @property
     def consecutive_failures(self) -> int:
         """Failed calls since the last success (what ``failure_threshold`` is compared with)."""
         return self._failures

@@ -249,3 +249,23 @@ async def test_resilient_call_deadline_raises_timeout_error(loop: asyncio.Abstra
     with pytest.raises(TimeoutError):
         await resilient_call(slow, 1, timeout_s=2.5)
     assert loop.time() == 2.5
+
+
+def test_breaker_closed_is_the_closed_state_without_a_clock_reading() -> None:
+    readings = []
+    clock = Clock()
+
+    def reading() -> float:
+        readings.append(clock.now)
+        return clock.now
+
+    breaker = CircuitBreaker(1, 10.0, clock=reading)
+    assert breaker.closed is True and readings == []  # polled per request: no clock while closed
+    breaker.acquire()
+    breaker.record_failure()
+    assert (breaker.closed, breaker.state) == (False, "open")
+    clock.now = 10.0
+    assert (breaker.closed, breaker.state) == (False, "half_open")
+    assert breaker.acquire() is True
+    breaker.record_success()
+    assert (breaker.closed, breaker.state) == (True, "closed")

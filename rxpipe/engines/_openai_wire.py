@@ -15,6 +15,7 @@ import aiohttp
 import orjson
 
 from ..errors import EngineUnavailableError
+from ._ids import uuid4_hex_suffix
 from ._openai_errors import backend_error, broken_answer
 from ._openai_state import _Call, _OpenAIState
 from .records import estimate_tokens
@@ -23,9 +24,15 @@ __all__ = ["parse_retry_after", "wire_request_id"]
 
 
 def wire_request_id(request_id: str) -> str:
-    """The ``X-Request-Id`` sent for ``request_id``: a UUID4-formatted digest of it (servers
-    such as llama.cpp's accept only a UUID4 there), the same for the same id:
-    ``str(uuid.UUID(md5(request_id).hexdigest(), version=4))``, formatted without the UUID object."""
+    """The ``X-Request-Id`` sent for ``request_id``: a UUID4 (servers such as llama.cpp's accept
+    only a UUID4 there), the same for the same id. An id ending in a UUID4's 32 hex digits (the
+    gateway's, :func:`~rxpipe.engines._ids.new_id_hex`: ``"chatcmpl-<hex>"``) is sent as those
+    digits in the UUID's dashed form, so client, gateway and backend logs show one id; any other
+    id as a digest of it: ``str(uuid.UUID(md5(request_id).hexdigest(), version=4))``, formatted
+    without the UUID object."""
+    h = uuid4_hex_suffix(request_id)
+    if h is not None:
+        return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
     h = hashlib.md5(request_id.encode()).hexdigest()
     # version=4 sets the version nibble to 4 and the variant bits to 10 (RFC 9562 §4.1, §4.2)
     return f"{h[:8]}-{h[8:12]}-4{h[13:16]}-{_VARIANT[h[16]]}{h[17:20]}-{h[20:]}"

@@ -40,7 +40,7 @@ log = logging.getLogger("rxpipe")
 
 
 class _ExecuteSubscription(QueueDrainSubscription, UpstreamLink):
-    __slots__ = (*LINK_SLOTS, "engine", "unit", "held", "received", "skipped", "_pump")
+    __slots__ = (*LINK_SLOTS, "engine", "unit", "held", "received", "skipped", "_pump", "_pass_drain")
     #: downstream gets this subscription before upstream is subscribed (see ExecuteFlowable)
     hands_itself_downstream = False
 
@@ -56,6 +56,8 @@ class _ExecuteSubscription(QueueDrainSubscription, UpstreamLink):
         self.link_upstream(name)
         #: the pump, run serially (a re-entrant call is folded into the running one)
         self._pump = SerialLoop(self._pump_pass)
+        #: True while the pass delivers (its own drain): the pass asks upstream after it anyway
+        self._pass_drain = False
         engine.add_capacity_listener(self._pump)
 
     # -- upstream signals ----------------------------------------------------------------------
@@ -101,7 +103,13 @@ class _ExecuteSubscription(QueueDrainSubscription, UpstreamLink):
         if self.held:
             self._submit_held()
             if self.queue:
-                self.drain()  # a delivery re-enters the pump through _on_delivered: marked missed
+                # what this drain delivers makes room that _request_more below counts: no pass
+                # again for it (a delivery by any other drain re-enters the pump)
+                self._pass_drain = True
+                try:
+                    self.drain()
+                finally:
+                    self._pass_drain = False
             if self.cancelled:
                 return
         if self.upstream_done:
@@ -158,7 +166,7 @@ class _ExecuteSubscription(QueueDrainSubscription, UpstreamLink):
         if upstream is None:
             return
         free = engine.free_slots
-        if not engine.available and self.held:
+        if self.held and not engine.available:
             return  # requests without a reply slot wait for the engine: ask for nothing more
         room = (min(free, engine.max_num_seqs - len(self.queue)) - len(self.held)
                 - self.upstream_outstanding * self.unit)
@@ -168,7 +176,8 @@ class _ExecuteSubscription(QueueDrainSubscription, UpstreamLink):
 
     # -- downstream ------------------------------------------------------------------------------
     def _on_delivered(self, count: int) -> None:
-        self._pump()
+        if not self._pass_drain:
+            self._pump()
 
     def _fail_held(self, error: BaseException) -> None:
         held = self.held

@@ -152,7 +152,8 @@ class OpenAIEngine(_HTTPCall, _Backoff, _UsageProbe):
     Cancelling a Completion (or its token stream) closes its HTTP connection at once, so the
     server sees the disconnect and frees its slot (vLLM aborts the sequence); the engine's slot
     is free one loop iteration later. Every request carries ``X-Request-Id:
-    wire_request_id(request.id)`` (a UUID4 form of the id) unless ``headers`` sets one.
+    wire_request_id(request.id)`` (a UUID4: the gateway's id digits themselves, else a digest of
+    the id) unless ``headers`` sets one.
 
     Tasks: one per running call, none while idle. Timers: the pause, the breaker's half-open
     wake-up, and one deadline timer for ``total_timeout_s`` (armed for the earliest deadline of
@@ -277,7 +278,8 @@ class OpenAIEngine(_HTTPCall, _Backoff, _UsageProbe):
     def available(self) -> bool:
         if self._closed or (self._pause is not None and (self._pause_status == 503 or self._pause_long)):
             return False
-        return self._breaker_state() != "open"
+        # polled several times per request: a closed circuit is read without a clock
+        return self.breaker.closed or self._breaker_state() != "open"
 
     @property
     def paused(self) -> bool:
@@ -287,6 +289,15 @@ class OpenAIEngine(_HTTPCall, _Backoff, _UsageProbe):
 
     @property
     def free_slots(self) -> int:
+        if self._pause is None and not self._delayed and not self._closed and self.breaker.closed:
+            # the usual state (no pause, no 429 held, circuit closed), polled several times per
+            # request: the general rule below with its terms known
+            limit = self._limit.limit  # the window is max(1, int(limit)), without the calls
+            window = int(limit) if limit >= 1.0 else 1
+            if window > self.max_num_seqs:
+                window = self.max_num_seqs
+            free = window - len(self._calls) - self._n_waiting
+            return free if free > 0 else 0
         if self._closed or (self.paused and not self._pause_long):
             return 0
         held = len(self._calls) + self._n_waiting
@@ -415,7 +426,8 @@ class OpenAIEngine(_HTTPCall, _Backoff, _UsageProbe):
         waiting = self._waiting
         loop = self._loop
         assert loop is not None
-        while waiting and len(self._calls) < self._limit.window and self._pause is None and not self._closed:
+        window = self._limit.window  # starting calls does not move it
+        while waiting and len(self._calls) < window and self._pause is None and not self._closed:
             call = waiting[0]
             if call.state != _WAITING:
                 waiting.popleft()

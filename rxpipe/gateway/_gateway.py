@@ -403,7 +403,12 @@ class Gateway(Flowable[CompletionRequest], Service):
     def engine_pause_s(self) -> float:
         """Seconds until every engine takes work again (an OpenAIEngine paused by its backend's
         429/503, or its circuit open); 0.0 when none is paused."""
-        return max((float(getattr(e, "retry_after_s", None) or 0.0) for e in self.engines), default=0.0)
+        pause = 0.0
+        for engine in self.engines:  # a loop, not max(<genexpr>): asked for every refusal
+            wait = getattr(engine, "retry_after_s", None)
+            if wait and wait > pause:
+                pause = float(wait)
+        return pause
 
     def _retry_after_queue(self, now: float) -> float:
         return self.meter.reserve(now, self.engine_pause_s(), self.config.retry_after_min_s,

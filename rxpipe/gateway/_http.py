@@ -521,8 +521,8 @@ def _answer_headers(request: web.Request, response: web.StreamResponse, draining
     if draining:
         response.force_close()
     headers = response.headers
-    headers["x-request-id"] = new_request_id(request.headers.get("x-request-id"))
     item = request[_ITEM]
+    headers["x-request-id"] = new_request_id(request.headers.get("x-request-id"), item.id if item is not None else None)
     if item is not None and item.cache is not None:
         headers["x-rxpipe-cache"] = item.cache
     ratelimit = request[_RATELIMIT]

@@ -8,12 +8,12 @@ Shapes follow OpenAI's API reference for ``/v1/completions`` (``text_completion`
 from __future__ import annotations
 
 import time
-from random import getrandbits as _getrandbits
 from typing import Any
 
 import orjson
 
 from ..engines import CompletionRequest, CompletionResult
+from ..engines._ids import new_id_hex
 
 __all__ = ["InvalidRequest", "parse_request", "completion_body", "chunk_body", "error_body", "sse",
            "token_event_template"]
@@ -140,7 +140,7 @@ def parse_request(body: bytes, *, chat: bool, default_model: str, max_tokens_lim
         sampling["include_usage"] = True
     request = CompletionRequest(prompt=prompt, messages=messages, max_tokens=max_tokens, model=model,
                                 stream=stream, sampling=sampling,
-                                id=("chatcmpl-" if chat else "cmpl-") + _hex_id())
+                                id=("chatcmpl-" if chat else "cmpl-") + new_id_hex())
     if max_model_len is not None:
         _fit_context(request, chat, max_model_len, default_max_tokens)
     return request
@@ -177,12 +177,6 @@ def _fit_context(request: CompletionRequest, chat: bool, max_model_len: int, def
         remaining = max_model_len - prompt_tokens
         request.max_tokens = remaining if default_max_tokens is None else min(remaining, default_max_tokens)
         request.max_tokens_defaulted = True
-
-
-def _hex_id() -> str:
-    # an identifier, not a secret: 96 bits of the PRNG (reseeded in forked children) instead of
-    # a getrandom() syscall per answer (~4 us)
-    return f"{_getrandbits(96):024x}"
 
 
 def _usage(result: CompletionResult) -> dict[str, int]:

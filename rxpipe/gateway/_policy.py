@@ -44,7 +44,7 @@ class DrainMeter:
     #: shortest waiting time a rate is computed over (seconds)
     min_span_s = 0.25
 
-    __slots__ = ("horizon_s", "intervals", "backlog", "services", "service_quantile", "_service_s", "_stale",
+    __slots__ = ("horizon_s", "intervals", "backlog", "services", "service_quantile", "_ordered",
                  "_span", "_mark", "_last", "_freed", "book", "_head", "max_promises")
 
     def __init__(self, horizon_s: float = 10.0, samples: int = 256, service_quantile: float = 0.9,
@@ -57,8 +57,8 @@ class DrainMeter:
         self.backlog = 0
         self.services: deque[float] = deque(maxlen=samples)
         self.service_quantile = service_quantile
-        self._service_s = 0.0
-        self._stale = 0
+        #: the same samples, sorted (kept so at each sample: a quantile is then one index)
+        self._ordered: list[float] = []
         #: since when the engine is full and not counted in a sample yet (loop time)
         self._mark = 0.0
         #: loop time of the last finish or start
@@ -71,18 +71,22 @@ class DrainMeter:
         self.max_promises = max_promises
 
     def record_service(self, seconds: float) -> None:
-        """A request finished ``seconds`` after it started running (its service time)."""
-        self.services.append(seconds)
-        self._stale += 1
+        """A request finished ``seconds`` after it started running (its service time). Once per
+        request: the sample that leaves the window leaves the sorted copy (a bisection and one
+        ``del``), the new one is inserted (``bisect.insort``), instead of a sort per read."""
+        services = self.services
+        ordered = self._ordered
+        if len(services) == services.maxlen:
+            del ordered[bisect.bisect_left(ordered, services[0])]
+        services.append(seconds)
+        bisect.insort(ordered, seconds)
 
     def service_time(self) -> float:
-        """The ``service_quantile`` of the last ``samples`` service times (seconds; 0.0 before
-        any), re-sorted at most once per 16 new samples."""
-        if self._stale and (self._stale >= 16 or len(self.services) <= 16):
-            ordered = sorted(self.services)
-            self._service_s = ordered[min(len(ordered) - 1, int(self.service_quantile * len(ordered)))]
-            self._stale = 0
-        return self._service_s
+        """The ``service_quantile`` of the last ``samples`` service times (seconds; 0.0 before any)."""
+        ordered = self._ordered
+        if not ordered:
+            return 0.0
+        return ordered[min(len(ordered) - 1, int(self.service_quantile * len(ordered)))]
 
     def record_admit(self, now: float) -> None:
         if self.backlog == 0:
@@ -127,7 +131,8 @@ class DrainMeter:
         while intervals and intervals[0][0] < now - self.horizon_s:
             self._span -= intervals.popleft()[1]
         if len(intervals) < 2:
-            self._span = sum(interval for _, interval in intervals)  # no rounding drift carried on
+            # no rounding drift carried on (no sum(<genexpr>): asked for every refusal)
+            self._span = intervals[0][1] if intervals else 0.0
             return None
         if self._span < self.min_span_s:  # no rate from one group of finishes
             return None

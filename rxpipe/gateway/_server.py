@@ -22,13 +22,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from random import getrandbits as _getrandbits
 from typing import Any
 
 from aiohttp import web
 from aiohttp.http_exceptions import BadHttpMessage, ContentEncodingError, HttpProcessingError, LineTooLong
 from aiohttp.web_protocol import RequestHandler
 
+from ..engines._ids import new_id_hex, uuid4_hex_suffix
 from ._openai import error_body
 
 __all__ = ["EdgeRunner", "HTTP_LOG", "new_request_id", "file_descriptor_room"]
@@ -66,13 +66,19 @@ _MAX_REQUEST_ID = 128
 SETTLE_POLL_S = 0.005
 
 
-def new_request_id(given: str | None = None) -> str:
-    """``given`` if it is a sane request id (1–128 printable ASCII characters, no spaces), else
-    a new one (32 hex digits)."""
+def new_request_id(given: str | None = None, own: str | None = None) -> str:
+    """The ``x-request-id`` of an answer: ``given`` (the client's) if it is a sane request id
+    (1–128 printable ASCII characters, no spaces); else the 32 hex digits of ``own``, the
+    admitted request's id (``chatcmpl-<hex>``, so the answer's ``id``, this header and the
+    backend's ``X-Request-Id`` are one id); else a new id (32 hex digits, a UUID4:
+    :func:`~rxpipe.engines._ids.new_id_hex`)."""
     if given and len(given) <= _MAX_REQUEST_ID and given.isascii() and given.isprintable() and " " not in given:
         return given
-    # an identifier, not a secret: the PRNG instead of a getrandom() syscall per answer
-    return f"{_getrandbits(128):032x}"
+    if own is not None:
+        digits = uuid4_hex_suffix(own)
+        if digits is not None:
+            return digits
+    return new_id_hex()
 
 
 def file_descriptor_room(reserve: int = 64) -> int | None:

@@ -8,6 +8,8 @@ from collections import deque
 
 import pytest
 
+from rxpipe import CircuitBreaker
+from rxpipe.engines import OpenAIEngine
 from rxpipe.engines._concurrency import ConcurrencyLimit
 
 
@@ -155,3 +157,31 @@ async def test_a_fixed_limit_of_64_settles_at_the_backends_4_slots() -> None:
     settled = [w for t, w in backend.windows if t >= 5.0]
     assert abs(sum(settled) / len(settled) - 4) <= 1.0
     assert backend.served >= 0.9 * 4 / 0.05 * 20.0
+
+
+class _CountingBreaker(CircuitBreaker):
+    """A breaker that counts reads of its ``state`` (which may read the clock)."""
+
+    __slots__ = ("reads",)
+
+    def __init__(self) -> None:
+        super().__init__(1, 10.0, clock=lambda: 0.0)
+        self.reads = 0
+
+    @property
+    def state(self) -> str:
+        self.reads += 1
+        return super().state
+
+
+def test_free_slots_in_the_usual_state_are_the_window_less_the_calls_held_without_reading_the_breaker() -> None:
+    breaker = _CountingBreaker()
+    engine = OpenAIEngine("http://127.0.0.1:9/v1", "m", 8, breaker=breaker)
+    assert (engine.free_slots, engine.available, breaker.reads) == (8, True, 0)
+    for limit, free in ((2.7, 2), (0.5, 1), (20.0, 8)):  # window = max(1, int(limit)), at most max_in_flight
+        engine.limiter.limit = limit
+        assert (engine.concurrency_limit, engine.free_slots) == (max(1, int(limit)), free)
+    assert breaker.reads == 0
+    breaker.acquire()
+    breaker.record_failure()  # open: the general rule, which asks the breaker
+    assert engine.available is False and breaker.reads >= 1

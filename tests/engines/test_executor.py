@@ -366,3 +366,26 @@ async def test_batch_then_tap_then_execute_asks_one_batch_per_whole_free_batch()
 def test_a_scan_between_batch_and_execute_hides_the_batches() -> None:
     flow = rx.empty().pipe(ops.batch(4), ops.scan(lambda acc, b: b, []), ops.execute(steady()))
     assert isinstance(flow, ExecuteFlowable) and not flow.batched and flow.unit == 1
+
+
+async def test_one_pump_pass_per_arrival_its_own_deliveries_need_no_other(monkeypatch: pytest.MonkeyPatch) -> None:
+    from rxpipe.engines import executor
+
+    passes: list[int] = []
+    original = executor._ExecuteSubscription._pump_pass
+
+    def counted(self: Any) -> None:
+        passes.append(len(self.held))
+        original(self)
+
+    monkeypatch.setattr(executor._ExecuteSubscription, "_pump_pass", counted)
+    e = steady(max_num_seqs=4)
+    pub, out = wire(e)
+    assert pub.requests == [4] and passes == [0]
+    pub.emit(req(1, max_tokens=2))
+    # one pass submits it, delivers its Completion and asks for nothing more (3 outstanding
+    # for 3 free slots): the delivery made in the pass is counted by the same pass
+    assert passes == [0, 1] and len(out.values) == 1 and pub.requests == [4]
+    await out.values[0].result
+    assert pub.requests == [4, 1] and passes == [0, 1, 0]  # the slot freed: one pass asks for it
+    out.cancel()

@@ -151,9 +151,13 @@ async def test_the_request_id_is_a_uuid4_unless_headers_set_one(server: StubServ
         request = CompletionRequest(prompt="x", max_tokens=1, id="cmpl-abc")
         await e.submit(request).result
         await mine.submit(CompletionRequest(prompt="y", max_tokens=1)).result
+        # the gateway's ids end in a UUID4's digits: sent as that UUID
+        gateway_id = "chatcmpl-0123456789ab4def8123456789abcdef"
+        await e.submit(CompletionRequest(prompt="z", max_tokens=1, id=gateway_id)).result
         ids = [b["id"] for b in server.state()["bodies"]]
         assert ids[0] == wire_request_id("cmpl-abc") and uuid.UUID(ids[0]).version == 4
         assert ids[1] == "my-own-id"
+        assert ids[2] == "01234567-89ab-4def-8123-456789abcdef"
     finally:
         await e.aclose()
         await mine.aclose()

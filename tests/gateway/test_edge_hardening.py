@@ -135,10 +135,29 @@ def test_a_completion_echoes_the_request_id(gateway: GatewayProcess) -> None:
                   b"x-request-id: req-8\r\n")
     status, headers, _ = exchange(gateway.port, stream)
     assert status == 200 and headers["content-type"] == "text/event-stream" and headers["x-request-id"] == "req-8"
-    # one that is not a sane id (over 128 characters) is replaced
-    status, headers, _ = exchange(gateway.port, post("/v1/completions", b'{"prompt": "x", "max_tokens": 2}', AUTH,
-                                                     b"x-request-id: " + b"r" * 200 + b"\r\n"))
-    assert status == 200 and re.fullmatch(r"[0-9a-f]{32}", headers["x-request-id"])
+    # one that is not a sane id (over 128 characters) is replaced by the request's own id: the
+    # 32 hex digits (a UUID4) of the answer's "id"
+    status, headers, body = exchange(gateway.port, post("/v1/completions", b'{"prompt": "x", "max_tokens": 2}', AUTH,
+                                                        b"x-request-id: " + b"r" * 200 + b"\r\n"))
+    assert status == 200 and re.fullmatch(r"[0-9a-f]{12}4[0-9a-f]{3}[89ab][0-9a-f]{15}", headers["x-request-id"])
+    assert orjson.loads(body)["id"] == "cmpl-" + headers["x-request-id"]
+
+
+def test_without_a_request_id_the_answer_has_its_own_id(gateway: GatewayProcess) -> None:
+    status, headers, body = exchange(gateway.port, post("/v1/completions", b'{"prompt": "x", "max_tokens": 2}', AUTH))
+    assert status == 200 and orjson.loads(body)["id"] == "cmpl-" + headers["x-request-id"]
+    # a stream too: its chunks' "id" (read up to the end of the stream: chunked, no Content-Length)
+    with socket.create_connection(("127.0.0.1", gateway.port), timeout=10.0) as sock:
+        sock.sendall(post("/v1/completions", b'{"prompt": "x", "max_tokens": 2, "stream": true}', AUTH))
+        raw = b""
+        while b"[DONE]" not in raw:
+            chunk = sock.recv(65536)
+            assert chunk, f"connection closed inside the stream: {raw!r}"
+            raw += chunk
+    own = re.search(rb"\r\nx-request-id: ([0-9a-f]{32})\r\n", raw, re.IGNORECASE)
+    assert own is not None and b"200 OK" in raw.split(b"\r\n", 1)[0]
+    ids = set(re.findall(rb'"id":"([^"]+)"', raw))
+    assert ids == {b"cmpl-" + own.group(1)}
 
 
 @pytest.fixture

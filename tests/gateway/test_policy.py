@@ -218,6 +218,9 @@ def test_service_time_is_a_p90_of_recent_samples() -> None:
     for i in range(100):
         meter.record_service(i / 100)
     assert meter.service_time() == 0.9
+    for _ in range(10):  # every sample counts at once: 0.00-0.09 left, ten of 2.0 came
+        meter.record_service(2.0)
+    assert meter.service_time() == 2.0
     for _ in range(100):  # the window moves: old samples leave
         meter.record_service(0.05)
     assert meter.service_time() == 0.05
@@ -232,3 +235,26 @@ def test_an_engine_paused_beyond_the_horizon_gets_the_horizon_exactly() -> None:
     assert meter.stagger(10.0, 3600.0, 1.0, 60.0, random.Random(0)) == 60.0
     assert meter.book == []
     assert DrainMeter().reserve(0.0, 3600.0, 1.0, 60.0, random.Random(0)) == 60.0  # no rate yet: the same
+
+
+def test_the_engine_pause_is_the_longest_of_the_engines_that_tell_one() -> None:
+    from types import SimpleNamespace
+
+    from rxpipe.gateway import Gateway
+
+    gateway = Gateway()
+    assert gateway.engine_pause_s() == 0.0  # no engine
+    gateway.engines = [SimpleNamespace(retry_after_s=None), SimpleNamespace(), SimpleNamespace(retry_after_s=0.0)]
+    assert gateway.engine_pause_s() == 0.0
+    gateway.engines.extend([SimpleNamespace(retry_after_s=2.5), SimpleNamespace(retry_after_s=1)])
+    assert gateway.engine_pause_s() == 2.5
+
+
+def test_a_rate_needs_two_waiting_intervals() -> None:
+    meter = DrainMeter()
+    meter.record_admit(0.0)
+    assert meter.rate(1.0) is None
+    meter.record_finish(0.5)  # one interval of 0.5 s: no rate yet
+    assert meter.rate(1.0) is None and meter.estimated_wait(1.0) is None
+    meter.record_finish(1.0)
+    assert meter.rate(1.0) == 2 / 1.0

@@ -247,3 +247,38 @@ async def test_a_request_every_replica_failed_gets_the_last_error() -> None:
     out.cancel()
     await a.aclose()
     await b.aclose()
+
+
+async def test_a_capacity_signal_runs_a_pass_only_when_it_can_change_what_one_decides(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from rxpipe.operators._balance import BalanceRun
+
+    passes: list[int] = []
+    original = BalanceRun._pump_pass
+
+    def counted(self: BalanceRun) -> None:
+        passes.append(len(self.pending))
+        original(self)
+
+    monkeypatch.setattr(BalanceRun, "_pump_pass", counted)
+    a, b = _engine(2), _engine(2)
+    pub = TestPublisher[CompletionRequest]()
+    out = TestSubscriber[Completion](initial_request=UNBOUNDED)
+    pub.pipe(ops.balance(ops.execute(a), ops.execute(b))).subscribe(out)
+    assert pub.total_requested == 4
+    passes.clear()
+    a.notify_capacity()  # both replicas available, nothing held: a pass would decide nothing new
+    assert passes == []
+    pub.emit(CompletionRequest(prompt="x", max_tokens=1, id="r0"))
+    assert passes == [1] and a.running + a.waiting + b.running + b.waiting == 1
+    b.down = True
+    a.notify_capacity()
+    assert passes == [1]  # the last pass saw both available: b's going down asks for nothing
+    pub.emit(CompletionRequest(prompt="x", max_tokens=1, id="r1"))  # the pass sees b down
+    assert passes == [1, 1]
+    b.down = False
+    b.notify_capacity()  # b is back: its port's demand counts again
+    assert passes == [1, 1, 0] and pub.total_requested == 4
+    out.cancel()
+    await a.aclose()
+    await b.aclose()
