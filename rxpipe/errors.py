@@ -13,6 +13,7 @@ __all__ = [
     "EngineError",
     "EngineUnavailableError",
     "BackendError",
+    "UnsupportedRequestError",
     "StartError",
     "SequenceContainsNoElementsError",
 ]
@@ -102,6 +103,20 @@ class BackendError(EngineError):
     @property
     def client_fault(self) -> bool:
         return 400 <= self.status < 500
+
+
+class UnsupportedRequestError(EngineError, ValueError):
+    """An engine cannot serve a request of this shape: chat messages sent to an engine that
+    serves only ``/v1/completions``, or neither prompt nor messages. ``Engine.submit`` raises it
+    (from ``prepare``) before anything is queued or sent; the gateway answers 400
+    ``invalid_request_error`` with ``code`` ``"unsupported_request"`` and ``client_message``
+    (DESIGN §4: bad input gets a 4xx). ``str()`` names the engine and its backend, for the log;
+    ``client_message`` has no address. A ValueError too, as ``prepare`` documents.
+    """
+
+    def __init__(self, message: str, *, client_message: str) -> None:
+        super().__init__(message)
+        self.client_message = client_message
 
 
 class DroppedError(RxPipeError):

@@ -26,7 +26,7 @@ from collections import deque
 from typing import Any
 
 from .._protocol import Subscriber
-from ..errors import EngineUnavailableError
+from ..errors import EngineUnavailableError, UnsupportedRequestError
 from ..flowable import Flowable, Operator
 from ..metrics import StageStatistics
 from ..stage import LINK_SLOTS, QueueDrainSubscription, SerialLoop, UpstreamLink
@@ -150,7 +150,9 @@ class _ExecuteSubscription(QueueDrainSubscription, UpstreamLink):
                 if reply is None:
                     self._fail_upstream(error)
                     return
-                log.warning("execute: the engine refused request %s: %r", request.id, error)
+                # a request the engine cannot serve is its client's fault (the gateway's 400)
+                log.log(logging.DEBUG if isinstance(error, UnsupportedRequestError) else logging.WARNING,
+                        "execute: the engine refused request %s: %r", request.id, error)
                 if not reply.done():
                     reply.set_exception(error)
                 self.counters.drop("refused")

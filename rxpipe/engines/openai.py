@@ -36,7 +36,7 @@ from typing import Any, Literal, Mapping
 
 import aiohttp
 
-from ..errors import CircuitOpenError, EngineUnavailableError
+from ..errors import CircuitOpenError, EngineUnavailableError, UnsupportedRequestError
 from ..resilience import CircuitBreaker
 from ..settings import SettingError
 from ..stage import SerialLoop
@@ -323,14 +323,19 @@ class OpenAIEngine(_HTTPCall, _Backoff, _UsageProbe):
 
     def prepare(self, request: CompletionRequest) -> bool:
         """The endpoint of ``request``: True for ``/v1/chat/completions``, False for
-        ``/v1/completions`` (see ``chat``). Raises ValueError for a request this engine cannot
-        map: neither prompt nor messages, or messages with ``chat=False``."""
+        ``/v1/completions`` (see ``chat``). Raises :class:`~rxpipe.errors.UnsupportedRequestError`
+        (a ValueError; the gateway's 400) for a request this engine cannot map: neither prompt
+        nor messages, or messages with ``chat=False``."""
         if request.messages is None and request.prompt is None:
-            raise ValueError(f"request {request.id} has neither prompt nor messages")
+            raise UnsupportedRequestError(f"request {request.id} has neither prompt nor messages",
+                                          client_message="the request has neither a prompt nor messages")
         chat = self.chat if self.chat is not None else request.messages is not None
         if not chat and request.prompt is None:
-            raise ValueError(f"request {request.id} has chat messages but OpenAIEngine({self.base_url!r}, chat=False) "
-                             "serves /v1/completions")
+            raise UnsupportedRequestError(
+                f"request {request.id} has chat messages but OpenAIEngine({self.base_url!r}, chat=False) "
+                "serves /v1/completions",
+                client_message="this model is served by a completions-only backend: send a prompt to "
+                               "/v1/completions, not chat messages")
         return chat
 
     def start(self, completion: Completion, now_s: float) -> None:

@@ -14,7 +14,7 @@ from aiohttp.http_exceptions import ContentEncodingError
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
 
 from ..engines import Completion, CompletionRequest, CompletionResult
-from ..errors import BackendError, DroppedError, EngineError, EngineUnavailableError
+from ..errors import BackendError, DroppedError, EngineError, EngineUnavailableError, UnsupportedRequestError
 from ..logs import ACCESS_LOG
 from ._metrics import REQUEST_DURATION, TIME_TO_FIRST_TOKEN, count_request
 from ._openai import (
@@ -240,9 +240,13 @@ class _Edge:
     def _failed(self, item: CompletionRequest, error: EngineError) -> web.Response:
         """The answer to a request the engine failed before any token went out: 503 with
         Retry-After when it is unavailable; a backend's error as the engine mapped it (its 4xx
-        with its message, else 502/504: :class:`~rxpipe.engines.BackendError`); else 500."""
+        with its message, else 502/504: :class:`~rxpipe.engines.BackendError`); 400 for a request
+        the engine cannot serve (:class:`~rxpipe.errors.UnsupportedRequestError`); else 500."""
         if isinstance(error, EngineUnavailableError):
             return self._unavailable(item, error)
+        if isinstance(error, UnsupportedRequestError):  # the request's shape: the client's fault
+            log.debug("request %s: %s", item.id, error)
+            return _error(400, error.client_message, "invalid_request_error", "unsupported_request")
         if isinstance(error, BackendError):
             # a client's 4xx is no incident: the log says it at DEBUG (the access log has the status)
             log.log(logging.DEBUG if error.client_fault else logging.WARNING, "request %s: %s", item.id, error)

@@ -26,6 +26,7 @@ from rxpipe.engines import (
     parse_retry_after,
 )
 from rxpipe.engines.openai import wire_request_id
+from rxpipe.errors import UnsupportedRequestError
 from rxpipe.testing import TestSubscriber
 
 from .openai_stub_server import StubServer
@@ -129,8 +130,11 @@ async def test_chat_messages_stream_from_v1_chat_completions(server: StubServer)
         # no usage in the stream: the backend's count, asked once non-streamed (the estimate would be 1)
         assert (result.prompt_tokens, e.usage_probes) == (3, 1)
         await submit(forced, CompletionRequest(prompt="as chat", max_tokens=1, stream=True)).result
-        with pytest.raises(ValueError, match="chat=False"):
+        with pytest.raises(UnsupportedRequestError, match="chat=False") as refused:
             plain.submit(CompletionRequest(messages=messages))
+        assert isinstance(refused.value, ValueError)  # what Engine.prepare documents
+        assert refused.value.client_message == ("this model is served by a completions-only backend: send a "
+                                                "prompt to /v1/completions, not chat messages")
         first, probe, second = server.state()["bodies"]
         assert first["path"] == "/v1/chat/completions"
         assert first["body"] == {"model": "stub-model", "messages": messages, "stream": True}

@@ -235,6 +235,31 @@ async def test_a_backend_retry_after_of_0_or_garbage_backs_off(stub: StubServer,
         await engine.aclose()
 
 
+async def test_chat_messages_to_a_completions_only_engine_get_400_and_the_engine_stays_up(stub: StubServer) -> None:
+    from rxpipe import operators as ops
+    from rxpipe.gateway import edge_queue
+
+    stub.control(reset=True, **STUB_DEFAULTS)
+    engine = OpenAIEngine(stub.url, "stub-model", 2, chat=False)
+    pipeline = Pipeline(Gateway(), edge_queue(4), ops.execute(engine), drain_timeout_s=0.5)
+    async with pipeline.start(port=0) as running:
+        assert running.url
+        async with session() as http:
+            chat = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 1}
+            async with http.post(running.url + "/v1/chat/completions", json=chat) as r:
+                status, body = r.status, await r.json()
+            after = await complete(http, running.url, {"prompt": "x", "max_tokens": 1})
+    await engine.aclose()
+    assert status == 400
+    assert body["error"] == {"message": "this model is served by a completions-only backend: send a prompt to "
+                                        "/v1/completions, not chat messages",
+                             "type": "invalid_request_error", "code": "unsupported_request", "param": None}
+    assert stub.url.split("//")[1] not in body["error"]["message"]
+    # nothing reached the backend for the refused request; the next prompt is served
+    assert after[0] == 200 and after[2]["choices"][0]["text"] == " t0"
+    assert [b["path"] for b in stub.state()["bodies"]] == ["/v1/completions"]
+
+
 async def test_no_backend_address_in_what_the_client_sees() -> None:
     from rxpipe import operators as ops
     from rxpipe.gateway import edge_queue
