@@ -103,6 +103,9 @@ REQUEST = orjson.dumps({"model": "sim", "messages": [{"role": "user", "content":
 CALL = orjson.dumps({"model": "sim", "messages": [{"role": "user", "content": "Say hello to the benchmark, "
                                                    "and then say it once more in other words please"}],
                      "max_tokens": 16, "temperature": 0.7, "stream": False})
+#: the package each arm needs beyond rxpipe's own (``pip install -e '.[bench]'``)
+NEEDS = {"httptools": "httptools", "uvicorn": "uvicorn", "uvicorn-h11": "uvicorn", "granian": "granian",
+         "aiosonic": "aiosonic", "httpx": "httpx", "httpcore": "httpcore", "raw-httptools": "httptools"}
 SERVERS = ("aiohttp-app", "edge", "aiohttp-lowlevel", "httptools", "uvicorn", "uvicorn-h11", "granian")
 CLIENTS = ("aiohttp-today", "aiohttp-lean", "aiosonic", "httpx", "httpcore", "raw-httptools")
 CONNECTIONS = 64
@@ -237,7 +240,18 @@ def measure_client(arm: str, duration_s: float, mock_port: int) -> tuple[float, 
     return report["answers"] / report["elapsed_s"], report["cpu_s"] * 1e6 / max(1, report["answers"])
 
 
+def _installed(arms: list[str]) -> list[str]:
+    """``arms`` less those whose package is not installed (said on stderr)."""
+    import importlib.util
+
+    missing = [arm for arm in arms if arm in NEEDS and importlib.util.find_spec(NEEDS[arm]) is None]
+    for arm in missing:
+        print(f"{arm}: skipped, {NEEDS[arm]} is not installed (pip install -e '.[bench]')", file=sys.stderr)
+    return [arm for arm in arms if arm not in missing]
+
+
 def _rounds(arms: list[str], rounds: int, lock: str | None, one: Any) -> dict[str, list[tuple[float, float]]]:
+    arms = _installed(arms)
     results: dict[str, list[tuple[float, float]]] = {arm: [] for arm in arms}
     for r in range(rounds):
         order = arms[r % len(arms):] + arms[:r % len(arms)]
