@@ -3,9 +3,9 @@ before a handler runs.
 
 The edge runs aiohttp's low-level ``web.Server`` with one handler of its own that dispatches on
 (method, path) (``_http.make_app``), not a ``web.Application``: the application's router,
-match-info and middleware machinery cost ~10 µs CPU per request on one core
-(``bench/http_stack.py``: ``aiohttp-lowlevel`` against ``aiohttp-app``, docs/proxy-path-profile.md)
-and the edge used none of it. The request is still a ``web.Request`` with the body limit
+match-info and middleware machinery cost ~5–10 µs CPU per request on one core (0.84–0.91× the
+CPU per request: ``bench/http_stack.py``, ``aiohttp-lowlevel`` against ``aiohttp-app``;
+docs/proxy-path-profile.md) and the edge used none of it. The request is still a ``web.Request`` with the body limit
 ``client_max_size`` (bytes), so handlers and responses are aiohttp's as before.
 
 aiohttp answers a request its parser rejects (a malformed request line, an oversized header, an
