@@ -1,15 +1,18 @@
-"""aiohttp handlers of the edge: OpenAI endpoints, SSE with credit, health, metrics."""
+"""aiohttp handlers of the edge: OpenAI endpoints, SSE with credit, health, metrics, and the
+dispatch on (method, path) that aiohttp's low-level server calls (``_server.EdgeRunner``)."""
 
 from __future__ import annotations
 
 import asyncio
 import functools
 import logging
+import re
 import time
-from typing import TYPE_CHECKING, Any, Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
+from typing import TYPE_CHECKING, Any
 
 import orjson
-from aiohttp import web
+from aiohttp import HttpVersion11, web
 from aiohttp.http_exceptions import ContentEncodingError
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
 
@@ -29,7 +32,7 @@ from ._openai import (
     token_event_template,
 )
 from ._policy import Refusal, retry_after_headers
-from ._server import HTTP_LOG, new_request_id
+from ._server import HTTP_LOG, EdgeApp, new_request_id
 from ._sse import EventWriter, bound_socket_buffers, stream_error
 from ._tenants import TENANT_HEADER
 
@@ -45,7 +48,12 @@ _JSON = "application/json"
 _ITEM: web.RequestKey[CompletionRequest | None] = web.RequestKey("rxpipe_item", CompletionRequest)
 #: the answer's result, for the access log (None: refused, or failed before one)
 _RESULT: web.RequestKey[CompletionResult | None] = web.RequestKey("rxpipe_result", CompletionResult)
-_COMPLETIONS, _CHAT = "/v1/completions", "/v1/chat/completions"
+_COMPLETIONS, _CHAT, _MODELS = "/v1/completions", "/v1/chat/completions", "/v1/models"
+#: ``/v1/models/{model}``: one path segment (aiohttp's ``{model}`` pattern, ``[^{}/]+``) of the
+#: percent-encoded path (``URL.path_safe``: an encoded ``/`` stays ``%2F``)
+_MODEL_PATH = re.compile(r"/v1/models/[^{}/]+")
+#: the methods a GET route answers (aiohttp's ``add_get``: HEAD too)
+_GET = ("GET", "HEAD")
 #: the fixed paths the edge serves: an answer on one of them is counted under its path (a 405
 #: too), any other under "other" (the route label stays a bounded set)
 _ROUTES = frozenset({_COMPLETIONS, _CHAT, "/v1/models", "/metrics", "/health", "/healthz", "/readyz"})
@@ -148,10 +156,12 @@ class _Edge:
         return _json(200, orjson.dumps({"object": "list", "data": [self._model()]}))
 
     async def model(self, request: web.Request) -> web.Response:
+        """``GET /v1/models/{model}`` (the dispatch sends only paths :data:`_MODEL_PATH` matches)."""
         if self.gateway.authenticate(request.headers.get("Authorization")) is None:
             return _unauthorized()
-        if request.match_info["model"] != self.config.model:
-            return _model_not_found(request.match_info["model"])
+        model = _unquote_path_safe(request.rel_url.path_safe[len(_MODELS) + 1:])
+        if model != self.config.model:
+            return _model_not_found(model)
         return _json(200, orjson.dumps(self._model()))
 
     async def _complete(self, request: web.Request, *, chat: bool) -> web.StreamResponse:
@@ -554,43 +564,83 @@ def _operational(gateway: Gateway, route: str, handler: Handler) -> Handler:
     return counted
 
 
-def _unrouted(gateway: Gateway, app: web.Application) -> Handler:
-    """The catch-all route: OpenAI's JSON error body for a path no route serves (404
-    ``unknown_route``) or a method the path's route does not take (405 ``method_not_allowed``,
-    with ``Allow``), instead of aiohttp's text answers."""
-
-    async def unrouted(request: web.Request) -> web.StreamResponse:
-        _clear_answer_state(request)
-        allowed: set[str] = set()
-        for resource in app.router.resources():
-            if resource is not catch_all:
-                allowed |= (await resource.resolve(request))[1]
-        if allowed:
-            response = _error(405, f"{request.method} is not allowed on {request.path}", "invalid_request_error",
-                              "method_not_allowed", headers={"Allow": ",".join(sorted(allowed))})
-        else:
-            response = _error(404, f"no route {request.method} {request.path}", "not_found_error", "unknown_route")
-        count_request(request.path if request.path in _ROUTES else "other", response.status)
-        _answer_headers(request, response, gateway.draining)
-        return response
-
-    catch_all = app.router.add_resource("/{path:.*}")
-    catch_all.add_route("*", unrouted)
-    return unrouted
+def _unrouted(gateway: Gateway, request: web.Request, allowed: Iterable[str]) -> web.Response:
+    """OpenAI's JSON error body for a path no route serves (404 ``unknown_route``) or a method
+    the path's route does not take (405 ``method_not_allowed``, with ``Allow``: the ``allowed``
+    methods), counted under the path if it is one of :data:`_ROUTES`, else "other"."""
+    _clear_answer_state(request)
+    if allowed:
+        response = _error(405, f"{request.method} is not allowed on {request.path}", "invalid_request_error",
+                          "method_not_allowed", headers={"Allow": ",".join(sorted(allowed))})
+    else:
+        response = _error(404, f"no route {request.method} {request.path}", "not_found_error", "unknown_route")
+    count_request(request.path if request.path in _ROUTES else "other", response.status)
+    _answer_headers(request, response, gateway.draining)
+    return response
 
 
-def make_app(gateway: Gateway, loop: asyncio.AbstractEventLoop) -> web.Application:
-    """The edge's aiohttp application on ``loop``: the routes of :class:`Gateway`, no middleware."""
+async def _expect(gateway: Gateway, request: web.Request) -> web.Response | None:
+    """RFC 9110 §10.1.1 ``Expect``, as aiohttp's router does it: ``100-continue`` on HTTP/1.1
+    gets ``100 Continue`` written at once (the client then sends its body; None: the route
+    answers); any other expectation, or one on HTTP/1.0, is refused with 417
+    ``expectation_failed`` (OpenAI's JSON error body, counted like any answer)."""
+    expect = request.headers.get("Expect", "")
+    if request.version == HttpVersion11 and expect.lower() == "100-continue":
+        await request.writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+        request.writer.output_size = 0  # the answer's own status line is still to be written
+        await request.writer.drain()
+        return None
+    _clear_answer_state(request)
+    response = _error(417, f"unknown Expect: {expect[:100]}", "invalid_request_error", "expectation_failed")
+    count_request(request.path if request.path in _ROUTES else "other", response.status)
+    _answer_headers(request, response, gateway.draining)
+    return response
+
+
+def _unquote_path_safe(value: str) -> str:
+    """A path segment of ``URL.path_safe`` decoded as aiohttp decodes a route's match
+    (``web_urldispatcher._unquote_path_safe``: ``%2F`` and ``%25``, the rest is decoded already)."""
+    if "%" not in value:
+        return value
+    return value.replace("%2F", "/").replace("%25", "%")
+
+
+def make_app(gateway: Gateway, loop: asyncio.AbstractEventLoop) -> EdgeApp:
+    """The edge on ``loop``: one handler for aiohttp's low-level server that dispatches on
+    (method, percent-encoded path) to the routes of :class:`Gateway` (no router, no middleware),
+    and the body limit ``config.max_body_bytes``.
+
+    Routes: ``POST /v1/completions``, ``POST /v1/chat/completions``; ``GET`` (and ``HEAD``)
+    ``/v1/models``, ``/v1/models/{model}``, ``/metrics``, ``/health``, ``/healthz``, ``/readyz``.
+    Anything else: 404 ``unknown_route``, or 405 ``method_not_allowed`` with ``Allow`` on a known
+    path (:func:`_unrouted`). A request with ``Expect`` is answered as :func:`_expect` says."""
     edge = _Edge(gateway, loop)
-    app = web.Application(client_max_size=gateway.config.max_body_bytes)
-    # partials of one coroutine function: aiohttp calls them straight, no wrapper layer
-    app.router.add_post(_COMPLETIONS, functools.partial(edge.serve, chat=False))
-    app.router.add_post(_CHAT, functools.partial(edge.serve, chat=True))
-    app.router.add_get("/v1/models", _operational(gateway, "/v1/models", edge.models))
-    app.router.add_get("/v1/models/{model}", _operational(gateway, "other", edge.model))
-    app.router.add_get("/metrics", _operational(gateway, "/metrics", edge.metrics))
-    app.router.add_get("/health", _operational(gateway, "/health", edge.healthz))  # vLLM's name for the liveness probe
-    app.router.add_get("/healthz", _operational(gateway, "/healthz", edge.healthz))
-    app.router.add_get("/readyz", _operational(gateway, "/readyz", edge.readyz))
-    _unrouted(gateway, app)
-    return app
+    by_path: dict[str, dict[str, Handler]] = {
+        # partials of one coroutine function: called straight, no wrapper layer
+        _COMPLETIONS: {"POST": functools.partial(edge.serve, chat=False)},
+        _CHAT: {"POST": functools.partial(edge.serve, chat=True)},
+    }
+    for path, handler in ((_MODELS, edge.models), ("/metrics", edge.metrics),
+                          ("/health", edge.healthz),  # vLLM's name for the liveness probe
+                          ("/healthz", edge.healthz), ("/readyz", edge.readyz)):
+        by_path[path] = dict.fromkeys(_GET, _operational(gateway, path, handler))
+    one_model = dict.fromkeys(_GET, _operational(gateway, "other", edge.model))
+    routes = {(method, path): handler for path, methods in by_path.items() for method, handler in methods.items()}
+
+    async def dispatch(request: web.Request) -> web.StreamResponse:
+        path = request.rel_url.path_safe
+        handler = routes.get((request.method, path))
+        if handler is None:
+            methods = by_path.get(path)
+            if methods is None and _MODEL_PATH.fullmatch(path):
+                methods = one_model
+            handler = methods.get(request.method) if methods is not None else None
+            if handler is None:
+                return _unrouted(gateway, request, methods or ())
+        if "Expect" in request.headers:
+            refused = await _expect(gateway, request)
+            if refused is not None:
+                return refused
+        return await handler(request)
+
+    return EdgeApp(dispatch, gateway.config.max_body_bytes)

@@ -1,4 +1,12 @@
-"""The edge's HTTP server layer (aiohttp's connection protocol): what happens before a handler runs.
+"""The edge's HTTP server layer (aiohttp's low-level server and connection protocol): what happens
+before a handler runs.
+
+The edge runs aiohttp's low-level ``web.Server`` with one handler of its own that dispatches on
+(method, path) (``_http.make_app``), not a ``web.Application``: the application's router,
+match-info and middleware machinery cost ~5–10 µs CPU per request on one core (0.84–0.91× the
+CPU per request: ``bench/http_stack.py``, ``aiohttp-lowlevel`` against ``aiohttp-app``;
+docs/proxy-path-profile.md) and the edge used none of it. The request is still a ``web.Request`` with the body limit
+``client_max_size`` (bytes), so handlers and responses are aiohttp's as before.
 
 aiohttp answers a request its parser rejects (a malformed request line, an oversized header, an
 unsupported ``Content-Encoding``) from ``RequestHandler.handle_error``, with a ``text/plain``
@@ -22,16 +30,21 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any
 
 from aiohttp import web
+from aiohttp.abc import AbstractStreamWriter
 from aiohttp.http_exceptions import BadHttpMessage, ContentEncodingError, HttpProcessingError, LineTooLong
+from aiohttp.http_parser import RawRequestMessage
+from aiohttp.streams import StreamReader
 from aiohttp.web_protocol import RequestHandler
 
 from ..engines._ids import new_id_hex, uuid4_hex_suffix
 from ._openai import error_body
 
-__all__ = ["EdgeRunner", "HTTP_LOG", "new_request_id", "file_descriptor_room"]
+__all__ = ["EdgeApp", "EdgeRunner", "HTTP_LOG", "new_request_id", "file_descriptor_room"]
 
 log = logging.getLogger("rxpipe.gateway")
 
@@ -187,12 +200,36 @@ class _EdgeProtocol(RequestHandler):
         return response
 
 
-class _EdgeServer(web.Server):
-    """aiohttp's low-level server making :class:`_EdgeProtocol` connections and counting them."""
+@dataclass(frozen=True, slots=True)
+class EdgeApp:
+    """What :class:`EdgeRunner` serves.
 
-    max_connections: int
-    header_timeout_s: float
-    open_connections: int
+    handler: called with every request that parsed (a ``web.Request``, its ``match_info`` None);
+        returns the answer (``web.StreamResponse``); it does its own routing. An exception it
+        lets out is answered by :meth:`_EdgeProtocol.handle_error` (500, JSON).
+    client_max_size: the request body limit (bytes): ``request.read()`` of a longer body raises
+        ``web.HTTPRequestEntityTooLarge`` (aiohttp's ``client_max_size``).
+    """
+
+    handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+    client_max_size: int
+
+
+class _EdgeServer(web.Server):
+    """aiohttp's low-level server making :class:`_EdgeProtocol` connections, counting them, and
+    making each request a ``web.Request`` with the edge's body limit."""
+
+    def __init__(self, app: EdgeApp, *, max_connections: int, header_timeout_s: float, **kwargs: Any) -> None:
+        # the handler takes a web.Request: _edge_request makes every request one
+        super().__init__(app.handler, request_factory=self._edge_request, **kwargs)  # type: ignore[arg-type]
+        self.client_max_size = app.client_max_size
+        self.max_connections = max_connections
+        self.header_timeout_s = header_timeout_s
+        self.open_connections = 0
+
+    def _edge_request(self, message: RawRequestMessage, payload: StreamReader, protocol: RequestHandler,
+                      writer: AbstractStreamWriter, task: asyncio.Task[None]) -> web.Request:
+        return web.Request(message, payload, protocol, writer, task, self._loop, client_max_size=self.client_max_size)
 
     def __call__(self) -> RequestHandler:
         return _EdgeProtocol(self, loop=self._loop, **self._kwargs)
@@ -206,17 +243,20 @@ class _EdgeServer(web.Server):
         super().connection_lost(handler, exc)
 
 
-class EdgeRunner(web.AppRunner):
-    """``web.AppRunner`` whose server makes the edge's connections (see the module docstring).
+class EdgeRunner(web.BaseRunner):
+    """aiohttp's runner of the edge's low-level server (see the module docstring).
 
-    Args: app; max_connections (connections, lowered to :func:`file_descriptor_room`);
-    header_timeout_s (seconds); other keyword arguments go to ``web.AppRunner``
-    (``keepalive_timeout`` among them).
+    Args: app (:class:`EdgeApp`); max_connections (connections, lowered to
+    :func:`file_descriptor_room`); header_timeout_s (seconds); ``shutdown_timeout`` (seconds)
+    and ``handle_signals`` go to ``web.BaseRunner``; other keyword arguments to aiohttp's
+    ``RequestHandler`` (``keepalive_timeout`` in seconds, ``access_log``, ``logger``, the
+    parser's ``max_line_size``/``max_field_size``/``max_headers``) and ``web.Server``
+    (``handler_cancellation``).
     """
 
-    def __init__(self, app: web.Application, *, max_connections: int, header_timeout_s: float,
-                 **kwargs: Any) -> None:
-        super().__init__(app, **kwargs)
+    def __init__(self, app: EdgeApp, *, max_connections: int, header_timeout_s: float, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.app = app
         room = file_descriptor_room()
         self.max_connections = max_connections if room is None else min(max_connections, room)
         if self.max_connections < max_connections:
@@ -250,14 +290,13 @@ class EdgeRunner(web.AppRunner):
                 return owing
             await asyncio.sleep(SETTLE_POLL_S)
 
-    async def _make_server(self) -> web.Server:
-        server = await super()._make_server()
-        # aiohttp builds its Server in Application._make_handler; the protocol class is chosen
-        # in Server.__call__, so the edge's server is that Server with __call__ overridden.
-        server.__class__ = _EdgeServer
-        assert isinstance(server, _EdgeServer)
-        server.max_connections = self.max_connections
-        server.header_timeout_s = self.header_timeout_s
-        server.open_connections = 0
-        return server
+    async def shutdown(self) -> None:
+        """Nothing to run before the connections close (a ``web.Application``'s on_shutdown
+        signals, in ``AppRunner``; the edge has none)."""
 
+    async def _make_server(self) -> web.Server:
+        return _EdgeServer(self.app, max_connections=self.max_connections, header_timeout_s=self.header_timeout_s,
+                           loop=asyncio.get_running_loop(), **self._kwargs)
+
+    async def _cleanup_server(self) -> None:
+        pass

@@ -92,6 +92,10 @@ CASES = [
     ("unknown route", b"GET /v2/x HTTP/1.1\r\nHost: x\r\n\r\n", 404, "not_found_error", "unknown_route"),
     ("wrong method", b"PUT /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n", 405,
      "invalid_request_error", "method_not_allowed"),
+    ("an Expect other than 100-continue", post("/v1/completions", b'{"prompt": "x"}', AUTH, b"Expect: 200-ok\r\n"),
+     417, "invalid_request_error", "expectation_failed"),
+    ("a model path of two segments", b"GET /v1/models/sim/x HTTP/1.1\r\nHost: x\r\n" + AUTH + b"\r\n", 404,
+     "not_found_error", "unknown_route"),
 ]
 
 
@@ -108,6 +112,54 @@ def test_every_client_error_is_json_and_logs_no_traceback(gateway: GatewayProces
     assert re.fullmatch(r"[0-9a-f]{32}", headers["x-request-id"])
     output = gateway.output
     assert "Traceback" not in output and "ERROR" not in output and "Error handling request" not in output
+
+
+@pytest.mark.parametrize(("request_line", "allow"), [
+    (b"GET /v1/completions", "POST"), (b"DELETE /v1/chat/completions", "POST"), (b"PUT /metrics", "GET,HEAD"),
+    (b"POST /readyz", "GET,HEAD"), (b"PATCH /v1/models/sim", "GET,HEAD")])
+def test_a_method_the_route_does_not_take_gets_405_with_allow(gateway: GatewayProcess, request_line: bytes,
+                                                               allow: str) -> None:
+    status, headers, body = exchange(gateway.port, request_line + b" HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n")
+    assert (status, headers["allow"], orjson.loads(body)["error"]["code"]) == (405, allow, "method_not_allowed")
+
+
+def test_head_on_a_get_route_answers_its_headers_without_a_body(gateway: GatewayProcess) -> None:
+    with socket.create_connection(("127.0.0.1", gateway.port), timeout=10) as sock:
+        sock.sendall(b"HEAD /healthz HTTP/1.1\r\nHost: x\r\nx-request-id: head-1\r\n\r\n"
+                     b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        raw = b""
+        while raw.count(b"\r\n\r\n") < 2 or not raw.endswith(b'{"status":"ok"}'):
+            chunk = sock.recv(65536)
+            assert chunk, raw
+            raw += chunk
+    head, _, rest = raw.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 200 OK\r\n") and b"Content-Length: 15\r\n" in head
+    assert b"x-request-id: head-1\r\n" in head
+    assert rest.startswith(b"HTTP/1.1 200 OK\r\n")  # the next answer follows at once: no body after the HEAD's
+
+
+def test_expect_100_continue_gets_100_then_the_answer(gateway: GatewayProcess) -> None:
+    body = orjson.dumps({"prompt": "x", "max_tokens": 2})
+    with socket.create_connection(("127.0.0.1", gateway.port), timeout=10) as sock:
+        sock.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n" + AUTH
+                     + b"Expect: 100-continue\r\nContent-Length: %d\r\n\r\n" % len(body))
+        assert sock.recv(65536) == b"HTTP/1.1 100 Continue\r\n\r\n"
+        sock.sendall(body)
+        raw = b""
+        while b'"usage"' not in raw:
+            chunk = sock.recv(65536)
+            assert chunk, raw
+            raw += chunk
+    assert raw.startswith(b"HTTP/1.1 200 OK\r\n")
+
+
+def test_a_model_name_with_an_encoded_slash_is_one_path_segment(gateway: GatewayProcess) -> None:
+    status, _, body = exchange(gateway.port, b"GET /v1/models/org%2Fsim HTTP/1.1\r\nHost: x\r\n" + AUTH + b"\r\n")
+    error = orjson.loads(body)["error"]
+    assert (status, error["code"], error["message"]) == (
+        404, "model_not_found", "model 'org/sim' does not exist; GET /v1/models lists the served models")
+    status, _, body = exchange(gateway.port, b"GET /v1/models/sim HTTP/1.1\r\nHost: x\r\n" + AUTH + b"\r\n")
+    assert (status, orjson.loads(body)["id"]) == (200, "sim")
 
 
 def test_good_requests_after_the_bad_ones_still_work(gateway: GatewayProcess) -> None:
