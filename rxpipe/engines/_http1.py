@@ -42,11 +42,13 @@ import aiohttp
 import httptools
 from multidict import CIMultiDict, CIMultiDictProxy
 
-__all__ = ["HTTP1Pool", "HTTP1Response", "BackendResponse", "ResponseBody", "HIGH_WATER_BYTES"]
+__all__ = ["HTTP1Pool", "HTTP1Response", "BackendResponse", "ResponseBody", "HIGH_WATER_BYTES", "DRAIN_S"]
 
 #: bytes received and not yet read past which the socket's reading is paused (aiohttp's
 #: StreamReader pauses at twice its 64 KiB limit; one SSE read rarely brings more than a few KiB)
 HIGH_WATER_BYTES = 2**16
+#: seconds a connection released before its answer's end waits for that end (then it is closed)
+DRAIN_S = 1.0
 
 
 class ResponseBody(Protocol):
@@ -153,7 +155,26 @@ class HTTP1Response:
         else:
             conn.abort()
 
-    release = close
+    def release(self) -> None:
+        """The reader is done with an answer that ended at its own level (an SSE ``[DONE]``) while
+        the body's last bytes (the chunked terminator) may still be on their way: drop what is
+        unread and give the connection back when they arrive — within ``DRAIN_S`` and
+        ``high_water_bytes`` more, else it is closed. Not for a cancel: :meth:`close` tells the
+        server at once."""
+        conn = self._conn
+        if conn is None:
+            return
+        if conn.complete or conn.error is not None or conn.closed or not conn.delimited:
+            self.close()
+            return
+        self._conn = None
+        conn.chunks.clear()
+        conn.buffered = 0
+        conn.draining = True
+        if conn.paused and conn.transport is not None:
+            conn.paused = False
+            conn.transport.resume_reading()
+        conn.drain_timer = conn.loop.call_later(DRAIN_S, conn.abort)
 
     def __repr__(self) -> str:
         return f"<HTTP1Response {self.status} {self.content_type}>"
@@ -169,6 +190,9 @@ class _Connection(asyncio.Protocol):
         self.parser = httptools.HttpResponseParser(self)
         self.closed = False
         self.used = 0  # requests sent on it
+        #: released by its reader before the answer's end: the rest is dropped, then it is reused
+        self.draining = False
+        self.drain_timer: asyncio.TimerHandle | None = None
         self._reset()
 
     def _reset(self) -> None:
@@ -207,6 +231,10 @@ class _Connection(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
+        self.draining = False
+        if self.drain_timer is not None:
+            self.drain_timer.cancel()
+            self.drain_timer = None
         self.pool._forget(self)
         if not self.complete and self.error is None:
             if self.head is not None and not self.delimited:
@@ -238,6 +266,11 @@ class _Connection(asyncio.Protocol):
         self._wake()
 
     def on_body(self, body: bytes) -> None:
+        if self.draining:
+            self.buffered += len(body)
+            if self.buffered > self.pool.high_water_bytes:
+                self.abort()  # more than an answer's tail: not worth waiting for
+            return
         if self.inflate is not None:
             try:
                 body = self.inflate.decompress(body)
@@ -252,6 +285,16 @@ class _Connection(asyncio.Protocol):
         self._wake()
 
     def on_message_complete(self) -> None:
+        if self.draining:
+            self.complete = True
+            self.draining = False
+            if self.drain_timer is not None:
+                self.drain_timer.cancel()
+                self.drain_timer = None
+            self.chunks.clear()
+            self.buffered = 0
+            self.pool._release(self)
+            return
         if self.inflate is not None:
             rest = self.inflate.flush()
             if rest:
@@ -317,6 +360,10 @@ class _Connection(asyncio.Protocol):
             self.error = aiohttp.ClientConnectionError("the connection was closed by the client")
         self.closed = True
         self.keep_alive = False
+        self.draining = False
+        if self.drain_timer is not None:
+            self.drain_timer.cancel()
+            self.drain_timer = None
         if self.transport is not None:
             self.transport.abort()
         self.pool._forget(self)
@@ -509,7 +556,7 @@ class HTTP1Pool:
             self._read_timers[conn] = self._loop.call_at(when, self._check_read, conn)
 
     def _check_read(self, conn: _Connection) -> None:
-        del self._read_timers[conn]
+        self._read_timers.pop(conn, None)
         timeout = conn.read_timeout_s
         if conn.waiter is None or timeout is None or conn.closed:
             return  # not waiting: the next wait arms it again

@@ -190,6 +190,10 @@ class _HTTPCall(_OpenAIState):
         if completion.done:  # stalled
             self._settle(call, True)
             return False
+        # read to its end ([DONE] or the body's end): the connection goes back to the pool, ours
+        # once the body's last bytes arrive (aiohttp's: at once if they have, else closed)
+        call.response = None
+        response.release()
         if request.stream and response.content_type != "application/json" and not (
                 call.usage and isinstance(call.usage.get("prompt_tokens"), int)):
             # a stream without usage (llama-cpp-python's server): count its prompt as a

@@ -381,3 +381,61 @@ async def test_https_with_a_trusted_self_signed_certificate() -> None:
         with pytest.raises(ssl.SSLCertVerificationError):
             await post(untrusting, url)
         await untrusting.close()
+
+
+async def test_the_engine_uses_the_pool_unless_given_a_session_and_reuses_its_connection(server: Any) -> None:
+    from rxpipe.engines.records import CompletionRequest
+
+    from .openai_support import make, submit
+
+    e = make(server)
+    try:
+        for stream in (True, False, True):
+            result = await submit(e, CompletionRequest(prompt="hi", max_tokens=3, stream=stream)).result
+            assert (result.finish_reason, result.completion_tokens) == ("length", 3)
+        pool = e._session
+        assert isinstance(pool, HTTP1Pool)
+        assert (pool.connections_opened, pool.open_connections, pool.retries) == (1, 1, 0)
+    finally:
+        await e.aclose()
+    assert pool.closed and pool.open_connections == 0
+    async with aiohttp.ClientSession() as session:
+        e = make(server, session=session)
+        try:
+            result = await e.submit(CompletionRequest(prompt="hi", max_tokens=2)).result
+            assert (result.finish_reason, result.completion_tokens, e._session) == ("length", 2, session)
+        finally:
+            await e.aclose()
+        assert not session.closed  # the user's: not closed by the engine
+
+
+@pytest.mark.parametrize("tail_after_s, reused", [(0.05, True), (None, False)])
+async def test_a_released_answer_gives_its_connection_back_when_its_last_bytes_arrive(
+        monkeypatch: pytest.MonkeyPatch, tail_after_s: float | None, reused: bool) -> None:
+    # an SSE answer whose [DONE] comes before its body's end (the chunked terminator)
+    monkeypatch.setattr("rxpipe.engines._http1.DRAIN_S", 0.2)
+
+    answered = [0]
+
+    async def on_request(n: int, writer: asyncio.StreamWriter) -> None:
+        answered[0] += 1
+        writer.write(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\ne\r\ndata: [DONE]\n\n\r\n")
+        if answered[0] > 1:  # the next call's answer: whole
+            writer.write(b"0\r\n\r\n")
+        elif tail_after_s is not None:
+            await asyncio.sleep(tail_after_s)
+            writer.write(b"0\r\n\r\n")
+
+    async with raw_server(on_request) as url:
+        pool = HTTP1Pool(url, 1)
+        try:
+            response = await pool.post(url, data=b"{}", headers={})
+            assert await response.content.readany() == b"data: [DONE]\n\n"
+            response.release()
+            assert (pool.open_connections, pool.idle_connections) == (1, 0)  # waiting for the tail
+            await asyncio.sleep(0.4)
+            assert (pool.open_connections, pool.idle_connections) == ((1, 1) if reused else (0, 0))
+            assert await post(pool, url) == (200, b"data: [DONE]\n\n")
+            assert pool.connections_opened == (1 if reused else 2)
+        finally:
+            await pool.close()
