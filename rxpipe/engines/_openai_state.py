@@ -12,6 +12,7 @@ import aiohttp
 
 from ..resilience import CircuitBreaker
 from ._concurrency import ConcurrencyLimit
+from ._http1 import BackendResponse, HTTP1Pool
 from .base import Engine
 from .records import Completion
 
@@ -31,7 +32,7 @@ class _Call:
         self.chat = chat
         self.state = _WAITING
         self.task: asyncio.Task[None] | None = None
-        self.response: aiohttp.ClientResponse | None = None
+        self.response: BackendResponse | None = None
         self.parts: list[str] = []
         self.tokens = 0
         self.started_s: float | None = None
@@ -82,7 +83,8 @@ class _OpenAIState(Engine):
     _answer_options: dict[str, Any]
     _total_timeout_s: float | None
     _rng: random.Random
-    _session: aiohttp.ClientSession | None
+    #: the user's aiohttp session, or our own pool (made by bind_loop)
+    _session: aiohttp.ClientSession | HTTP1Pool | None
     _closed: bool
     _freed: bool
     _pause: asyncio.TimerHandle | None

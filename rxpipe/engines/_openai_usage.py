@@ -23,6 +23,7 @@ from typing import Any
 import aiohttp
 import orjson
 
+from ._http1 import BackendResponse
 from ._openai_state import _Call, _OpenAIState
 from ._openai_wire import wire_request_id
 
@@ -77,12 +78,15 @@ class _UsageProbe(_OpenAIState):
         if self._own_request_id:
             headers = {**headers, "X-Request-Id": wire_request_id(call.request.id + ":usage")}
         try:
-            async with session.post(url, data=body, headers=headers, **self._answer_options) as response:
+            response: BackendResponse = await session.post(url, data=body, headers=headers, **self._answer_options)
+            try:
                 if response.status != 200:
                     log.debug("%s: the prompt-token count of %s: answered %d", self.base_url, call.request.id,
                               response.status)
                     return None
                 answer = orjson.loads(await response.read())
+            finally:
+                response.release()  # pooled when whole, else closed (a cancellation too)
         except (aiohttp.ClientError, OSError, orjson.JSONDecodeError) as error:
             log.debug("%s: the prompt-token count of %s failed: %r", self.base_url, call.request.id, error)
             return None

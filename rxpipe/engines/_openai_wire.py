@@ -15,6 +15,7 @@ import aiohttp
 import orjson
 
 from ..errors import EngineUnavailableError
+from ._http1 import BackendResponse
 from ._ids import uuid4_hex_suffix
 from ._openai_errors import backend_error, broken_answer
 from ._openai_state import _Call, _OpenAIState
@@ -147,7 +148,7 @@ class _HTTPCall(_OpenAIState):
                 (self._answer_headers, self._answer_options)
             if self._own_request_id:
                 headers = {**headers, "X-Request-Id": wire_request_id(request.id)}
-            response = await session.post(url, data=self._body(call), headers=headers, **options)
+            response: BackendResponse = await session.post(url, data=self._body(call), headers=headers, **options)
         except (aiohttp.ClientError, OSError) as error:
             self._settle(call, False, f"unreachable: {error or repr(error)}")
             completion.fail(EngineUnavailableError(f"{url} unreachable: {error!r}"))
@@ -189,6 +190,10 @@ class _HTTPCall(_OpenAIState):
         if completion.done:  # stalled
             self._settle(call, True)
             return False
+        # read to its end ([DONE] or the body's end): the connection goes back to the pool, ours
+        # once the body's last bytes arrive (aiohttp's: at once if they have, else closed)
+        call.response = None
+        response.release()
         if request.stream and response.content_type != "application/json" and not (
                 call.usage and isinstance(call.usage.get("prompt_tokens"), int)):
             # a stream without usage (llama-cpp-python's server): count its prompt as a
@@ -227,7 +232,7 @@ class _HTTPCall(_OpenAIState):
             body["stream"] = False  # one JSON body, its usage included (OpenAI: stream_options only with stream)
         return orjson.dumps(body)
 
-    async def _read_events(self, call: _Call, response: aiohttp.ClientResponse, *, credit: bool = True) -> None:
+    async def _read_events(self, call: _Call, response: BackendResponse, *, credit: bool = True) -> None:
         """Read an SSE answer's ``data:`` lines into the completion until ``[DONE]`` or the end
         of the body.
 
@@ -281,7 +286,7 @@ class _HTTPCall(_OpenAIState):
             if not data:
                 return
 
-    async def _read_answer(self, call: _Call, response: aiohttp.ClientResponse) -> None:
+    async def _read_answer(self, call: _Call, response: BackendResponse) -> None:
         """A whole (non-streamed) answer: one JSON body, read at once and parsed once.
 
         Its text is pushed as one chunk of ``usage.completion_tokens`` tokens (without usage: the
@@ -411,7 +416,7 @@ class _HTTPCall(_OpenAIState):
         finally:
             call.stall_s = None
 
-    async def _error_body(self, response: aiohttp.ClientResponse) -> bytes:
+    async def _error_body(self, response: BackendResponse) -> bytes:
         """The first ``_ERROR_BODY_BYTES`` of an error answer (empty if unreadable)."""
         try:
             return await response.content.read(_ERROR_BODY_BYTES)
