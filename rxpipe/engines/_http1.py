@@ -104,15 +104,8 @@ class HTTP1Response:
     async def readany(self) -> bytes:
         """Every byte received and not yet read (waiting for one at least); ``b""`` at the end.
         Raises ``aiohttp.ClientPayloadError`` (a body cut short) or ``aiohttp.ServerTimeoutError``."""
-        conn = self._conn
-        if conn is None:
-            return b""
-        while not conn.chunks:
-            if conn.complete:
-                self._done()
-                return b""
-            await conn.wait_data()
-        return conn.take()
+        conn = await self._ready()
+        return b"" if conn is None else conn.take()
 
     async def read(self, n: int = -1) -> bytes:
         """At most ``n`` bytes (``-1``: the whole rest of the body), waiting for one at least."""
@@ -121,15 +114,23 @@ class HTTP1Response:
             while data := await self.readany():
                 parts.append(data)
             return b"".join(parts)
-        conn = self._conn
-        if conn is None or n == 0:
+        if n == 0:
             return b""
+        conn = await self._ready()
+        return b"" if conn is None else conn.take(n)
+
+    async def _ready(self) -> _Connection | None:
+        """The connection once a received byte waits to be read; None at the body's end (the
+        connection then goes back to the pool, see :meth:`_done`)."""
+        conn = self._conn
+        if conn is None:
+            return None
         while not conn.chunks:
             if conn.complete:
                 self._done()
-                return b""
+                return None
             await conn.wait_data()
-        return conn.take(n)
+        return conn
 
     def at_eof(self) -> bool:
         conn = self._conn
