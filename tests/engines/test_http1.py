@@ -439,3 +439,47 @@ async def test_a_released_answer_gives_its_connection_back_when_its_last_bytes_a
             assert pool.connections_opened == (1 if reused else 2)
         finally:
             await pool.close()
+
+
+async def test_a_released_answer_whose_tail_is_over_high_water_bytes_closes_its_connection() -> None:
+    # after [DONE], 40 more body bytes arrive (a chunk of 40, unterminated): over the pool's
+    # high_water_bytes=32, not an answer's tail — the connection is closed at once, not kept
+    tail_sent = asyncio.Event()
+
+    async def on_request(n: int, writer: asyncio.StreamWriter) -> None:
+        writer.write(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\ne\r\ndata: [DONE]\n\n\r\n")
+        await asyncio.sleep(0.05)
+        writer.write(b"28\r\n" + b"x" * 40 + b"\r\n")
+        tail_sent.set()
+
+    async with raw_server(on_request) as url:
+        pool = HTTP1Pool(url, 1, high_water_bytes=32)
+        try:
+            response = await pool.post(url, data=b"{}", headers={})
+            assert await response.content.readany() == b"data: [DONE]\n\n"
+            response.release()
+            assert (pool.open_connections, pool.idle_connections) == (1, 0)  # waiting for the tail
+            await tail_sent.wait()
+            for _ in range(100):
+                if pool.open_connections == 0:
+                    break
+                await asyncio.sleep(0.005)
+            assert (pool.open_connections, pool.idle_connections) == (0, 0)  # closed well before DRAIN_S
+        finally:
+            await pool.close()
+
+
+async def test_bad_arguments_and_headers_are_refused_before_anything_is_sent() -> None:
+    with pytest.raises(ValueError, match=r"HTTP1Pool\(limit=\) must be at least 1, got 0"):
+        HTTP1Pool("http://127.0.0.1:9", 0)
+    with pytest.raises(ValueError, match=r"must be an http\(s\) URL with a host, got 'ftp://h/'"):
+        HTTP1Pool("ftp://h/", 1)
+    pool = HTTP1Pool("http://127.0.0.1:9", 1)  # nothing listens on port 9: nothing may be sent
+    try:
+        with pytest.raises(ValueError, match=r"http://other:9/v1 is not of this pool's origin http://127.0.0.1:9"):
+            await pool.post("http://other:9/v1", data=b"{}", headers={})
+        with pytest.raises(ValueError, match="an HTTP header name or value with a line break"):
+            await pool.post("http://127.0.0.1:9/v1", data=b"{}", headers={"X-A": "1\r\nX-Injected: 2"})
+        assert (pool.connections_opened, pool.open_connections) == (0, 0)
+    finally:
+        await pool.close()
