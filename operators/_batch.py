@@ -145,6 +145,11 @@ class BatchSubscription(DrainSubscription, UpstreamLink):
             self.timer = None
             timer.cancel()
 
+    def _holds(self) -> bool:
+        # a closed batch, or an open one whose delay ran out: what goes out on demand (an open
+        # batch within its delay waits for input, which is idle time)
+        return bool(self.ready) or self.expired
+
     def _held(self) -> int:
         return len(self.current) + sum(len(b) for b in self.ready)
 

@@ -122,6 +122,9 @@ class BackpressureBufferSubscription(BufferSubscription):
     def _held_count(self) -> int:
         return len(self.queue) - self.head
 
+    def _holds(self) -> bool:
+        return len(self.queue) > self.head
+
     def _items_in(self) -> int:
         # Not counted per item: a backpressured buffer drops nothing while it runs, so what it
         # received is what it delivered plus what it holds (frozen into `received` at release).

@@ -51,6 +51,7 @@ class MapAsync(Stage):
 
     replenish = 1  # one more per result delivered, never in bursts
     kind = "map_async"
+    reports_busy = True  # busy = calls running (the live view)
 
     def __init__(self, fn: Callable[[Any], Awaitable[Any]], concurrency: int, ordered: bool,
                  retry: Retry | None, breaker: CircuitBreaker | None, item_timeout_s: float | None) -> None:
@@ -63,6 +64,8 @@ class MapAsync(Stage):
         self.calls: deque[asyncio.Future[Any]] | set[asyncio.Future[Any]] = deque() if ordered else set()
         self.upstream_ended = False
         self.held = 0
+        #: calls running (not done); ``held`` also counts done ones waiting for their turn
+        self.busy = 0
 
     def on_start(self) -> None:
         self.loop = asyncio.get_running_loop()  # RuntimeError off a loop: the stream fails
@@ -83,6 +86,7 @@ class MapAsync(Stage):
         else:
             self.calls.add(task)  # type: ignore[union-attr]
         self.held += 1
+        self.busy += 1
         task.add_done_callback(self._done)
 
     def _done(self, task: asyncio.Future[Any]) -> None:
@@ -90,6 +94,7 @@ class MapAsync(Stage):
             self.call_done_after_end(task)
 
     def call_done(self, task: asyncio.Future[Any]) -> None:
+        self.busy -= 1
         error = _call_error(task)
         if error is not None:
             self.fail(error)  # at once, whatever its place: cuts ahead of the results held
@@ -138,6 +143,7 @@ class MapAsync(Stage):
         calls = list(self.calls)
         self.calls.clear()
         self.held = 0
+        self.busy = 0
         for task in calls:
             task.cancel()  # no await: each task ends on its next loop iteration
 

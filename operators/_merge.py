@@ -161,6 +161,9 @@ class MergeSubscription(DrainSubscription):
             inner.queue.clear()
         self.buffered = 0
 
+    def _holds(self) -> bool:
+        return self.buffered > 0
+
     def statistics(self) -> StageStatistics:
         """Demand (items), items queued over all inputs, capacity (= inputs × prefetch), in/out."""
         counters = self.counters

@@ -23,7 +23,7 @@ from typing import Any
 from rxpipe._protocol import Subscriber
 from rxpipe.flowable import Flowable
 from rxpipe.metrics import StageStatistics
-from rxpipe.stage import EMPTY_SUBSCRIPTION, LINK_SLOTS, QueueDrainSubscription, UpstreamLink
+from rxpipe.stage import BUSY, EMPTY_SUBSCRIPTION, LINK_SLOTS, QueueDrainSubscription, UpstreamLink
 from rxpipe.token_bucket import TokenBucket
 
 __all__ = ["RateLimitFlowable", "RateLimitSubscription"]
@@ -117,6 +117,14 @@ class RateLimitSubscription(QueueDrainSubscription, UpstreamLink):
             # serves until it fires; with `burst` owed, the next arrival re-evaluates instead.
             self.timer = self.loop.call_at(_deadline(now, bucket.time_until(now, need), bucket.rate),
                                            self._on_timer)
+            self._pressure_update()  # waiting for tokens while items are wanted: busy
+
+    def _pressure_state(self) -> int:
+        """Busy while it waits for tokens with downstream demand it could not ask upstream for
+        (the shaping is its work), else backpressured or idle as any queue."""
+        if self.timer is not None and self.requested:
+            return BUSY
+        return super()._pressure_state()
 
     def _on_delivered(self, count: int) -> None:
         counters = self.counters

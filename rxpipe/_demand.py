@@ -26,6 +26,7 @@ from abc import abstractmethod
 from collections import deque
 from typing import Any
 
+from ._pressure import BACKPRESSURED, IDLE, PressureClock, loop_clock
 from ._protocol import UNBOUNDED, Subscriber, Subscription
 
 __all__ = [
@@ -115,10 +116,17 @@ class DrainSubscription(Subscription):
     Invariants: ``0 <= requested <= UNBOUNDED``; ``UNBOUNDED`` is never decremented; once
     ``cancelled`` is true no signal reaches ``downstream`` except the one error :meth:`fail`
     queued (and a later ``cancel`` withdraws even that).
+
+    Pressure (the live view, :mod:`rxpipe._pressure`): ``pressure_state`` is the stage's state as
+    last accounted and ``pressure_clock`` its time per state (None until it first left idle). A
+    drain call ends by re-reading the state when there is no downstream demand or the stage was
+    not idle (two attribute reads otherwise); a stage re-reads it where its busy state changes
+    (:meth:`_pressure_update`). Subclasses say what they hold (:meth:`_holds`) and, if they can
+    be busy, override :meth:`_pressure_state`.
     """
 
     __slots__ = ("downstream", "requested", "cancelled", "emitted", "_wip", "_missed",
-                 "_failure", "_released", "__weakref__")
+                 "_failure", "_released", "pressure_state", "pressure_clock", "__weakref__")
 
     def __init__(self, downstream: Subscriber[Any]) -> None:
         self.downstream = downstream
@@ -130,6 +138,8 @@ class DrainSubscription(Subscription):
         self._missed = False
         self._failure: BaseException | None = None
         self._released = False
+        self.pressure_state = IDLE
+        self.pressure_clock: PressureClock | None = None
 
     # -- Subscription --------------------------------------------------------------------------
     def request(self, n: int) -> None:
@@ -172,6 +182,10 @@ class DrainSubscription(Subscription):
                     return
         finally:
             self._wip = False
+            # a change of pressure state can only happen here without demand, or out of a
+            # non-idle state: otherwise two attribute reads, no call
+            if not self.requested or self.pressure_state:
+                self._pressure_update()
 
     def fail(self, error: BaseException) -> None:
         """Stop upstream now and signal ``error`` downstream ahead of anything still queued.
@@ -208,6 +222,30 @@ class DrainSubscription(Subscription):
         if not self._released:
             self._released = True
             self._release()
+            if self.pressure_state:
+                self._pressure_update()  # terminated: idle from now on
+
+    # -- pressure (rxpipe._pressure) -------------------------------------------------------------
+    def _pressure_update(self) -> None:
+        """Re-read the stage's pressure state; on a change, account the time spent in the old one
+        (on the loop's clock). Call where a stage's busy state may change (a call started or
+        done, an engine step); drain calls end with it already."""
+        state = IDLE if self.cancelled else self._pressure_state()
+        if state != self.pressure_state:
+            self.pressure_state = state
+            clock = self.pressure_clock
+            if clock is None:
+                clock = self.pressure_clock = PressureClock(loop_clock())
+            clock.enter(state)
+
+    def _pressure_state(self) -> int:
+        """``BACKPRESSURED`` when the stage holds an item and downstream demand is 0, else
+        ``IDLE``; a stage that can be busy (working on an item) overrides this."""
+        return BACKPRESSURED if not self.requested and self._holds() else IDLE
+
+    def _holds(self) -> bool:
+        """True when the stage holds an item it would emit on demand (default: none)."""
+        return False
 
     def _complete(self) -> None:
         """Deliver ``on_complete`` (call from inside :meth:`_drain` or a serial context)."""
@@ -289,6 +327,9 @@ class QueueDrainSubscription(DrainSubscription):
                 self._error(self.error)
             else:
                 self._complete()
+
+    def _holds(self) -> bool:
+        return bool(self.queue)
 
     def finish(self, error: BaseException | None = None) -> None:
         """Upstream ended: signal ``on_complete`` (or ``on_error(error)``) after the queued items."""

@@ -101,7 +101,8 @@ class Stage:
     default stage names; None: the class name in snake_case), ``passes_capabilities`` (True for a
     stage whose items are its upstream's items,
     e.g. a filter: it shows the upstream's declared capabilities), ``inputs_first`` (True: the
-    inputs get their credit before the main upstream, see :meth:`open_input`). Class method
+    inputs get their credit before the main upstream, see :meth:`open_input`), ``reports_busy``
+    (True: the stage keeps :attr:`busy`, the items it is working on, e.g. calls in flight). Class method
     :meth:`graph_inputs`: the Flowables the stage will open, when its arguments name them.
 
     Anchor: Akka Streams ``GraphStageLogic`` (handlers, ``push``/``pull``,
@@ -128,6 +129,12 @@ class Stage:
     log_hook_errors: ClassVar[bool] = True
     #: Credit goes to the inputs before the main upstream (see :meth:`open_input`).
     inputs_first: ClassVar[bool] = False
+    #: The stage keeps :attr:`busy` current (the live view's busy time; see there).
+    reports_busy: ClassVar[bool] = False
+    #: Items the stage is working on now (calls in flight), for a stage with ``reports_busy =
+    #: True``: the live view counts the stage busy while it is > 0. Change it inside hooks (a
+    #: call's end comes back through :meth:`invoke`), where the kit re-reads it.
+    busy: int = 0
 
     _kit: StageRun
     held: int

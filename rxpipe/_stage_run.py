@@ -31,6 +31,7 @@ from typing import Any, Callable, Hashable
 
 from ._demand import QueueDrainSubscription, discard, log
 from ._link import LINK_SLOTS, UpstreamLink, discard_all
+from ._pressure import BACKPRESSURED, BUSY, IDLE
 from ._protocol import UNBOUNDED, Publisher, Subscriber
 from ._stage_logic import Stage
 from .errors import MissingBackpressureError
@@ -163,7 +164,7 @@ class StageRun(QueueDrainSubscription, UpstreamLink):
 
     __slots__ = (*LINK_SLOTS, "logic", "flowable", "loop", "window", "replenish_at", "inputs", "timers",
                  "started", "closing", "in_hook", "deferred", "topping", "top_missed", "logged",
-                 "downstream_cancelled", "wants_requests", "on_next_hook", "try_next", "lazy")
+                 "downstream_cancelled", "wants_requests", "on_next_hook", "try_next", "lazy", "reports_busy")
 
     def __init__(self, downstream: Subscriber[Any], logic: Stage, flowable: StageFlowable,
                  loop: asyncio.AbstractEventLoop | None) -> None:
@@ -190,6 +191,7 @@ class StageRun(QueueDrainSubscription, UpstreamLink):
         self.downstream_cancelled = False
         self.wants_requests = cls.on_request is not Stage.on_request
         self.lazy = bool(logic.lazy)
+        self.reports_busy = bool(logic.reports_busy)
         logic._kit = self
         self.on_next_hook = logic.on_next
         #: a fused chain downstream takes items through try_on_next (a dropped one uses no demand)
@@ -215,6 +217,8 @@ class StageRun(QueueDrainSubscription, UpstreamLink):
             self.in_hook = False
         self.drain()
         self.top_up()
+        if self.reports_busy:
+            self._pressure_update()
 
     def invoke(self, callback: Callable[..., Any], args: tuple[Any, ...]) -> bool:
         """``Stage.invoke``: ``callback(*args)`` as a hook; False once the stage terminated."""
@@ -279,6 +283,8 @@ class StageRun(QueueDrainSubscription, UpstreamLink):
                 self._run_deferred()
             self.in_hook = False
         self.drain()
+        if self.reports_busy:
+            self._pressure_update()
         window = self.window
         if window is None or window == UNBOUNDED or self.top_missed or self.inputs:
             self.top_up()
@@ -333,6 +339,16 @@ class StageRun(QueueDrainSubscription, UpstreamLink):
                 self.requested -= 1
             return
         QueueDrainSubscription._drain(self)
+
+    def _pressure_state(self) -> int:
+        """Busy while a stage with ``reports_busy`` has ``busy > 0``; else backpressured while it
+        holds items (emitted, or its ``held``) without downstream demand; else idle."""
+        logic = self.logic
+        if self.reports_busy and logic.busy > 0:
+            return BUSY
+        if not self.requested and (self.queue or logic.held > 0):
+            return BACKPRESSURED
+        return IDLE
 
     def _release(self) -> None:
         # Once: on cancel or when the terminal signal went downstream.

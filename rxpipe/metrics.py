@@ -17,6 +17,7 @@ author, never by user input):
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import threading
@@ -28,7 +29,8 @@ from typing import Any, Iterator, Protocol
 from prometheus_client.core import REGISTRY, CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-__all__ = ["StageCounters", "StageStatistics", "StageLike", "track", "live_stages", "StageCollector", "set_debug"]
+__all__ = ["StageCounters", "StageStatistics", "StageLike", "StageScope", "track", "live_stages", "scoped",
+           "StageCollector", "set_debug"]
 
 _GAUGE_CAP = 2**53
 log = logging.getLogger("rxpipe")
@@ -127,8 +129,44 @@ def _missing_statistics(stage: Any) -> str:
             f"it); only its counters are exported")
 
 
+class StageScope:
+    """The stages tracked while this scope was current (:func:`scoped`): one pipeline run's
+    stages, as weak references (a stage leaves when it is garbage-collected). The live view reads
+    a pipeline's running stages here, so two pipelines with stages of the same name in one
+    process never mix."""
+
+    __slots__ = ("_stages",)
+
+    def __init__(self) -> None:
+        self._stages: weakref.WeakSet[Any] = weakref.WeakSet()
+
+    def add(self, stage: Any) -> None:
+        self._stages.add(stage)
+
+    def stages(self) -> list[Any]:
+        """The live stages of the scope (any order)."""
+        return list(self._stages)
+
+
+#: the scope stages subscribed now join (set by :func:`scoped` on the loop's thread)
+_scope: StageScope | None = None
+
+
+@contextlib.contextmanager
+def scoped(scope: StageScope) -> Iterator[StageScope]:
+    """While the block runs, every stage :func:`track` sees joins ``scope`` too (the stages a
+    pipeline's subscribe creates; nested scopes restore the outer one)."""
+    global _scope
+    outer, _scope = _scope, scope
+    try:
+        yield scope
+    finally:
+        _scope = outer
+
+
 def track(stage: StageLike) -> None:
-    """Export ``stage``'s statistics until it is garbage-collected (then keep its totals).
+    """Export ``stage``'s statistics until it is garbage-collected (then keep its totals); add it
+    to the current :class:`StageScope` if there is one.
 
     Raises TypeError in debug mode (:func:`set_debug`) for a stage without ``statistics()``;
     otherwise that is logged once per class and only the stage's counters are exported."""
@@ -138,6 +176,8 @@ def track(stage: StageLike) -> None:
         _warn_once(type(stage), "statistics", _missing_statistics(stage))
     with _lock:
         _live.add(stage)
+    if _scope is not None:
+        _scope.add(stage)
     weakref.finalize(stage, _retire, stage.counters)
 
 

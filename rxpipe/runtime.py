@@ -11,6 +11,7 @@ from ._demand import log
 from ._link import LINK_SLOTS, UpstreamLink
 from .errors import MissingBackpressureError
 from .flowable import Flowable, Operator
+from .metrics import StageScope, scoped
 from .settings import Setting
 
 __all__ = ["Pipeline", "RunningPipeline", "Service", "walk", "DRAIN_TIMEOUT"]
@@ -89,6 +90,8 @@ class Pipeline:
         self.flowable: Flowable[Any] = source.pipe(*operators)
         self.name = name
         self.drain_timeout_s = drain_timeout_s
+        #: the stages of the current (or last) run (:class:`~rxpipe.metrics.StageScope`)
+        self.scope = StageScope()
 
     @classmethod
     def of(cls, obj: Pipeline | Flowable[Any]) -> Pipeline:
@@ -146,10 +149,14 @@ class Pipeline:
         return count
 
     async def _consume(self, on_item: Callable[[Any], Any] | None) -> int:
+        scope = self.scope = StageScope()  # this run's stages, for the live view
         if on_item is None:
-            return await _drain(self.flowable)
+            with scoped(scope):
+                done = _subscribe_counting(self.flowable)
+            return await _counted(*done)
         count = 0
-        items = self.flowable.__aiter__()
+        with scoped(scope):
+            items = self.flowable.__aiter__()
         try:
             async for item in items:
                 count += 1
@@ -253,12 +260,16 @@ class _CountingSink(UpstreamLink):
                 self.done.set_exception(error)
 
 
-async def _drain(flowable: Flowable[Any], prefetch: int = 256) -> int:
-    """Consume ``flowable`` to the end with a :class:`_CountingSink`; return its item count,
-    raise its error. Cancelling the awaiting task cancels the subscription."""
+def _subscribe_counting(flowable: Flowable[Any], prefetch: int = 256) -> tuple[asyncio.Future[int], _CountingSink]:
+    """Subscribe a :class:`_CountingSink` to ``flowable``: its future and the sink."""
     done: asyncio.Future[int] = asyncio.get_running_loop().create_future()
     sink = _CountingSink(done, prefetch)
     flowable._subscribe_safely(sink)
+    return done, sink
+
+
+async def _counted(done: asyncio.Future[int], sink: _CountingSink) -> int:
+    """The count ``sink`` settles ``done`` with; cancelling the awaiting task cancels it."""
     try:
         return await done
     finally:

@@ -26,6 +26,11 @@ it emits with :class:`Capabilities` (``Flowable.capabilities``) instead of being
 name. A complete example is in the README ("Write your own operator"), the rules in
 ``docs/architecture.md``.
 
+Pressure (the live view): a low-level stage's ``pressure_state`` is ``IDLE``, ``BUSY`` or
+``BACKPRESSURED``, accounted on transitions in a :class:`PressureClock` (``rxpipe._pressure``
+says when each applies); a drain subscription keeps it for what it holds, a stage that can be busy
+overrides ``_pressure_state`` and calls ``_pressure_update()`` where that changes.
+
 Every signal is a plain synchronous call on the event loop's thread (Reactive Streams 1.0.4).
 """
 
@@ -44,6 +49,7 @@ from ._demand import (
     valid_demand,
 )
 from ._link import LINK_SLOTS, SerialLoop, SheddingStage, UpstreamLink, discard_all, offer, shed
+from ._pressure import BACKPRESSURED, BUSY, IDLE, PressureClock
 from ._stage_logic import Stage
 from ._stage_run import Input, operator
 from .metrics import StageCounters, StageStatistics, set_debug
@@ -73,4 +79,8 @@ __all__ = [
     "add_demand",
     "valid_demand",
     "bad_request",
+    "IDLE",
+    "BUSY",
+    "BACKPRESSURED",
+    "PressureClock",
 ]

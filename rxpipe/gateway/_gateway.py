@@ -48,19 +48,36 @@ class _Admission(DrainSubscription, AdmissionQueue):
     """The gateway's subscription: only a demand counter. The edge holds no queue: an HTTP
     request is either emitted downstream at once (consuming one unit of demand) or refused.
     As an :class:`~rxpipe.serving.AdmissionQueue` it answers for every tenant alike: room while
-    there is demand (the answer when no per-tenant queue follows the edge)."""
+    there is demand (the answer when no per-tenant queue follows the edge).
 
-    __slots__ = ("gateway", "counters", "finishing")
+    Pressure (the live view): a source holds no item, but a request refused for lack of demand
+    is one it had and could not emit, so the edge counts as backpressured from such a refusal
+    until demand comes back (``waiting``)."""
+
+    __slots__ = ("gateway", "counters", "finishing", "waiting")
 
     def __init__(self, downstream: Subscriber[Any], gateway: Gateway) -> None:
         super().__init__(downstream)
         self.gateway = gateway
         self.counters = StageCounters(gateway.name)
         self.finishing = False
+        self.waiting = False
         track(self)
 
     def _drain(self) -> None:
         pass  # nothing is ever queued here
+
+    def _on_request(self, n: int) -> None:
+        self.waiting = False  # the drain call this request makes re-reads the pressure state
+
+    def _holds(self) -> bool:
+        return self.waiting
+
+    def refused_for_demand(self) -> None:
+        """A request was refused because there is no demand: backpressured until there is."""
+        if not self.requested and not self.waiting:
+            self.waiting = True
+            self._pressure_update()
 
     def room_for(self, tenant: Hashable) -> bool:
         return not self.cancelled and self.requested > 0
@@ -331,8 +348,11 @@ class Gateway(Flowable[CompletionRequest], Service):
     def reject(self, refusal: Refusal) -> None:
         """Count ``refusal`` (``rxpipe_rejections_total`` and the edge stage's drops)."""
         count_rejection(refusal.reason)
-        if self._admission is not None:
-            self._admission.counters.drop(refusal.reason)
+        admission = self._admission
+        if admission is not None:
+            admission.counters.drop(refusal.reason)
+            if refusal.reason == "queue_full":
+                admission.refused_for_demand()
 
     def started(self, request: CompletionRequest, completion: Completion, now: float) -> None:
         """The engine took ``request`` at loop time ``now``: the drain meter counts the start and,

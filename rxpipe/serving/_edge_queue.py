@@ -205,6 +205,9 @@ class _EdgeQueueSubscription(DrainSubscription, UpstreamLink):
         counters.items_in = self.received
         counters.items_out = self.emitted
 
+    def _holds(self) -> bool:
+        return bool(self.queue)
+
     def statistics(self) -> StageStatistics:
         """Demand (items), items queued now, capacity, items in/out, drops by reason."""
         counters = self.counters

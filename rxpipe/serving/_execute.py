@@ -29,7 +29,7 @@ from .._protocol import Subscriber
 from ..errors import EngineUnavailableError, UnsupportedRequestError
 from ..flowable import Flowable
 from ..metrics import StageStatistics
-from ..stage import LINK_SLOTS, QueueDrainSubscription, SerialLoop, UpstreamLink
+from ..stage import BUSY, LINK_SLOTS, QueueDrainSubscription, SerialLoop, UpstreamLink
 from .engine import Engine
 from .records import Completion, CompletionRequest
 
@@ -97,7 +97,23 @@ class _ExecuteSubscription(QueueDrainSubscription, UpstreamLink):
     # -- the pump --------------------------------------------------------------------------------
     def _pump_pass(self) -> None:
         """One pass of the pump (run by ``self._pump``, a SerialLoop): submit held requests
-        while the engine has room, then top up upstream demand."""
+        while the engine has room, then top up upstream demand; then re-read the pressure state
+        (every engine step that frees a slot runs a pass: the state follows the engine)."""
+        self._pump_once()
+        self._pressure_update()
+
+    def _pressure_state(self) -> int:
+        """Busy while the engine has sequences running or waiting (it is stepping), else
+        backpressured while a Completion or a request is held without downstream demand."""
+        engine = self.engine
+        if engine.running or engine.waiting:
+            return BUSY
+        return super()._pressure_state()
+
+    def _holds(self) -> bool:
+        return bool(self.queue) or bool(self.held)
+
+    def _pump_once(self) -> None:
         if self.cancelled:
             return
         if self.held:

@@ -391,11 +391,26 @@ class FairQueueSubscription(DrainSubscription, UpstreamLink, AdmissionQueue):
         self.counters.items_out = self.emitted
 
     # -- introspection -------------------------------------------------------------------------
+    def _holds(self) -> bool:
+        return self.total > 0
+
     def statistics(self) -> StageStatistics:
         """Demand (items), items held, capacity, items in/out, drops by reason."""
         counters = self.counters
         return StageStatistics(counters.stage, self.requested, self.total, self.capacity, self.received,
                                self.emitted, dict(counters.dropped))
+
+    def tenant_figures(self) -> list[tuple[str, float, int]]:
+        """``(tenant, virtual token counter, items queued)`` per tenant over every band (the
+        highest counter of its flows, their items summed), tenants in sorted order: the live
+        view's ``tenants``."""
+        found: dict[str, tuple[float, int]] = {}
+        for band in self.bands.values():
+            for tenant, flow in band.flows.items():
+                name = "default" if tenant is None else str(tenant)
+                vtc, queued = found.get(name, (0.0, 0))
+                found[name] = (max(vtc, flow.counter), queued + len(flow.items))
+        return [(name, vtc, queued) for name, (vtc, queued) in sorted(found.items())]
 
     def virtual_token_counters(self, priority: int = 0) -> dict[Hashable, float]:
         """tenant → virtual token counter (tokens / weight) of the flows in band ``priority``."""
