@@ -30,6 +30,7 @@ from prometheus_client.core import REGISTRY, CounterMetricFamily, GaugeMetricFam
 from prometheus_client.registry import Collector
 
 __all__ = ["StageCounters", "StageStatistics", "StageLike", "StageScope", "track", "live_stages", "scoped",
+           "statistics_of",
            "StageCollector", "set_debug"]
 
 _GAUGE_CAP = 2**53
@@ -196,9 +197,9 @@ def gauge_by(name: str, documentation: str, label: str, values: dict[str, int]) 
     return family
 
 
-def _statistics(stage: Any) -> StageStatistics | None:
+def statistics_of(stage: Any) -> StageStatistics | None:
     """``stage.statistics()``; a stage without it (logged once at track) shows its counters;
-    one whose ``statistics()`` raises is logged once per class and skipped this scrape."""
+    one whose ``statistics()`` raises is logged once per class and skipped (None)."""
     statistics = getattr(stage, "statistics", None)
     if not callable(statistics):
         counters = stage.counters
@@ -226,7 +227,7 @@ class StageCollector(Collector):
         buffered: dict[str, int] = defaultdict(int)
         capacity: dict[str, int] = defaultdict(int)
         for stage in stages:
-            stats = _statistics(stage)
+            stats = statistics_of(stage)
             if stats is None:
                 continue
             name = stats.stage

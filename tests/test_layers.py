@@ -7,6 +7,7 @@
   core, never each other; ``rxpipe.transport`` imports no broker adapter;
 - the adapters (``rxpipe.redis``, ``rxpipe.nats``, ``rxpipe.kafka``) import the transport, serving
   and the core, never the gateway, the engines or each other;
+- ``rxpipe.view`` (the live view) imports only the core; the gateway may import it;
 - ``operators`` (the generic vocabulary) imports only the core at module level (the serving names it
   exports are looked up from ``rxpipe.serving`` on first use, PEP 562);
 - no import cycle at module level anywhere, and in the serving domain and the packages above it no
@@ -30,7 +31,7 @@ ROOT = Path(__file__).resolve().parent.parent
 ALLOWED = {
     "serving": {"operators"},
     "engines": {"serving", "operators"},
-    "gateway": {"serving", "operators"},
+    "gateway": {"serving", "operators", "view"},
     "transport": {"serving"},
     "redis": {"transport", "serving"},
     "nats": {"transport", "serving"},
@@ -38,11 +39,12 @@ ALLOWED = {
     "operators": set(),
     "testing": set(),
     "load": set(),
+    "view": set(),
 }
 #: package -> packages it may import only inside a function or a TYPE_CHECKING block
 LAZY = {"operators": {"serving"}}
 #: core modules that may import these packages inside a function (the CLI runs any pipeline)
-CORE_LAZY = {"rxpipe.cli": {"engines", "load"}, "rxpipe._combine_sources": {"operators"}}
+CORE_LAZY = {"rxpipe.cli": {"engines", "load", "view"}, "rxpipe._combine_sources": {"operators"}}
 PACKAGES = set(ALLOWED)
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Protocol
 
 from ..serving import Completion, CompletionRequest
+from ..view import PipelineView
 from ._admission import AdmissionPolicy
 from ._config import GatewayConfig
 from ._keys import KeyRing
@@ -20,7 +21,8 @@ class Edge(Protocol):
     """The admission side of an edge, as its HTTP handlers see it.
 
     Attributes: ``config``; ``keys`` (who is calling); ``tenancy`` (None with one tenant);
-    ``policy`` (refusals, Retry-After, the drain meter); ``access_log`` (one line per answer).
+    ``policy`` (refusals, Retry-After, the drain meter); ``access_log`` (one line per answer);
+    ``view`` (the live pipeline view, once the edge is attached to its pipeline).
     """
 
     config: GatewayConfig
@@ -28,6 +30,7 @@ class Edge(Protocol):
     tenancy: Tenancy | None
     policy: AdmissionPolicy
     access_log: bool
+    view: PipelineView | None
 
     @property
     def draining(self) -> bool:

@@ -25,6 +25,7 @@ from ..metrics import StageCounters, StageStatistics, track
 from ..runtime import Service
 from ..serving import AdmissionQueue, Completion, CompletionRequest, ReplyFuture, count_finished, outcome_of
 from ..stage import EMPTY_SUBSCRIPTION, DrainSubscription
+from ..view import PipelineView
 from ._admission import AdmissionPolicy
 from ._config import GatewayConfig
 from ._inflight import InFlight
@@ -197,6 +198,10 @@ class Gateway(Flowable[CompletionRequest], Service):
         #: write one access-log line per completion request (logger ``rxpipe.access``, INFO; ``rxpipe
         #: run --access-log`` sets it): status, code, tenant, tokens, queue and total time, request id
         self.access_log = False
+        #: the live pipeline view (``GET /pipeline``...), made by :meth:`attach`; its ticker runs
+        #: while the edge serves
+        self.view: PipelineView | None = None
+        self._ticker: asyncio.Task[None] | None = None
 
     # -- Flowable ------------------------------------------------------------------------------
     def _subscribe(self, subscriber: Subscriber[CompletionRequest]) -> None:
@@ -389,6 +394,7 @@ class Gateway(Flowable[CompletionRequest], Service):
     def attach(self, pipeline: Pipeline) -> None:
         engines = (getattr(stage, "engine", None) for stage in pipeline.stages)
         self.policy.engines = [engine for engine in engines if engine is not None]
+        self.view = PipelineView(pipeline)
 
     async def start(self, host: str, port: int | None) -> str | None:
         from ._routes import make_app
@@ -401,6 +407,8 @@ class Gateway(Flowable[CompletionRequest], Service):
         self._loop = asyncio.get_running_loop()
         self._runner, self.url = await listen(make_app(self, self._loop), self.config, host,
                                               port if port is not None else 8000)
+        if self.view is not None:
+            self._ticker = self._loop.create_task(self.view.run_ticker(), name=f"rxpipe view ticker {self.name}")
         if self.tenancy is not None and self.handle_sighup and not self._sighup:
             self._sighup = on_sighup(self, True)
         return self.url
@@ -446,6 +454,9 @@ class Gateway(Flowable[CompletionRequest], Service):
 
         if self._sighup:
             self._sighup = on_sighup(self, False)
+        if self._ticker is not None:
+            self._ticker.cancel()
+            self._ticker = None
         if self._runner is not None:
             self.draining = True  # what still arrives is refused as such
             runner, self._runner = self._runner, None

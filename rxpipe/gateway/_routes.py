@@ -7,11 +7,14 @@ import asyncio
 import functools
 import re
 from collections.abc import Awaitable, Callable, Iterable
+from typing import TYPE_CHECKING, Any
 
 import orjson
 from aiohttp import HttpVersion11, web
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
 
+from ..view import PATHS as VIEW_PATHS
+from ..view import ViewRoutes
 from ._completions import CHAT, COMPLETIONS, CompletionRoutes
 from ._edge import Edge
 from ._metrics import count_request
@@ -26,6 +29,9 @@ from ._responses import (
 )
 from ._server import EdgeApp
 
+if TYPE_CHECKING:
+    from ..view import PipelineView
+
 __all__ = ["make_app"]
 
 
@@ -37,7 +43,7 @@ _MODEL_PATH = re.compile(r"/v1/models/[^{}/]+")
 _GET = ("GET", "HEAD")
 #: the fixed paths the edge serves: an answer on one of them is counted under its path (a 405
 #: too), any other under "other" (the route label stays a bounded set)
-_ROUTES = frozenset({COMPLETIONS, CHAT, "/v1/models", "/metrics", "/health", "/healthz", "/readyz"})
+_ROUTES = frozenset({COMPLETIONS, CHAT, "/v1/models", "/metrics", "/health", "/healthz", "/readyz", *VIEW_PATHS})
 
 
 class _Operational:
@@ -142,13 +148,24 @@ def _unquote_path_safe(value: str) -> str:
     return value.replace("%2F", "/").replace("%25", "%")
 
 
+def _view_routes(edge: Edge, view: PipelineView) -> dict[str, dict[str, Handler]]:
+    """The live view's routes (``rxpipe.view.ViewRoutes``), counted like the operational ones;
+    its event streams end when the edge drains."""
+    routes = ViewRoutes(view, stopping=lambda: edge.draining,
+                        before_send=lambda request, response: answer_headers(request, response, edge.draining))
+    handlers: dict[str, Any] = routes.handlers()
+    return {path: dict.fromkeys(_GET if path != "/pipeline/events" else ("GET",), _operational(edge, path, handler))
+            for path, handler in handlers.items()}
+
+
 def make_app(edge: Edge, loop: asyncio.AbstractEventLoop) -> EdgeApp:
     """The edge on ``loop``: one handler for aiohttp's low-level server that dispatches on
     (method, percent-encoded path) to the routes of the edge (no router, no middleware),
     and the body limit ``config.max_body_bytes``.
 
     Routes: ``POST /v1/completions``, ``POST /v1/chat/completions``; ``GET`` (and ``HEAD``)
-    ``/v1/models``, ``/v1/models/{model}``, ``/metrics``, ``/health``, ``/healthz``, ``/readyz``.
+    ``/v1/models``, ``/v1/models/{model}``, ``/metrics``, ``/health``, ``/healthz``, ``/readyz``,
+    and the live view's ``/pipeline.json``, ``/pipeline`` and (``GET``) ``/pipeline/events``.
     Anything else: 404 ``unknown_route``, or 405 ``method_not_allowed`` with ``Allow`` on a known
     path (:func:`_unrouted`). A request with ``Expect`` is answered as :func:`_expect` says."""
     completions = CompletionRoutes(edge, loop)
@@ -162,6 +179,8 @@ def make_app(edge: Edge, loop: asyncio.AbstractEventLoop) -> EdgeApp:
                           ("/health", operational.healthz),  # vLLM's name for the liveness probe
                           ("/healthz", operational.healthz), ("/readyz", operational.readyz)):
         by_path[path] = dict.fromkeys(_GET, _operational(edge, path, handler))
+    if edge.view is not None:
+        by_path.update(_view_routes(edge, edge.view))
     one_model = dict.fromkeys(_GET, _operational(edge, "other", operational.model))
     routes = {(method, path): handler for path, methods in by_path.items() for method, handler in methods.items()}
 
