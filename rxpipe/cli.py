@@ -7,20 +7,19 @@ import asyncio
 import contextlib
 import gc
 import logging
-import re
 import signal
 import sys
 import time
 import traceback
 from types import ModuleType
-from typing import Any, Callable
+from typing import Any, AsyncIterator, Callable
 
 import click
 
 from .errors import StartError
 from .loader import PipelineLoadError, build_pipeline, load_module, locate_error, parse_settings, split_spec
 from .logs import LOG_FORMATS, LOG_LEVELS, configure_logging, event, public_url
-from .runtime import Pipeline, walk
+from .runtime import Pipeline
 from .settings import Schema, SettingError
 
 __all__ = ["main"]
@@ -82,7 +81,8 @@ def _tune_gc() -> None:
     gc.set_threshold(max(youngest, GC_THRESHOLD), middle, oldest)
 
 
-async def _serve(pipeline: Pipeline, host: str, port: int, start_fields: dict[str, Any] | None = None) -> None:
+async def _serve(pipeline: Pipeline, host: str, port: int, start_fields: dict[str, Any] | None = None,
+                 status_port: int | None = None) -> None:
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
 
@@ -111,7 +111,8 @@ async def _serve(pipeline: Pipeline, host: str, port: int, start_fields: dict[st
     loop.add_signal_handler(signal.SIGHUP, on_hangup)
     try:
         on_item = None if pipeline.serves_http else _print_item
-        async with pipeline.start(host=host, port=port, on_item=on_item) as running:
+        async with pipeline.start(host=host, port=port, on_item=on_item) as running, \
+                _status_server(pipeline, host, status_port):
             if pipeline.serves_http:
                 _tune_gc()  # the serving path's cycles are known to be cut; a user's graph's are not
             if running.url is not None:
@@ -130,6 +131,29 @@ async def _serve(pipeline: Pipeline, host: str, port: int, start_fields: dict[st
         for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
             loop.remove_signal_handler(sig)
         sys.stdout.flush()
+
+
+@contextlib.asynccontextmanager
+async def _status_server(pipeline: Pipeline, host: str, port: int | None) -> AsyncIterator[Any]:
+    """``--status-port``: the live view of ``pipeline`` on ``host:port`` while the block runs
+    (nothing when ``port`` is None); StartError when the port cannot be bound."""
+    if port is None:
+        yield None
+        return
+    from .view import PipelineView, StatusServer
+
+    server = StatusServer(PipelineView(pipeline))
+    try:
+        url = await server.start(host, port)
+    except OSError as error:
+        raise StartError(f"cannot serve the status page on {host}:{port}: {error.strerror or error}; "
+                         f"pick another --status-port") from error
+    event(log, logging.INFO, f"{pipeline.name}: live view on {url}/pipeline", pipeline=pipeline.name,
+          status_url=url)
+    try:
+        yield server
+    finally:
+        await server.stop()
 
 
 def _log_start(pipeline: Pipeline, url: str, fields: dict[str, Any]) -> None:
@@ -201,6 +225,9 @@ def main() -> None:
               show_default=True, help="Event loop implementation.")
 @click.option("--metrics-port", type=click.IntRange(0, 65535), default=None,
               help="Also serve Prometheus metrics on this port (the HTTP edge serves /metrics anyway).")
+@click.option("--status-port", type=click.IntRange(0, 65535), default=None,
+              help="Serve the live pipeline view on this port (GET /pipeline, /pipeline.json, /pipeline/events), "
+                   "for any pipeline (an HTTP edge serves it on its own port too).")
 @click.option("--log-level", type=click.Choice(LOG_LEVELS), default="info", show_default=True,
               help="Least severe log records written to stderr.")
 @click.option("--log-format", type=click.Choice(LOG_FORMATS), default="text", show_default=True,
@@ -212,8 +239,8 @@ def main() -> None:
               help="Print the pipeline's settings (name, type, default, meaning) and exit.")
 @click.option("--traceback", "show_traceback", is_flag=True, help="Print full tracebacks on error.")
 def run(spec: str, settings: tuple[str, ...], host: str, port: int, loop_name: str,
-        metrics_port: int | None, log_level: str, log_format: str, access_log: bool, help_settings: bool,
-        show_traceback: bool) -> None:
+        metrics_port: int | None, status_port: int | None, log_level: str, log_format: str, access_log: bool,
+        help_settings: bool, show_traceback: bool) -> None:
     """Run the pipeline defined in FILE (attribute NAME, default `pipeline`).
 
     The attribute is a rxpipe.Pipeline, a Flowable, or a factory `def pipeline(config: dict)`
@@ -227,6 +254,7 @@ def run(spec: str, settings: tuple[str, ...], host: str, port: int, loop_name: s
       rxpipe run pipelines/hello.py
       rxpipe run pipelines/llm_gateway.py --port 8000 --set queue_capacity=20
       rxpipe run pipelines/llm_gateway.py --log-format json --access-log
+      rxpipe run pipelines/embed_documents.py --status-port 9100   # view at :9100/pipeline
     """
     if help_settings:
         _print_settings(spec, show_traceback)
@@ -252,7 +280,7 @@ def run(spec: str, settings: tuple[str, ...], host: str, port: int, loop_name: s
                 raise StartError(f"cannot serve metrics on {host}:{metrics_port}: {error.strerror or error}; "
                                  f"pick another --metrics-port") from error
         with asyncio.Runner(loop_factory=_loop_factory(loop_name)) as runner:
-            runner.run(_serve(pipeline, host, port, fields))
+            runner.run(_serve(pipeline, host, port, fields, status_port))
     except Exception as error:
         _fail(error, spec, show_traceback)
     except KeyboardInterrupt:
@@ -283,68 +311,49 @@ def _print_settings(spec: str, show_traceback: bool) -> None:
 @main.command()
 @click.argument("spec", metavar="FILE[:NAME]")
 @click.option("--set", "settings", multiple=True, metavar="KEY=VALUE", help="As for `rxpipe run`.")
-@click.option("--format", "fmt", type=click.Choice(["text", "mermaid"]), default="text",
-              show_default=True)
+@click.option("--format", "fmt", type=click.Choice(["text", "mermaid", "dot", "svg"]), default="text",
+              show_default=True, help="text: one line per stage; mermaid: a flowchart; dot: Graphviz; svg: a drawing.")
 @click.option("--traceback", "show_traceback", is_flag=True, help="Print full tracebacks on error.")
 def graph(spec: str, settings: tuple[str, ...], fmt: str, show_traceback: bool) -> None:
-    """Print the stages of the pipeline in FILE, upstream first (the branches of a balance, one
-    per replica, under it; an engine's stage names its engine)."""
+    """Print the stages of the pipeline in FILE, upstream first, with every edge: broadcast and
+    balance fan out, zip and merge fan in (text: `<- a, b` where a stage's upstreams are not
+    simply the stage above it; the branches of a balance, one per replica, under it; an engine's
+    stage names its engine).
+
+    \b
+    Examples:
+      rxpipe graph pipelines/embed_documents.py
+      rxpipe graph pipelines/llm_gateway.py --format svg > graph.svg
+      rxpipe graph pipelines/llm_gateway.py --format dot | dot -Tpng > graph.png
+    """
+    from . import view
+
     _, pipeline, _ = _load(spec, settings, show_traceback)
-    stages = _expand(pipeline)
-    if fmt == "text":
-        for name, kind, _, depth in stages:
-            click.echo(f"{'  ' * depth}{name}  ({kind})")
-        return
-    click.echo("graph LR")
-    for name, kind, ups, _ in stages:
-        click.echo(f'  {_node(name)}["{name}<br/>{kind}"]')
-        for up in ups:
-            click.echo(f"  {_node(up)} --> {_node(name)}")
+    render = {"text": view.text, "mermaid": view.mermaid, "dot": view.dot, "svg": view.svg}[fmt]
+    click.echo(render(view.shape(pipeline)), nl=False)
 
 
-def _node(name: str) -> str:
-    """A Mermaid node id for a stage name (``balance[0]`` → ``balance_0_``)."""
-    return re.sub(r"\W", "_", name)
+@main.command()
+@click.argument("url", default="http://127.0.0.1:8000", required=False)
+@click.option("--interval", "interval_s", type=click.FloatRange(0.1, 60), default=1.0, show_default=True,
+              help="Seconds between two refreshes.")
+@click.option("--count", type=click.IntRange(1, None), default=None,
+              help="Stop after this many snapshots (default: until Ctrl-C).")
+@click.option("--once", is_flag=True, help="Print one snapshot and exit (the same as --count 1).")
+def top(url: str, interval_s: float, count: int | None, once: bool) -> None:
+    """The live pipeline view in the terminal: every stage of the pipeline served at URL (a
+    gateway, or `rxpipe run --status-port`) with its busy / backpressured / idle ms per second,
+    items per second, demand, requested and held; the bottleneck marked; engines and tenants.
 
+    \b
+    Examples:
+      rxpipe top                              # the gateway on http://127.0.0.1:8000
+      rxpipe top http://127.0.0.1:9100 --once
+    Exit status: 0, or 1 when URL serves no view (the reason on stderr).
+    """
+    from .view._top import run_top
 
-def _expand(pipeline: Pipeline) -> list[tuple[str, str, list[str], int]]:
-    """(name, kind, upstream names, depth) per stage, with fused chains shown stage by stage and
-    the branches of a stage that has them (``balance``: ``ports`` and ``outputs``) under it."""
-    from ._fusion import FusedFlowable
-    from .engines import Engine
-
-    rows: list[tuple[str, str, list[str], int]] = []
-
-    def add(stage: Any, ups: list[str], depth: int) -> None:
-        if isinstance(stage, FusedFlowable):
-            for fused in stage.stages:
-                rows.append((fused.name, f"{fused.kind}, fused", ups, depth))
-                ups = [fused.name]
-            return
-        kind = stage.kind
-        engine = getattr(stage, "engine", None)
-        if isinstance(engine, Engine):
-            where = getattr(engine, "base_url", None)
-            kind += f"; engine {engine.name}: {type(engine).__name__}{' at ' + public_url(where) if where else ''}"
-        rows.append((stage.name, kind, ups, depth))
-        for port, output in zip(getattr(stage, "ports", ()), getattr(stage, "outputs", ()), strict=False):
-            add(port, [stage.name], depth + 1)
-            for inner in _between(port, output):
-                add(inner, [u.name for u in inner.upstreams], depth + 1)
-
-    for stage in walk(pipeline.flowable):
-        add(stage, [u.name for u in stage.upstreams], 0)
-    return rows
-
-
-def _between(port: Any, output: Any) -> list[Any]:
-    """The stages of a branch from ``port`` (excluded) to ``output``, upstream first."""
-    chain: list[Any] = []
-    node = output
-    while node is not port and node is not None:
-        chain.append(node)
-        node = node.upstreams[0] if node.upstreams else None
-    return chain[::-1] if node is port else []
+    sys.exit(run_top(url, interval_s, 1 if once else count))
 
 
 def _add_load_command() -> None:
