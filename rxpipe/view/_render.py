@@ -173,6 +173,7 @@ def svg(nodes: list[Node], snapshot: dict[str, Any] | None = None) -> str:
         ink = text_colour(fill)
         busy_w = round(ratios[0] * (BOX_W - 8) / 1000)
         bp_w = round(ratios[1] * (BOX_W - 8) / 1000)
+        out.append(f'<rect class="track" x="3" y="{BOX_H - 12}" width="{BOX_W - 6}" height="9" rx="2" fill="#ffffff"/>')
         out.append(f'<rect class="bar-busy" x="4" y="{BOX_H - 11}" width="{busy_w}" height="7" fill="rgb{_BUSY}"/>'
                    f'<rect class="bar-bp" x="{4 + busy_w}" y="{BOX_H - 11}" width="{bp_w}" height="7" '
                    f'fill="rgb{_BACKPRESSURED}"/>'
