@@ -70,7 +70,8 @@ def stages(driver: Any) -> list[tuple[str, str, str]]:
     from selenium.webdriver.common.by import By
 
     return [(g.get_attribute("data-stage"), g.get_attribute("data-bottleneck"),
-             g.find_element(By.CSS_SELECTOR, "text.name").text) for g in driver.find_elements(By.CSS_SELECTOR, "g.stage")]
+             g.find_element(By.CSS_SELECTOR, "text.name").text)
+            for g in driver.find_elements(By.CSS_SELECTOR, "g.stage")]
 
 
 def header(driver: Any) -> str:
