@@ -15,7 +15,7 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from .._pressure import loop_clock
+from .._pressure import BACKPRESSURED, BUSY, loop_clock
 from ..metrics import statistics_of
 from ..runtime import Pipeline
 from ._shape import Node, engines_of, shape
@@ -48,11 +48,14 @@ class _Totals:
 
 @dataclass(slots=True)
 class _Now:
-    """The instantaneous figures of one stage name (summed over its live stages)."""
+    """The instantaneous figures of one stage name (summed over its live stages), and how many of
+    its live stages are busy and backpressured right now."""
 
     demand: int = 0
     requested: int = 0
     held: int = 0
+    busy: int = 0
+    backpressured: int = 0
 
 
 _UNBOUNDED = 2**63 - 1
@@ -107,6 +110,8 @@ class PipelineView:
                 _, busy, backpressured = clock.reading()
                 t.busy_s += busy
                 t.backpressured_s += backpressured
+                n.busy += clock.state == BUSY
+                n.backpressured += clock.state == BACKPRESSURED
             n.demand = _add(n.demand, stats.demand)
             n.held += stats.buffered
             n.requested = _add(n.requested, int(getattr(stage, "upstream_outstanding", 0) or 0))
@@ -148,7 +153,8 @@ class PipelineView:
 
         Per stage: ``name``, ``kind``, ``upstream`` (names), ``busy_ms_per_s``,
         ``backpressured_ms_per_s``, ``idle_ms_per_s`` (ints summing to 1000 over the interval
-        since the base reading; all idle before a stage ever ran), ``demand`` (outstanding
+        since the base reading; the first snapshot of a view with no reading yet shows the state
+        each stage is in at that instant; all idle before a stage ever ran), ``demand`` (outstanding
         downstream request, items), ``requested`` (outstanding upstream request), ``held``
         (items), ``in_per_s``, ``out_per_s`` (items/s, one decimal). ``bottleneck``: see
         :func:`bottleneck`. ``engines``: ``name``, ``running``, ``waiting``, ``free_slots``.
@@ -171,6 +177,9 @@ class PipelineView:
                 bp = min(1000 - busy, max(0, round((t.backpressured_s - b.backpressured_s) * share)))
                 rate_in = round(max(0, t.items_in - b.items_in) / window, 1)
                 rate_out = round(max(0, t.items_out - b.items_out) / window, 1)
+            elif t.instances:  # no earlier reading at all: the state each stage is in now
+                busy = round(1000 * n.busy / t.instances)
+                bp = min(1000 - busy, round(1000 * n.backpressured / t.instances))
             stages.append({
                 "name": node.name, "kind": node.kind, "upstream": list(node.upstream),
                 "busy_ms_per_s": busy, "backpressured_ms_per_s": bp, "idle_ms_per_s": 1000 - busy - bp,

@@ -95,6 +95,10 @@ async def test_a_saturated_engine_is_the_bottleneck_within_2_s_and_nothing_is_on
         assert idle["bottleneck"] is None and [s["name"] for s in idle["stages"]] == ["gateway", "queue", "batch",
                                                                                       "executor"]
         assert idle["engines"] == [{"name": "sim", "running": 0, "waiting": 0, "free_slots": 4}]
+        # demand on every edge: the queue asks the edge for its capacity, the batcher for two
+        # batches of look-ahead, the executor for its 4 free slots (2 batches), the sink for 256
+        assert [(s["name"], s["demand"], s["requested"], s["held"]) for s in idle["stages"]] == [
+            ("gateway", 8, 0, 0), ("queue", 4, 8, 0), ("batch", 2, 4, 0), ("executor", 256, 2, 0)]
         load = Load(url, clients=24, max_tokens=40)
         try:
             started = time.monotonic()

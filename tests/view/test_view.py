@@ -11,6 +11,7 @@ import pytest
 import rxpipe as rx
 from rxpipe import operators as ops
 from rxpipe.runtime import Pipeline
+from rxpipe.testing import TestPublisher
 from rxpipe.view import PipelineView, bottleneck
 
 STAGE_KEYS = ["name", "kind", "upstream", "busy_ms_per_s", "backpressured_ms_per_s", "idle_ms_per_s", "demand",
@@ -135,3 +136,48 @@ async def test_a_snapshot_of_a_20_stage_pipeline_is_at_most_50_kb(loop: asyncio.
     assert len(orjson.loads(body)["stages"]) == 20
     assert len(body) <= 50_000
     assert len(body) < 6_000  # what it is: ~260 bytes a stage
+
+
+@pytest.mark.virtual
+async def test_tenants_show_their_virtual_token_counters_and_queued_items(loop: asyncio.AbstractEventLoop) -> None:
+    gate = asyncio.Event()  # never set: the call behind the queue holds its slot, demand stops
+
+    async def hold(item: tuple[str, int]) -> tuple[str, int]:
+        await gate.wait()
+        return item
+
+    source = TestPublisher[tuple[str, int]]()
+    pipeline = Pipeline(source, ops.fair_queue(16, tenant=lambda item: item[0], weight={"a": 1, "b": 1},
+                                               cost=lambda item: 3 if item[0] == "a" else 1, name="fair"),
+                        ops.buffer(1, name="slot"), ops.map_async(hold, concurrency=1, name="hold"), name="tenants")
+    view = PipelineView(pipeline)
+    async with pipeline.start():
+        await asyncio.sleep(0)
+        for item in [("a", 1), ("a", 2), ("b", 1), ("b", 2), ("b", 3), ("b", 4), ("b", 5), ("b", 6)]:
+            source.emit(item)
+        await asyncio.sleep(1.0)
+        snapshot = view.snapshot()
+    # a1 went to the call, a2 to the buffer (a: 3 + 3); b arrived into an idle band and was lifted
+    # to the counter of the last flow that left it (a's 6), then waited: six b items queued
+    assert snapshot["tenants"] == [{"name": "a", "vtc": 6.0, "queued": 0}, {"name": "b", "vtc": 6.0, "queued": 6}]
+    stages = by_name(snapshot)
+    assert (stages["fair"]["held"], stages["fair"]["demand"], stages["fair"]["backpressured_ms_per_s"]) == (6, 0, 1000)
+    assert (stages["slot"]["held"], stages["slot"]["demand"]) == (1, 0)
+    assert (stages["hold"]["held"], stages["hold"]["busy_ms_per_s"]) == (1, 1000)
+    assert snapshot["bottleneck"] == "hold"
+
+
+def test_engines_are_listed_once_each_with_a_balance_s_replicas() -> None:
+    from rxpipe.loader import build_pipeline, load_module
+
+    path = "pipelines/llm_router.py"
+    module, name = load_module(path)
+    pipeline = build_pipeline(module, name, {"backends": "http://127.0.0.1:9,http://127.0.0.1:10", "model": "m",
+                                             "max_in_flight": 3}, path=path)
+    snapshot = PipelineView(pipeline, clock=lambda: 0.0).snapshot()
+    assert snapshot["engines"] == [{"name": "backend0", "running": 0, "waiting": 0, "free_slots": 3},
+                                   {"name": "backend1", "running": 0, "waiting": 0, "free_slots": 3}]
+    assert [s["name"] for s in snapshot["stages"]] == ["gateway", "queue", "cache", "balance", "balance[0]",
+                                                       "executor_backend0", "balance[1]", "executor_backend1"]
+    assert snapshot["bottleneck"] is None
+    assert_ratios_sum_to_1000(snapshot)  # before any run: all idle
