@@ -179,12 +179,14 @@ class FlatMap(Stage):
     """One run of ``flat_map``. State: ``outer_done``; ``held`` = unfinished inners (their items
     wait for downstream demand in the kit's output queue)."""
 
+    held_bounds_credit = True  # held = calls/inners in flight: a concurrency bound, released by them
     replenish = 1  # one outer item per finished inner
     kind = "flat_map"
 
     def __init__(self, fn: Callable[[Any], Any], max_concurrency: int, prefetch: int) -> None:
         self.fn = fn
         self.prefetch = max_concurrency  # type: ignore[misc]  # this run's window: inner slots
+        self.max_held = max(Stage.max_held, max_concurrency)  # type: ignore[misc]  # the window bounds held
         self.inner_prefetch = prefetch
         self.outer_done = False
         self.held = 0
@@ -225,12 +227,14 @@ class ConcatMap(Stage):
     """One run of ``concat_map``. State: ``pending`` (outer items waiting for their turn),
     ``current`` (the running inner), ``outer_done``; ``held`` = pending + running."""
 
+    held_bounds_credit = True  # held = calls/inners in flight: a concurrency bound, released by them
     replenish = 1
     kind = "concat_map"
 
     def __init__(self, fn: Callable[[Any], Any], prefetch: int) -> None:
         self.fn = fn
         self.prefetch = prefetch + 1  # type: ignore[misc]  # the running inner's item + prefetch ahead
+        self.max_held = max(Stage.max_held, prefetch + 1)  # type: ignore[misc]  # the window bounds held
         self.pending: deque[Any] = deque()
         self.current: Input | None = None
         self.outer_done = False
