@@ -400,7 +400,10 @@ def timeout(seconds: float, mode: str = "idle", *, name: str | None = None) -> O
     ``TimeoutError`` inside the stage, where ``retry`` and ``breaker`` apply to it (the stage
     keeps ``map_async``'s name unless ``name`` is given). After anything else, every requested
     item must arrive within ``seconds`` of the ``request(n)`` that asked for it (under
-    ``UNBOUNDED`` demand that bounds the time to every item from the one request).
+    ``UNBOUNDED`` demand that bounds the time to every item from the one request). Demand that
+    came with the subscription (``to_list``, ``async for``, ``initial_request``) arms it as a
+    later ``request(n)`` does, whatever the upstream (``flat_map``'s included):
+    ``rx.never().pipe(timeout(0.2))`` fails after 0.2 s. The error names the stage and the wait.
     Demand: passed through exactly (no prefetch, no queue). Time: ``loop.time()`` and one timer
     per stage (``call_at``), never one per item, so the virtual clock drives it.
     Signals: ValueError (raised here) for ``seconds <= 0`` or an unknown mode; ``TimeoutError``

@@ -215,7 +215,10 @@ class Stage:
         """The timer ``key`` fired (see :meth:`start_timer`). Default: nothing."""
 
     def on_request(self, n: int) -> None:
-        """Downstream asked for ``n`` more items (after the kit counted them). Default: nothing."""
+        """Downstream asked for ``n`` more items (after the kit counted them), before any of it
+        is passed upstream. Demand that came before the stage started (a downstream asking in
+        its ``on_subscribe``, as ``to_list`` and ``async for`` do) is heard once, right after
+        :meth:`on_start`, as ``on_request(that demand)``. Default: nothing."""
 
     def on_input_next(self, input: Input, item: Any) -> None:
         """An item from an input opened with :meth:`open_input`. Default: :meth:`emit` it."""

@@ -274,7 +274,18 @@ class StageRun(QueueDrainSubscription, UpstreamLink):
     def _upstream_ready(self) -> None:
         # Nothing is requested before on_start ran, even if downstream asked in on_subscribe.
         self.started = True
-        self.call(self.logic.on_start)
+        requested = self.requested
+        if self.wants_requests and requested:
+            self.call(self._start_with_demand, requested)
+        else:
+            self.call(self.logic.on_start)
+
+    def _start_with_demand(self, requested: int) -> None:
+        """on_start, then on_request for the demand that came before the start (downstream asked
+        in on_subscribe: to_list, async for), before any of it is passed upstream."""
+        self._run_hook(self.logic.on_start, ())
+        if not (self.cancelled or self.closing):
+            self._run_hook(self.logic.on_request, (requested,))
 
     def on_next(self, item: Any) -> None:
         # The per-item path, inlined (accept, call, top_up's test): one hook call, one drain,
