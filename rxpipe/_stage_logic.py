@@ -267,6 +267,7 @@ class Stage:
     def start_timer(self, key: Hashable, delay_s: float, *, interval_s: float | None = None) -> None:
         """Call :meth:`on_timer` with ``key`` after ``delay_s`` seconds of the loop's clock, then
         every ``interval_s`` seconds if given (fixed rate; ticks missed by a busy loop are skipped).
+        Both may be ``datetime.timedelta`` too.
 
         Starting a timer with a key in use replaces it. Timers end with the stage. Raises
         ValueError for a negative or non-finite delay, RuntimeError off an event loop.

@@ -34,6 +34,7 @@ from collections import deque
 from typing import Any, Callable, Hashable
 
 from ._demand import QueueDrainSubscription, discard, log
+from ._durations import as_seconds
 from ._link import LINK_SLOTS, UpstreamLink, discard_all
 from ._protocol import UNBOUNDED, Publisher, Subscriber
 from ._stage_logic import Stage
@@ -536,7 +537,8 @@ class StageRun(QueueDrainSubscription, UpstreamLink):
                                f"(subscribe inside a coroutine)")
         return loop.time()
 
-    def start_timer(self, key: Hashable, delay_s: float, interval_s: float | None) -> None:
+    def start_timer(self, key: Hashable, delay_s: Any, interval_s: Any) -> None:
+        delay_s, interval_s = as_seconds(delay_s), as_seconds(interval_s)
         if isinstance(delay_s, bool) or not isinstance(delay_s, (int, float)) or not 0 <= delay_s < math.inf:
             raise ValueError(f"start_timer({key!r}): delay_s must be a finite number of seconds >= 0, got {delay_s!r}")
         if interval_s is not None and (isinstance(interval_s, bool) or not isinstance(interval_s, (int, float))

@@ -1,0 +1,19 @@
+"""Durations as rxpipe takes them: seconds (int or float) or a ``datetime.timedelta``.
+
+reactivex takes ``timedelta | float`` for every duration (``interval(timedelta(...))``,
+``debounce(duetime)``), so rxpipe does too (DESIGN §3 "RxPY names"). Only relative durations:
+the loop's clock has no wall-clock epoch, so an absolute ``datetime`` stays a TypeError.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+__all__ = ["as_seconds"]
+
+
+def as_seconds(value: object) -> object:
+    """``value.total_seconds()`` for a ``timedelta``; anything else unchanged (callers check it)."""
+    if isinstance(value, timedelta):
+        return value.total_seconds()
+    return value
