@@ -41,6 +41,10 @@ DESIGN_3["rxpipe.operators"] |= {"pairwise", "distinct", "distinct_until_changed
 # -- second round (issue 22): time operators and sources --
 DESIGN_3["rxpipe"] |= {"timer", "never", "from_future"}
 DESIGN_3["rxpipe.operators"] |= {"debounce", "sample", "throttle_first", "delay"}
+# -- the kit, third round (issue 33): reactivex's creation functions --
+DESIGN_3["rxpipe"] |= {"of", "from_", "from_list", "return_value", "throw", "create", "generate", "repeat_value",
+                       "from_callable", "start", "amb", "fork_join", "case", "if_then", "using",
+                       "on_error_resume_next"}
 
 
 def documented() -> dict[str, set[str]]:
