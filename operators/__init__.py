@@ -1044,7 +1044,7 @@ def first(predicate: Callable[[T], Any] | None = None, *, name: str | None = Non
     return first_stage(predicate, name=name)
 
 
-def last(predicate: Callable[[T], Any] | None = None, *, prefetch: int = DEFAULT_PREFETCH,
+def last(predicate: Callable[[T], Any] | None = None, *, prefetch: int = 32,
          name: str | None = None) -> Operator:
     """Emit the last item (the last for which ``predicate`` holds) when upstream completes.
 
@@ -1055,8 +1055,9 @@ def last(predicate: Callable[[T], Any] | None = None, *, prefetch: int = DEFAULT
 
     Demand: a reducer — nothing is requested before downstream asks; then ``prefetch``, and
     ``prefetch - prefetch // 4`` more each time that many items were consumed (DESIGN §2).
-    Memory: one item.
-    Args: predicate (item -> bool, or None); prefetch (items, int >= 1, default 256).
+    Memory: one item; upstream outstanding stays <= ``prefetch`` (default 32: ``last`` reads a
+    whole stream to keep one item, so a small window bounds what it asks beyond downstream).
+    Args: predicate (item -> bool, or None); prefetch (items, int >= 1, default 32).
     Signals: TypeError/ValueError (raised here) for a non-callable or a bad prefetch; an empty
         (or unmatched) stream signals :class:`rxpipe.SequenceContainsNoElementsError`;
         ``predicate`` raising cancels upstream and signals the exception.
@@ -1399,9 +1400,10 @@ def combine_latest(*others: Flowable[Any], prefetch: int = DEFAULT_INNER_PREFETC
     source longer than ``prefetch`` the tuples interleave by rounds where reactivex (which reads
     each synchronous source to its end) pairs only the last values (raise ``prefetch`` to match).
     Signals: TypeError (raised here) for an argument that is not a Flowable; ValueError for
-    ``prefetch < 1``. Completes when every source completed and its items went out, or at once
-    when a source completes without ever emitting (no tuple can ever be made: the others are
-    cancelled; reactivex waits for the others there, emitting nothing either). An error from any
+    ``prefetch < 1``. Completes when every source completed and its items went out; a source
+    that completed without ever emitting ends nothing by itself (the others go on, as in
+    reactivex): the stream completes at the next item of the last source still running, or when
+    it ends (Reactor and RxJS would cancel the others at once). An error from any
     source cancels the others and is signalled at once. Cancel reaches every source.
     Anchor: Reactor ``Flux.combineLatest`` (prefetch 32), RxJS ``combineLatest``; reactivex
     ``combine_latest``.

@@ -195,7 +195,8 @@ class FlatMap(Stage):
         source = _inner(self, self.fn, item, "flat_map")
         if source is not None:
             self.held += 1
-            self.open_input(source, prefetch=self.inner_prefetch)
+            # pulled at once: a synchronous inner runs before the next outer signal (reactivex)
+            self.pull(self.open_input(source, prefetch=self.inner_prefetch))
 
     def on_input_next(self, input: Input, item: Any) -> None:
         # Ready items go to the kit's output queue at once (arrival order): they wait there for
@@ -250,6 +251,7 @@ class ConcatMap(Stage):
         source = _inner(self, self.fn, self.pending.popleft(), "concat_map")  # fn is called on its turn
         if source is not None:
             self.current = self.open_input(source, prefetch=None)
+            self.pull(self.current)  # a synchronous inner runs before the next outer signal
 
     def on_input_complete(self, input: Input) -> None:
         self.current = None
@@ -290,6 +292,9 @@ class SwitchMap(Stage):
             self.current.cancel()
             self.drop(self.current_item, "switched")
         self.current, self.current_item = self.open_input(source, prefetch=None), item
+        # pulled at once: a synchronous inner delivers its items before the next outer item
+        # switches it away (reactivex), and an asynchronous one is asked at once
+        self.pull(self.current)
 
     def on_input_next(self, input: Input, item: Any) -> None:
         if input is self.current:  # a replaced inner is silent

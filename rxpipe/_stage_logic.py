@@ -129,8 +129,8 @@ class Stage:
     :meth:`on_error`, :meth:`on_cancel`, :meth:`on_stop`, :meth:`on_timer`, :meth:`on_request`, and for inputs
     opened with :meth:`open_input`: :meth:`on_input_next`, :meth:`on_input_complete`,
     :meth:`on_input_error`. Actions: :meth:`emit`, :meth:`complete`, :meth:`fail`, :meth:`drop`,
-    :meth:`start_timer`, :meth:`cancel_timer`, :meth:`open_input`, :meth:`invoke`. State: :attr:`demanded`,
-    :attr:`outstanding`, :attr:`now`, :attr:`stage_name`, :attr:`upstream_flowable`.
+    :meth:`start_timer`, :meth:`cancel_timer`, :meth:`open_input`, :meth:`pull`, :meth:`invoke`.
+    State: :attr:`demanded`, :attr:`outstanding`, :attr:`now`, :attr:`stage_name`, :attr:`upstream_flowable`.
 
     Class attributes: ``prefetch`` (above), ``replenish`` (items, None: ``p - p // 4``),
     ``max_held`` and ``held_bounds_credit`` (above), ``lazy`` (above), ``log_hook_errors``
@@ -296,6 +296,15 @@ class Stage:
         the stage terminated.
         """
         return self._kit.open_input(source, prefetch, key)
+
+    def pull(self, input: Input | None = None) -> None:
+        """Request now what the window of ``input`` (None: the main upstream) has free, even
+        inside a hook: a synchronous source then runs at once, and the signals it sends back
+        are handled right after the current hook, before the next upstream item (e.g. an inner
+        stream opened in :meth:`on_next` runs before the next outer item arrives, as reactivex's
+        ``flat_map`` and ``switch_map`` do). The kit's rounds rule otherwise requests after the
+        hook. Anchor: Akka ``GraphStageLogic.pull(in)``."""
+        self._kit.pull(input)
 
     def invoke(self, callback: Any, *args: Any) -> bool:
         """Run ``callback(*args)`` as a hook of this stage, for signals from outside the kit

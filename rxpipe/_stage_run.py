@@ -590,6 +590,15 @@ class StageRun(QueueDrainSubscription, UpstreamLink):
         source._subscribe_safely(inp)
         return inp
 
+    def pull(self, inp: Input | None) -> None:
+        """``Stage.pull``: top up one upstream's credit now (inside a hook too)."""
+        if self.cancelled or self.closing:
+            return
+        if inp is None:
+            self.top_up()
+        elif not inp.upstream_done:
+            inp.top_up(len(self.queue), self.requested)
+
     def input_closed(self, inp: Input) -> None:
         try:
             self.inputs.remove(inp)

@@ -19,6 +19,7 @@ from rxpipe.testing import TestSubscriber
 
 from .differential import Case, through_reactivex, through_rxpipe
 
+IMMEDIATE = reactivex.scheduler.ImmediateScheduler()  # an inner that completes synchronously, as rx.just
 ITEMS = Case((3, 1, 4, 1, 5, 9, 2, 6, 5, 3))
 
 #: (rxpipe with reactivex's keywords, reactivex with the same keywords)
@@ -48,7 +49,7 @@ KEYWORDS: dict[str, tuple[Callable[[], Any], Callable[[], Any]]] = {
     "concat_map": (lambda: ops.concat_map(project=lambda x: rx.just(x, -x)),
                    lambda: rxo.concat_map(project=lambda x: reactivex.of(x, -x))),
     "switch_map": (lambda: ops.switch_map(project=lambda x: rx.just(x)),
-                   lambda: rxo.switch_map(project=lambda x: reactivex.of(x))),
+                   lambda: rxo.switch_map(project=lambda x: reactivex.return_value(x, IMMEDIATE))),
     "retry": (lambda: ops.retry(retry_count=2), lambda: rxo.retry(retry_count=2)),
     "group_by": (lambda: (lambda s: s.pipe(ops.group_by(key_mapper=lambda x: x % 2, element_mapper=lambda x: x * 10),
                                              ops.flat_map(lambda g: g.pipe(ops.to_list())))),
