@@ -198,12 +198,9 @@ def interval(period_s: Any = None, *, name: str | None = None, period: Any = Non
     Args: period_s (seconds or ``datetime.timedelta``, > 0; also ``period=``, reactivex's name).
     Anchor: reactivex ``interval(period)`` under unbounded demand; Akka ``Source.tick``.
     """
-    from ._durations import as_seconds
+    from ._durations import as_seconds, one_of
 
-    if period is not None:
-        if period_s is not None:
-            raise TypeError("interval() got period_s and period=, two names of one argument")
-        period_s = period
+    period_s = one_of("interval", "period_s", period_s, "period", period)
     if period_s is None:
         raise TypeError("interval() missing its argument 'period'")
     period_s = as_seconds(period_s)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-__all__ = ["as_seconds"]
+__all__ = ["as_seconds", "one_of"]
 
 
 def as_seconds(value: object) -> object:
@@ -17,3 +17,13 @@ def as_seconds(value: object) -> object:
     if isinstance(value, timedelta):
         return value.total_seconds()
     return value
+
+
+def one_of(op: str, ours_name: str, ours: object, rx_name: str, theirs: object) -> object:
+    """One argument given under rxpipe's name or reactivex's (None: not given); both: TypeError;
+    neither: TypeError naming reactivex's. For the sources (``timer``, ``interval``)."""
+    if theirs is not None:
+        if ours is not None:
+            raise TypeError(f"{op}() got {ours_name} and {rx_name}=, two names of one argument")
+        return theirs
+    return ours

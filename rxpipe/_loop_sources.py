@@ -15,7 +15,7 @@ from typing import Any, Awaitable, TypeVar
 
 from ._async_sources import _IntervalSubscription
 from ._demand import EMPTY_SUBSCRIPTION, DrainSubscription, log
-from ._durations import as_seconds
+from ._durations import as_seconds, one_of
 from ._protocol import Subscriber
 from .flowable import Flowable
 
@@ -136,14 +136,8 @@ def timer(duetime_s: Any = None, period_s: Any = None, *, name: str | None = Non
     Anchor: reactivex ``timer(duetime, period)`` (same values and times under unbounded
         demand); Akka ``Source.tick`` (skips a tick without demand).
     """
-    if duetime is not None:
-        if duetime_s is not None:
-            raise TypeError("timer() got duetime_s and duetime=, two names of one argument")
-        duetime_s = duetime
-    if period is not None:
-        if period_s is not None:
-            raise TypeError("timer() got period_s and period=, two names of one argument")
-        period_s = period
+    duetime_s = one_of("timer", "duetime_s", duetime_s, "duetime", duetime)
+    period_s = one_of("timer", "period_s", period_s, "period", period)
     if duetime_s is None:
         raise TypeError("timer() missing its argument 'duetime'")
     due = _check_seconds("duetime_s", duetime_s, zero=True)

@@ -303,7 +303,8 @@ class Stage:
         are handled right after the current hook, before the next upstream item (e.g. an inner
         stream opened in :meth:`on_next` runs before the next outer item arrives, as reactivex's
         ``flat_map`` and ``switch_map`` do). The kit's rounds rule otherwise requests after the
-        hook. Anchor: Akka ``GraphStageLogic.pull(in)``."""
+        hook. The inputs opened before ``input`` are topped up first, in order (an older input
+        waiting for credit keeps its turn). Anchor: Akka ``GraphStageLogic.pull(in)``."""
         self._kit.pull(input)
 
     def invoke(self, callback: Any, *args: Any) -> bool:

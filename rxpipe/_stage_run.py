@@ -596,8 +596,14 @@ class StageRun(QueueDrainSubscription, UpstreamLink):
             return
         if inp is None:
             self.top_up()
-        elif not inp.upstream_done:
-            inp.top_up(len(self.queue), self.requested)
+            return
+        # The inputs opened before it first, in order, as top_up does: a new input never takes
+        # credit ahead of an older one waiting for it (flat_map's inner streams keep their order).
+        for other in tuple(self.inputs):
+            if not other.upstream_done:
+                other.top_up(len(self.queue), self.requested)
+            if other is inp:
+                return
 
     def input_closed(self, inp: Input) -> None:
         try:

@@ -7,7 +7,7 @@ terminal signal (errors by type and message). ``check_operator`` runs on each in
 test_contract.py (checked below).
 
 rxpipe's inner streams (``rx.just``) complete synchronously, so reactivex's are written to do so
-too (``_now``), not trampolined by its current-thread scheduler. ``buffer`` is not here:
+too (``differential.now``), not trampolined by its current-thread scheduler. ``buffer`` is not here:
 rxpipe's ``buffer(capacity)`` is the bounded queue and reactivex's ``buffer(boundaries)`` comes
 with the third round of operators (DESIGN §3); under unbounded demand ours is the identity,
 which :func:`test_buffer_is_the_identity_under_unbounded_demand` checks on the same inputs.
@@ -21,7 +21,6 @@ import zlib
 from typing import Any, Callable
 
 import pytest
-import reactivex
 import reactivex.operators as rxo
 
 import rxpipe as rx
@@ -30,6 +29,8 @@ from rxpipe import operators as ops
 from .differential import (
     Note,
     cases,
+    now,
+    now_error,
     reactivex_timeline,
     rxpipe_timeline,
     through_reactivex,
@@ -39,6 +40,7 @@ from .differential import (
     timed_through_rxpipe,
     timeline,
 )
+from .test_combine import TIMED as COMBINE_TIMED
 from .test_time import INTERVALS_S, NO_TIE_S
 
 CASES = 100
@@ -62,17 +64,6 @@ def _raising_at(rng: random.Random, fn: Callable[..., Any]) -> Callable[..., Any
     return user
 
 
-def _now(*items: Any) -> reactivex.Observable[Any]:
-    """A reactivex stream that completes synchronously inside subscribe, as ``rx.just`` does."""
-    def subscribe(observer: Any, scheduler: Any = None) -> None:
-        for item in items:
-            observer.on_next(item)
-        observer.on_completed()
-    return reactivex.create(subscribe)
-
-
-def _now_error(error: BaseException) -> reactivex.Observable[Any]:
-    return reactivex.create(lambda observer, scheduler=None: observer.on_error(error))
 
 
 def _inners(rng: random.Random) -> tuple[Callable[[int], Any], Callable[[int], Any]]:
@@ -89,7 +80,7 @@ def _inners(rng: random.Random) -> tuple[Callable[[int], Any], Callable[[int], A
         return rx.error(UserError(f"inner {x}")) if x == bad else rx.just(*items(x))
 
     def theirs(x: int) -> Any:
-        return _now_error(UserError(f"inner {x}")) if x == bad else _now(*items(x))
+        return now_error(UserError(f"inner {x}")) if x == bad else now(*items(x))
 
     return ours, theirs
 
@@ -160,15 +151,15 @@ def _tap(rng: random.Random) -> tuple[Any, Any]:
 def _catch(rng: random.Random) -> tuple[Any, Any]:
     items = tuple(rng.randint(0, 9) for _ in range(rng.randint(0, 3)))
     if rng.random() < 0.5:
-        return ops.catch(rx.just(*items)), rxo.catch(_now(*items))
+        return ops.catch(rx.just(*items)), rxo.catch(now(*items))
     return (ops.catch(lambda e, src: rx.just(*items, len(str(e)))),
-            rxo.catch(lambda e, src: _now(*items, len(str(e)))))
+            rxo.catch(lambda e, src: now(*items, len(str(e)))))
 
 
 @sync("concat")
 def _concat(rng: random.Random) -> tuple[Any, Any]:
     others = [tuple(rng.randint(0, 9) for _ in range(rng.randint(0, 3))) for _ in range(rng.randint(0, 2))]
-    return ops.concat(*(rx.just(*o) for o in others)), rxo.concat(*(_now(*o) for o in others))
+    return ops.concat(*(rx.just(*o) for o in others)), rxo.concat(*(now(*o) for o in others))
 
 
 @sync("concat_map")
@@ -305,13 +296,10 @@ def _other(rng: random.Random) -> Any:
     return timeline(rng, [chr(97 + k) for k in range(rng.randint(0, 6))], error_rate=0.3)
 
 
-#: timed, with a second source on its own clock: name -> (rxpipe build, reactivex build) of it
+#: timed, with a second source on its own clock: name -> (rxpipe build, reactivex build) of it;
+#: zip, combine_latest and with_latest_from as test_combine.py builds them
 TWO: dict[str, tuple[Callable[[Any], Any], Callable[[Any], Any]]] = {
-    "zip": (lambda o: ops.zip(rxpipe_timeline(o)), lambda o: rxo.zip(reactivex_timeline(o))),
-    "combine_latest": (lambda o: ops.combine_latest(rxpipe_timeline(o)),
-                       lambda o: rxo.combine_latest(reactivex_timeline(o))),
-    "with_latest_from": (lambda o: ops.with_latest_from(rxpipe_timeline(o)),
-                         lambda o: rxo.with_latest_from(reactivex_timeline(o))),
+    **{name: COMBINE_TIMED[name] for name in ("zip", "combine_latest", "with_latest_from")},
     "merge": (lambda o: ops.merge(rxpipe_timeline(o)), lambda o: rxo.merge(reactivex_timeline(o))),
     "take_until": (lambda o: ops.take_until(rxpipe_timeline(o)), lambda o: rxo.take_until(reactivex_timeline(o))),
 }

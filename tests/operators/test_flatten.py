@@ -35,6 +35,8 @@ from rxpipe.testing import TestPublisher, TestSubscriber, run_virtual
 from .differential import (
     SourceFailed,
     cases,
+    now,
+    now_error,
     reactivex_timeline,
     rxpipe_timeline,
     through_reactivex,
@@ -54,22 +56,10 @@ def _inner_rx(x: int) -> rx.Flowable[int]:
     return rx.error(Boom(f"inner {x}")) if x == 7 else rx.just(x, x + 100)
 
 
-def _now(*items: Any) -> reactivex.Observable[Any]:
-    """A reactivex stream that completes synchronously inside its subscribe (no trampoline), as
-    rxpipe's ``rx.just`` does: each inner's items come out before the next outer item."""
-    def subscribe(observer: Any, scheduler: Any = None) -> None:
-        for item in items:
-            observer.on_next(item)
-        observer.on_completed()
-    return reactivex.create(subscribe)
-
-
-def _now_error(error: BaseException) -> reactivex.Observable[Any]:
-    return reactivex.create(lambda observer, scheduler=None: observer.on_error(error))
 
 
 def _inner_re(x: int) -> reactivex.Observable[int]:
-    return _now_error(Boom(f"inner {x}")) if x == 7 else _now(x, x + 100)
+    return now_error(Boom(f"inner {x}")) if x == 7 else now(x, x + 100)
 
 
 def _raising(x: int) -> range:
@@ -84,7 +74,7 @@ def _raising(x: int) -> range:
 #: signal. "bounded" and "multiset" before a source error: an inner bounded by a small prefetch
 #: has produced only what was requested of it when the error cancels it (reactivex has no
 #: demand), so rxpipe's items are those of reactivex up to that point (a prefix, or a
-#: sub-multiset), then the same error. The reactivex inners complete synchronously (``_now``),
+#: sub-multiset), then the same error. The reactivex inners complete synchronously (``differential.now``),
 #: as rxpipe's do (DESIGN §3, the kit's third round).
 PAIRS: dict[str, tuple[Callable[[], Any], Callable[[], Any], str]] = {
     "flat_map_iterable": (lambda: ops.flat_map(lambda x: range(x % 4)),
@@ -92,24 +82,24 @@ PAIRS: dict[str, tuple[Callable[[], Any], Callable[[], Any], str]] = {
     "flat_map_flowable": (lambda: ops.flat_map(lambda x: rx.just(x, x * 10)),
                           lambda: rxo.flat_map(lambda x: reactivex.of(x, x * 10)), "exact"),
     "flat_map_concurrency_1_prefetch_1": (lambda: ops.flat_map(lambda x: rx.just(x, x * 10), 1, 1),
-                                          lambda: rxo.flat_map(lambda x: _now(x, x * 10)), "bounded"),
+                                          lambda: rxo.flat_map(lambda x: now(x, x * 10)), "bounded"),
     "flat_map_concurrency_3_prefetch_2": (lambda: ops.flat_map(lambda x: range(x), 3, 2),
-                                          lambda: rxo.flat_map(lambda x: _now(*range(x))), "multiset"),
+                                          lambda: rxo.flat_map(lambda x: now(*range(x))), "multiset"),
     "flat_map_string": (lambda: ops.flat_map(lambda x: "ab" * (x % 3)),
                         lambda: rxo.flat_map(lambda x: "ab" * (x % 3)), "exact"),
     "flat_map_inner_error": (lambda: ops.flat_map(_inner_rx), lambda: rxo.flat_map(_inner_re), "exact"),
-    "flat_map_fn_raising": (lambda: ops.flat_map(_raising), lambda: rxo.flat_map(lambda x: _now(*_raising(x))),
+    "flat_map_fn_raising": (lambda: ops.flat_map(_raising), lambda: rxo.flat_map(lambda x: now(*_raising(x))),
                             "exact"),
     "flat_map_constant": (lambda: ops.flat_map(rx.just(1, 2)), lambda: rxo.flat_map(reactivex.of(1, 2)), "exact"),
     "concat_map": (lambda: ops.concat_map(lambda x: rx.just(x, x * 10)),
-                   lambda: rxo.concat_map(lambda x: _now(x, x * 10)), "exact"),
+                   lambda: rxo.concat_map(lambda x: now(x, x * 10)), "exact"),
     "concat_map_prefetch_0": (lambda: ops.concat_map(lambda x: range(x % 4), prefetch=0),
-                              lambda: rxo.concat_map(lambda x: _now(*range(x % 4))), "exact"),
+                              lambda: rxo.concat_map(lambda x: now(*range(x % 4))), "exact"),
     "concat_map_inner_error": (lambda: ops.concat_map(_inner_rx), lambda: rxo.concat_map(_inner_re), "exact"),
     "switch_map": (lambda: ops.switch_map(lambda x: rx.just(x, x * 10)),
-                   lambda: rxo.switch_map(lambda x: _now(x, x * 10)), "exact"),
+                   lambda: rxo.switch_map(lambda x: now(x, x * 10)), "exact"),
     "switch_map_identity": (lambda: rx.pipe(ops.map(lambda x: rx.just(x, -x)), ops.switch_map()),
-                            lambda: reactivex.compose(rxo.map(lambda x: _now(x, -x)), rxo.switch_map()),
+                            lambda: reactivex.compose(rxo.map(lambda x: now(x, -x)), rxo.switch_map()),
                             "exact"),
     "switch_map_inner_error": (lambda: ops.switch_map(_inner_rx), lambda: rxo.switch_map(_inner_re), "exact"),
 }
