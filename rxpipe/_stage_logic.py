@@ -177,7 +177,8 @@ class Stage:
     reports_busy: ClassVar[bool] = False
     #: Items the stage is working on now (calls in flight), for a stage with ``reports_busy =
     #: True``: the live view counts the stage busy while it is > 0. Change it inside hooks (a
-    #: call's end comes back through :meth:`invoke`), where the kit re-reads it.
+    #: call's end comes back through :meth:`invoke`), where the kit re-reads it. (A subclass
+    #: with ``__slots__`` lists ``"busy"`` in them.)
     busy: int = 0
 
     _kit: StageRun

@@ -4,8 +4,10 @@ where the pressure builds, the bottleneck, the event stream, the page's self-con
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import re
 import time
+from collections.abc import AsyncIterator
 from typing import Any
 
 import aiohttp
@@ -26,6 +28,15 @@ def make_pipeline() -> Pipeline:
     return Pipeline(Gateway(GatewayConfig(), name="gateway"), edge_queue(8, name="queue"),
                     ops.batch(2, max_delay_s=0.002, name="batch"), ops.execute(engine, name="executor"),
                     name="saturated", drain_timeout_s=5.0)
+
+
+@contextlib.asynccontextmanager
+async def serving(**session: Any) -> AsyncIterator[tuple[Pipeline, str, aiohttp.ClientSession]]:
+    """:func:`make_pipeline` served on a free port: the pipeline, its URL and a client session."""
+    pipeline = make_pipeline()
+    async with pipeline.start(port=0) as running, aiohttp.ClientSession(**session) as http:
+        assert running.url is not None
+        yield pipeline, running.url, http
 
 
 class Load:
@@ -87,10 +98,7 @@ def saturated(s: dict[str, Any]) -> bool:
 
 
 async def test_a_saturated_engine_is_the_bottleneck_within_2_s_and_nothing_is_once_the_load_stops() -> None:
-    pipeline = make_pipeline()
-    async with pipeline.start(port=0) as running, aiohttp.ClientSession() as http:
-        url = running.url
-        assert url is not None
+    async with serving() as (_, url, http):
         idle = await snapshot(http, url)
         assert idle["bottleneck"] is None and [s["name"] for s in idle["stages"]] == ["gateway", "queue", "batch",
                                                                                       "executor"]
@@ -118,10 +126,7 @@ async def test_a_saturated_engine_is_the_bottleneck_within_2_s_and_nothing_is_on
 
 
 async def test_events_stream_one_snapshot_a_second_until_the_edge_drains() -> None:
-    pipeline = make_pipeline()
-    async with pipeline.start(port=0) as running, aiohttp.ClientSession() as http:
-        url = running.url
-        assert url is not None
+    async with serving() as (pipeline, url, http):
         async with http.get(url + "/pipeline/events") as response:
             assert response.status == 200 and response.headers["Content-Type"] == "text/event-stream"
             assert response.headers["x-request-id"]
@@ -148,11 +153,7 @@ async def test_events_stream_one_snapshot_a_second_until_the_edge_drains() -> No
 
 
 async def test_at_most_max_streams_event_streams_then_503() -> None:
-    pipeline = make_pipeline()
-    async with pipeline.start(port=0) as running, aiohttp.ClientSession(
-            connector=aiohttp.TCPConnector(limit=0)) as http:
-        url = running.url
-        assert url is not None
+    async with serving(connector=aiohttp.TCPConnector(limit=0)) as (_, url, http):
         streams = [await http.get(url + "/pipeline/events") for _ in range(MAX_STREAMS)]
         try:
             assert [r.status for r in streams] == [200] * MAX_STREAMS
@@ -168,10 +169,7 @@ async def test_at_most_max_streams_event_streams_then_503() -> None:
 
 
 async def test_the_page_is_self_contained_and_names_every_stage() -> None:
-    pipeline = make_pipeline()
-    async with pipeline.start(port=0) as running, aiohttp.ClientSession() as http:
-        url = running.url
-        assert url is not None
+    async with serving() as (_, url, http):
         async with http.get(url + "/pipeline") as response:
             assert response.status == 200 and response.headers["Content-Type"] == "text/html; charset=utf-8"
             page = await response.text()
