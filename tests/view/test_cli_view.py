@@ -79,7 +79,9 @@ def test_status_port_serves_the_view_of_any_pipeline_and_top_shows_it(tmp_path: 
         snapshot: dict[str, Any] = {}
         while time.monotonic() < deadline:  # the figures cover the last 1-2 s: wait for a full window
             snapshot = get_json(f"{url}/pipeline.json")
-            if snapshot["bottleneck"] == "slow":
+            stages = {s["name"]: s for s in snapshot["stages"]}
+            if (snapshot["bottleneck"] == "slow" and stages["queue"]["backpressured_ms_per_s"] >= 500
+                    and stages["slow"]["busy_ms_per_s"] >= 500):
                 break
             time.sleep(0.2)
         assert snapshot["bottleneck"] == "slow", snapshot
