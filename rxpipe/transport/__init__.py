@@ -15,9 +15,9 @@ The whole contract crosses the wire, once for every broker:
   stepping that sequence; ``stall_timeout_s`` ends it end to end;
 - **clocks**: liveness, pauses and deadlines use the broker's clock, never a host's.
 
-A broker adapter only moves bytes (:class:`GatewayBroker`, :class:`WorkerBroker`). Two ship:
-Redis Streams (:mod:`rxpipe.redis`, ``redis://``) and NATS JetStream (:mod:`rxpipe.nats`,
-``nats://``). Pick one by URL:
+A broker adapter only moves bytes (:class:`GatewayBroker`, :class:`WorkerBroker`). Three ship:
+Redis Streams (:mod:`rxpipe.redis`, ``redis://``), NATS JetStream (:mod:`rxpipe.nats`,
+``nats://``) and Kafka (:mod:`rxpipe.kafka`, ``kafka://``). Pick one by URL:
 
     Pipeline(Gateway(model="sim"), transport_sink("nats://127.0.0.1:4222", max_backlog=1000))
     Pipeline(transport_source("nats://127.0.0.1:4222", max_unacked=64), ops.execute(engine))
@@ -53,8 +53,8 @@ __all__ = ["TransportSettings", "TRANSPORT_SETTINGS", "BROKER_URL", "TransportSi
 
 def settings_for(url: str, **settings: Any) -> TransportSettings:
     """The settings class of the broker ``url`` names (``redis://`` → ``RedisSettings``,
-    ``nats://`` → ``NatsSettings``), built with ``settings``. Raises ValueError for another
-    scheme (naming the supported ones) or a bad setting."""
+    ``nats://`` → ``NatsSettings``, ``kafka://`` → ``KafkaSettings``), built with ``settings``.
+    Raises ValueError for another scheme (naming the supported ones) or a bad setting."""
     if not isinstance(url, str):
         raise ValueError(f"broker_url must be a string, got {url!r}")
     if url.startswith(SCHEMES["redis"]):
@@ -65,6 +65,10 @@ def settings_for(url: str, **settings: Any) -> TransportSettings:
         from ..nats import NatsSettings
 
         return NatsSettings(url=url, **settings)
+    if url.startswith(SCHEMES["kafka"]):
+        from ..kafka import KafkaSettings
+
+        return KafkaSettings(url=url, **settings)
     known = ", ".join(scheme for schemes in SCHEMES.values() for scheme in schemes)
     raise ValueError(f"broker_url {url!r} names no supported broker (schemes: {known})")
 
@@ -78,6 +82,10 @@ def transport_sink(url: str, *, name: str | None = None, **settings: Any) -> Ope
         from ..redis import RedisSink
 
         return lambda source: RedisSink(source, s, name=name)  # type: ignore[arg-type]
+    if url.startswith(SCHEMES["kafka"]):
+        from ..kafka import KafkaSink
+
+        return lambda source: KafkaSink(source, s, name=name)  # type: ignore[arg-type]
     from ..nats import NatsSink
 
     return lambda source: NatsSink(source, s, name=name)  # type: ignore[arg-type]
@@ -91,6 +99,10 @@ def transport_source(url: str, *, max_unacked: int | None = None, pause_s: Calla
         from ..redis import RedisGroupSource
 
         return RedisGroupSource(s, max_unacked=max_unacked, pause_s=pause_s, name=name)  # type: ignore[arg-type]
+    if url.startswith(SCHEMES["kafka"]):
+        from ..kafka import KafkaSource
+
+        return KafkaSource(s, max_unacked=max_unacked, pause_s=pause_s, name=name)  # type: ignore[arg-type]
     from ..nats import NatsSource
 
     return NatsSource(s, max_unacked=max_unacked, pause_s=pause_s, name=name)  # type: ignore[arg-type]

@@ -1,5 +1,5 @@
 """Settings every broker adapter shares (DESIGN §8), typed fields of :mod:`rxpipe.settings`;
-each broker subclasses them (``RedisSettings``, ``NatsSettings``)."""
+each broker subclasses them (``RedisSettings``, ``NatsSettings``, ``KafkaSettings``)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ __all__ = ["TransportSettings", "TRANSPORT_SETTINGS", "BROKER_URL", "SCHEMES", "
            "public_url"]
 
 #: URL schemes and the adapter that serves them
-SCHEMES = {"redis": ("redis://", "rediss://", "unix://"), "nats": ("nats://", "tls://")}
+SCHEMES = {"redis": ("redis://", "rediss://", "unix://"), "nats": ("nats://", "tls://"), "kafka": ("kafka://",)}
 
 
 def default_consumer() -> str:
@@ -37,7 +37,7 @@ class TransportSettings:
     a typed setting (``schema_of(RedisSettings)`` is their table; a wrong value raises
     :class:`~rxpipe.settings.SettingError` naming the field).
 
-    url: the broker (its scheme picks the adapter: ``redis://``, ``nats://``).
+    url: the broker (its scheme picks the adapter: ``redis://``, ``nats://``, ``kafka://``).
     stream: the request queue's name. group: the workers' consumer group (durable consumer).
     consumer: this worker's name in the group (default ``<host>-<pid>``).
     max_backlog: requests admitted and not yet acknowledged by a worker, at most; the gateway
@@ -65,8 +65,9 @@ class TransportSettings:
     cancel_memory_s: how long a worker remembers a cancel for a request it has not read (s).
     """
 
-    url: str = setting("", "URL", "the broker: redis://… or nats://… (its scheme picks the adapter)",
-                       parse=broker_url, expected="a redis:// (or rediss://, unix://) or nats:// (or tls://) URL")
+    url: str = setting("", "URL", "the broker: redis://…, nats://… or kafka://… (its scheme picks the adapter)",
+                       parse=broker_url, expected="a redis:// (or rediss://, unix://), nats:// (or tls://) or kafka:// "
+                                                  "URL")
     stream: str = setting("rxpipe:requests", "str", "the request queue (Redis: the stream's key; NATS: the stream's "
                                                     "name and subject prefix)", allow_empty=False)
     group: str = setting("workers", "str", "the workers' consumer group (NATS: their durable pull consumer)",
@@ -127,6 +128,6 @@ class TransportSettings:
 TRANSPORT_SETTINGS: Schema = schema_of(TransportSettings)
 
 #: the one switch of the gateway and worker pipelines: the broker to use, by URL (DESIGN §8)
-BROKER_URL = Setting("broker_url", None, "URL", "redis://… or nats://…: the broker between gateways and workers; "
-                     "null: none", parse=broker_url, expected="a redis:// (or rediss://, unix://) or nats:// (or "
-                     "tls://) URL", nullable=True)
+BROKER_URL = Setting("broker_url", None, "URL", "redis://…, nats://… or kafka://…: the broker between gateways and "
+                     "workers; null: none", parse=broker_url, expected="a redis:// (or rediss://, unix://), nats:// (or "
+                     "tls://) or kafka:// URL", nullable=True)

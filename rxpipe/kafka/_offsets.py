@@ -1,0 +1,113 @@
+"""A worker's offsets of one partition: what it delivered, what it finished, what it may commit.
+
+Kafka's consumer group keeps one committed offset per partition: every record below it is done.
+A worker runs several requests of a partition at once and they finish out of order, so it
+commits, in partition order, the lowest offset it has not finished (a long request holds back
+the commits of the later ones it finished: they are counted in the backlog until it ends, and
+run again by the next owner if this worker dies). After a rebalance the consumer reads again
+from the committed offset: records this worker still holds or already finished come back, and
+are not delivered twice (:meth:`PartitionOffsets.deliver`).
+
+Kafka counts no deliveries; the commit's metadata carries one count, for the first uncommitted
+record (the *head*: the one a crash-looping request stays at): ``{"o": offset, "d": deliveries}``.
+A new owner that reads the head delivers it as delivery ``d + 1`` and writes that count before
+running it, so a request that takes down every worker reading it reaches ``max_deliveries``.
+"""
+
+from __future__ import annotations
+
+import orjson
+
+__all__ = ["PartitionOffsets", "head_metadata", "parse_head"]
+
+
+def head_metadata(offset: int, deliveries: int) -> str:
+    """The commit metadata saying the record at ``offset`` was delivered ``deliveries`` times."""
+    return orjson.dumps({"o": offset, "d": deliveries}).decode()
+
+
+def parse_head(metadata: str | None) -> tuple[int, int] | None:
+    """(offset, deliveries) of commit metadata written by :func:`head_metadata` (None: other or none)."""
+    if not metadata:
+        return None
+    try:
+        data = orjson.loads(metadata)
+        offset, deliveries = data["o"], data["d"]
+    except (orjson.JSONDecodeError, TypeError, KeyError):
+        return None
+    if type(offset) is not int or type(deliveries) is not int:
+        return None
+    return offset, deliveries
+
+
+class PartitionOffsets:
+    """One partition as this worker owns it.
+
+    ``committed``: the offset last committed (by anyone, as read at assignment; then by this
+    worker); ``pending``: delivered offsets not finished, each with its delivery count;
+    ``done``: finished offsets not yet below the commit point; ``released``: offsets given back
+    undone, to be read again (they hold back the commit point as pending ones do); ``high``:
+    the highest offset delivered; ``head``: (offset, deliveries) of the group's commit metadata
+    at assignment.
+    """
+
+    __slots__ = ("committed", "pending", "done", "released", "high", "head")
+
+    def __init__(self, committed: int | None = None, head: tuple[int, int] | None = None) -> None:
+        self.committed = committed
+        self.pending: dict[int, int] = {}
+        self.done: set[int] = set()
+        self.released: dict[int, int] = {}
+        self.high = -1
+        self.head = head
+
+    def deliver(self, offset: int) -> int:
+        """Take the record at ``offset``: its delivery count (1 the first time; more for the head
+        of a partition another worker held when it died), or 0 if it must not be delivered (this
+        worker holds it, finished it, or it is below the commit point)."""
+        if offset in self.pending or offset in self.done or (self.committed is not None and offset < self.committed):
+            return 0
+        head = self.head
+        before = self.released.pop(offset, 0)
+        deliveries = before + 1 if before else head[1] + 1 if head is not None and head[0] == offset else 1
+        self.pending[offset] = deliveries
+        if offset > self.high:
+            self.high = offset
+        return deliveries
+
+    def finish(self, offset: int) -> int | None:
+        """The request at ``offset`` is done (its reply is written): the new commit point if it
+        moved (the lowest offset not finished), else None."""
+        if self.pending.pop(offset, None) is None:
+            return None  # not ours (delivered before a rebalance gave the partition to another worker)
+        self.done.add(offset)
+        point = min(min(self.pending, default=self.high + 1), min(self.released, default=self.high + 1))
+        if self.committed is not None and point <= self.committed:
+            return None
+        self.committed = point
+        self.done = {o for o in self.done if o >= point}
+        return point
+
+    def release(self, offset: int) -> bool:
+        """Give the record at ``offset`` back undone (to be read again: the caller seeks back to
+        it); True if it was pending."""
+        deliveries = self.pending.pop(offset, None)
+        if deliveries is None:
+            return False
+        self.released[offset] = deliveries
+        return True
+
+    def deliveries_at(self, offset: int) -> int:
+        """How often the record at ``offset`` was delivered, as far as this worker knows (0: not
+        delivered to it): what the commit of ``offset`` as the new head says."""
+        return self.pending.get(offset, 0)
+
+    def adopt(self, committed: int | None, head: tuple[int, int] | None) -> None:
+        """The partition is (again) this worker's after a rebalance: the group's commit point and
+        metadata as read now; what is below the commit point is done elsewhere."""
+        self.head = head
+        if committed is not None and (self.committed is None or committed > self.committed):
+            self.committed = committed
+            self.pending = {o: d for o, d in self.pending.items() if o >= committed}
+            self.released = {o: d for o, d in self.released.items() if o >= committed}
+            self.done = {o for o in self.done if o >= committed}
