@@ -10,8 +10,10 @@ are not delivered twice (:meth:`PartitionOffsets.deliver`).
 
 Kafka counts no deliveries; the commit's metadata carries one count, for the first uncommitted
 record (the *head*: the one a crash-looping request stays at): ``{"o": offset, "d": deliveries}``.
-A new owner that reads the head delivers it as delivery ``d + 1`` and writes that count before
-running it, so a request that takes down every worker reading it reaches ``max_deliveries``.
+The worker that reads the head writes its count before running it (the next owner delivers it as
+delivery ``d + 1``), so a request that takes down every worker reading it reaches
+``max_deliveries``. A request behind the head is not counted: a crash loop it causes counts
+against the head until that one is failed (and committed), then against it.
 """
 
 from __future__ import annotations
@@ -67,6 +69,8 @@ class PartitionOffsets:
         worker holds it, finished it, or it is below the commit point)."""
         if offset in self.pending or offset in self.done or (self.committed is not None and offset < self.committed):
             return 0
+        if self.committed is None:
+            self.committed = offset  # nothing committed yet: the first record read is the commit point
         head = self.head
         before = self.released.pop(offset, 0)
         deliveries = before + 1 if before else head[1] + 1 if head is not None and head[0] == offset else 1
@@ -74,6 +78,11 @@ class PartitionOffsets:
         if offset > self.high:
             self.high = offset
         return deliveries
+
+    def is_head(self, offset: int) -> bool:
+        """True if ``offset`` is the partition's first uncommitted record (as far as this worker
+        knows): the one whose delivery count the commit metadata carries."""
+        return self.committed is None or offset == self.committed
 
     def finish(self, offset: int) -> int | None:
         """The request at ``offset`` is done (its reply is written): the new commit point if it

@@ -183,28 +183,32 @@ class KafkaWorkerBroker(KafkaBroker, WorkerBroker):
 
     async def _take(self, records: dict[TopicPartition, list[Any]]) -> list[Delivery]:
         out = []
+        heads: dict[TopicPartition, OffsetAndMetadata] = {}
         for tp, batch in records.items():
             offsets = self.offsets.get(tp)
             if offsets is None:
                 offsets = self.offsets[tp] = PartitionOffsets()
             for record in batch:
+                head = offsets.is_head(record.offset)
                 deliveries = offsets.deliver(record.offset)
                 if not deliveries:
                     continue  # held or finished here already: read again after a rebalance
-                if deliveries > 1:
-                    # the head of a partition a dead worker held: its count is stored before it runs
-                    await self._commit_head(tp, record.offset, deliveries)
+                if head and tp not in heads:
+                    heads[tp] = OffsetAndMetadata(record.offset, head_metadata(record.offset, deliveries))
                 out.append(Delivery((tp.partition, record.offset), record.value, deliveries, None, tp))
+        if heads:
+            await self._commit_heads(heads)
         return out
 
-    async def _commit_head(self, tp: TopicPartition, offset: int, deliveries: int) -> None:
+    async def _commit_heads(self, heads: dict[TopicPartition, OffsetAndMetadata]) -> None:
+        """Store the delivery count of each partition's head before it runs (one commit)."""
         consumer = self.consumer
         assert consumer is not None
         async with self._commit_lock:
             try:
-                await self._answer(consumer.commit({tp: OffsetAndMetadata(offset, head_metadata(offset, deliveries))}))
+                await self._answer(consumer.commit(heads))
             except (errors.KafkaError, asyncio.TimeoutError) as error:
-                log.debug("kafka: delivery count of %s@%d not stored: %r", tp, offset, error)
+                log.debug("kafka: delivery counts of %s not stored: %r", sorted(heads), error)
 
     async def read_control(self, block_s: float) -> list[tuple[bytes, float]]:
         if not self._ready:
