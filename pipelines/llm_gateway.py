@@ -60,9 +60,9 @@ from rxpipe.gateway import (
     reply_departure,
     vtc_cost,
 )
+from rxpipe.kafka._settings import KAFKA_SETTINGS
 from rxpipe.runtime import DRAIN_TIMEOUT, Pipeline
 from rxpipe.settings import Schema, Setting, SettingError
-from rxpipe.kafka._settings import KAFKA_SETTINGS
 from rxpipe.transport import BROKER_URL, SCHEMES, TRANSPORT_SETTINGS, transport_sink
 
 #: Kafka's own settings a gateway takes (it may be the first to create the request topic)

@@ -41,7 +41,6 @@ from rxpipe.runtime import DRAIN_TIMEOUT, Pipeline
 from rxpipe.settings import Schema, Setting, SettingError
 from rxpipe.transport import BROKER_URL, SCHEMES, default_consumer, transport_source
 
-
 #: Kafka's own settings a worker takes
 WORKER_KAFKA = ("partitions", "session_timeout_ms", "heartbeat_interval_ms", "max_poll_interval_ms",
                 "fetch_max_wait_ms")

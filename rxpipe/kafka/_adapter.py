@@ -11,6 +11,8 @@ gateway or worker that opens (Kafka's ``CreateTopics``; an existing one is used 
   from a worker whose engine is busy with a long generation (see ``_worker``).
 - ``P.control`` (1 partition, ``retention.ms`` = ``cancel_memory_s``): cancels and credit, read by
   every worker from its present end (no group: each worker reads all of them).
+- ``P.heads`` (as many partitions as ``P``): the delivery count of each request partition's first
+  uncommitted request, written by the worker that reads it (see ``_offsets``).
 - ``P.live`` (1 partition): liveness; a record keyed ``w:<worker>`` (its engine's pause and model)
   or ``g:<gateway>``, ``{"left": true}`` when it stops.
 - ``P.replies.<gateway>`` (1 partition, ``retention.ms`` = ``reply_ttl_s``): one per gateway,
@@ -62,6 +64,8 @@ TRANSIENT: tuple[type[BaseException], ...] = (
 
 #: a member not heard of this long is forgotten (s)
 _FORGET_S = 60.0
+#: a partition's head delivery count is kept this long (s; a crash loop writes it again each round)
+_HEADS_S = 24 * 3600.0
 
 
 class KafkaBroker:
@@ -123,7 +127,9 @@ class KafkaBroker:
         assert admin is not None
         wanted = [NewTopic(t.requests, s.partitions, 1),
                   NewTopic(t.control, 1, 1, topic_configs={"retention.ms": str(int(s.cancel_memory_s * 1000))}),
-                  NewTopic(t.live, 1, 1, topic_configs={"retention.ms": str(int(max(_FORGET_S, s.reply_ttl_s) * 1000))})]
+                  NewTopic(t.live, 1, 1,
+                           topic_configs={"retention.ms": str(int(max(_FORGET_S, s.reply_ttl_s) * 1000))})]
+        wanted += [NewTopic(t.heads, s.partitions, 1, topic_configs={"retention.ms": str(int(_HEADS_S * 1000))})]
         wanted += [NewTopic(name, 1, 1, topic_configs={"retention.ms": str(int(s.reply_ttl_s * 1000))})
                    for name in extra]
         existing = set(await self._answer(admin.list_topics()))

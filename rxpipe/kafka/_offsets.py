@@ -8,10 +8,12 @@ run again by the next owner if this worker dies). After a rebalance the consumer
 from the committed offset: records this worker still holds or already finished come back, and
 are not delivered twice (:meth:`PartitionOffsets.deliver`).
 
-Kafka counts no deliveries; the commit's metadata carries one count, for the first uncommitted
-record (the *head*: the one a crash-looping request stays at): ``{"o": offset, "d": deliveries}``.
-The worker that reads the head writes its count before running it (the next owner delivers it as
-delivery ``d + 1``), so a request that takes down every worker reading it reaches
+Kafka counts no deliveries; one count is kept per partition, for its first uncommitted record
+(the *head*: the one a crash-looping request stays at), as the last record of the same partition
+of the ``heads`` topic: ``{"o": offset, "d": deliveries}`` (commit metadata would be the place,
+but the test broker, Tansu 0.6, drops it: measured). The worker that reads the head, or whose
+commit point moves to a record it holds, writes its count before running it (the next owner
+delivers it as delivery ``d + 1``), so a request that takes down every worker reading it reaches
 ``max_deliveries``. A request behind the head is not counted: a crash loop it causes counts
 against the head until that one is failed (and committed), then against it.
 """
@@ -23,13 +25,13 @@ import orjson
 __all__ = ["PartitionOffsets", "head_metadata", "parse_head"]
 
 
-def head_metadata(offset: int, deliveries: int) -> str:
-    """The commit metadata saying the record at ``offset`` was delivered ``deliveries`` times."""
-    return orjson.dumps({"o": offset, "d": deliveries}).decode()
+def head_metadata(offset: int, deliveries: int) -> bytes:
+    """The ``heads`` record saying the record at ``offset`` was delivered ``deliveries`` times."""
+    return orjson.dumps({"o": offset, "d": deliveries})
 
 
-def parse_head(metadata: str | None) -> tuple[int, int] | None:
-    """(offset, deliveries) of commit metadata written by :func:`head_metadata` (None: other or none)."""
+def parse_head(metadata: bytes | str | None) -> tuple[int, int] | None:
+    """(offset, deliveries) of a record written by :func:`head_metadata` (None: other or none)."""
     if not metadata:
         return None
     try:
@@ -49,8 +51,8 @@ class PartitionOffsets:
     worker); ``pending``: delivered offsets not finished, each with its delivery count;
     ``done``: finished offsets not yet below the commit point; ``released``: offsets given back
     undone, to be read again (they hold back the commit point as pending ones do); ``high``:
-    the highest offset delivered; ``head``: (offset, deliveries) of the group's commit metadata
-    at assignment.
+    the highest offset delivered; ``head``: (offset, deliveries) of the partition's head count
+    at assignment (from the ``heads`` topic).
     """
 
     __slots__ = ("committed", "pending", "done", "released", "high", "head")
@@ -81,7 +83,7 @@ class PartitionOffsets:
 
     def is_head(self, offset: int) -> bool:
         """True if ``offset`` is the partition's first uncommitted record (as far as this worker
-        knows): the one whose delivery count the commit metadata carries."""
+        knows): the one whose delivery count the ``heads`` topic carries."""
         return self.committed is None or offset == self.committed
 
     def finish(self, offset: int) -> int | None:

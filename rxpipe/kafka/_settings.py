@@ -45,7 +45,7 @@ class KafkaSettings(TransportSettings):
     workers' consumer group. ``visibility_timeout_s`` does not apply: a dead worker's requests
     move with its partitions once the group's session (``session_timeout_ms``) has expired.
     ``max_deliveries`` counts the deliveries of the first uncommitted request of a partition
-    (in the group's commit metadata): Kafka itself counts none.
+    (on the ``<stream>.heads`` topic): Kafka itself counts none.
 
     Kafka's own: ``partitions`` (of the request topic, created with it: at most this many
     workers get work), ``session_timeout_ms`` / ``heartbeat_interval_ms`` (the group's liveness
@@ -88,12 +88,13 @@ class KafkaSettings(TransportSettings):
 
 
 class topics:  # noqa: N801 - a namespace of the names derived from the settings
-    """The topics of ``settings``: ``requests``, ``control``, ``live``, ``replies_prefix``."""
+    """The topics of ``settings``: ``requests``, ``control``, ``live``, ``heads``, ``replies_prefix``."""
 
     def __init__(self, settings: KafkaSettings) -> None:
         self.requests = _token(settings.stream)
         self.control = f"{self.requests}.control"
         self.live = f"{self.requests}.live"
+        self.heads = f"{self.requests}.heads"
         self.replies_prefix = f"{self.requests}.replies."
 
     def replies(self, gateway_id: str) -> str:

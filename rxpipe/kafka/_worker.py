@@ -58,6 +58,8 @@ class KafkaWorkerBroker(KafkaBroker, WorkerBroker):
         super().__init__(settings)
         self.consumer: AIOKafkaConsumer | None = None
         self._control: AIOKafkaConsumer | None = None
+        #: reads the ``heads`` topic at each assignment (no group)
+        self._heads: AIOKafkaConsumer | None = None
         self.offsets: dict[TopicPartition, PartitionOffsets] = {}
         self.assignments = 0
         #: commit points computed and not yet committed
@@ -68,6 +70,9 @@ class KafkaWorkerBroker(KafkaBroker, WorkerBroker):
         self._last_poll = time.monotonic()
         self._keepalive: asyncio.Task[None] | None = None
         self._buffer: list[Delivery] = []
+        #: set once the listener has read the commit points and head counts of the assignment in
+        #: force (getmany may return a new assignment's records before it has)
+        self._settled = asyncio.Event()
 
     @property
     def poll_interval_s(self) -> float:
@@ -88,6 +93,11 @@ class KafkaWorkerBroker(KafkaBroker, WorkerBroker):
                 control.assign([tp])
                 await self._answer(control.seek_to_end(tp))
                 self._control = control
+            if self._heads is None:
+                heads = AIOKafkaConsumer(**self._client_options(), enable_auto_commit=False,
+                                         auto_offset_reset="latest", fetch_max_wait_ms=s.fetch_max_wait_ms)
+                await self._answer(heads.start())
+                self._heads = heads
             if self.consumer is None:
                 consumer = AIOKafkaConsumer(
                     **self._client_options(), group_id=s.group, client_id=s.consumer, enable_auto_commit=False,
@@ -107,6 +117,7 @@ class KafkaWorkerBroker(KafkaBroker, WorkerBroker):
 
     # -- the group -------------------------------------------------------------------------------
     async def _revoked(self, revoked: set[TopicPartition]) -> None:
+        self._settled.clear()  # a rebalance begins
         if revoked:
             await self._commit()  # what this worker finished, before another member reads from there
 
@@ -116,24 +127,29 @@ class KafkaWorkerBroker(KafkaBroker, WorkerBroker):
         consumer = self.consumer
         assert consumer is not None
         self.assignments += 1
-        committed: dict[TopicPartition, Any] = {}
-        if assigned:
-            # the commit metadata (the head's delivery count) is in the coordinator's answer only
-            committed = await consumer._coordinator.fetch_committed_offsets(list(assigned))
+        tps = list(assigned)
+        committed: dict[TopicPartition, int | None] = dict.fromkeys(tps)
+        heads: dict[int, tuple[int, int]] = {}
+        try:
+            committed.update(zip(tps, await self._answer(asyncio.gather(*(consumer.committed(tp) for tp in tps))),
+                                 strict=True))
+            heads = await self._read_heads(assigned)
+        except (TimeoutError, errors.KafkaError) as error:
+            # without them: the first record read is the commit point, the head counts one short
+            log.warning("worker %s: the commit points of the new assignment were not read: %r",
+                        self.settings.consumer, error)
         for tp in list(self.offsets):
             if tp not in assigned:
                 del self.offsets[tp]
                 self._due.pop(tp, None)
-        for tp in assigned:
-            found = committed.get(tp)
-            offset = found.offset if found is not None and found.offset >= 0 else None
-            head = parse_head(found.metadata) if found is not None else None
+        for tp in tps:
             if tp in self.offsets:
-                self.offsets[tp].adopt(offset, head)
+                self.offsets[tp].adopt(committed[tp], heads.get(tp.partition))
             else:
-                self.offsets[tp] = PartitionOffsets(offset, head)
+                self.offsets[tp] = PartitionOffsets(committed[tp], heads.get(tp.partition))
         if assigned and not self._poll_lock.locked():
             consumer.pause(*assigned)  # no demand now: fetch nothing until the next read
+        self._settled.set()
         log.info("worker %s: partitions %s of %s assigned (assignment %d)", self.settings.consumer,
                  sorted(tp.partition for tp in assigned), self.topics.requests, self.assignments)
 
@@ -182,8 +198,10 @@ class KafkaWorkerBroker(KafkaBroker, WorkerBroker):
         return await self._take(records)
 
     async def _take(self, records: dict[TopicPartition, list[Any]]) -> list[Delivery]:
+        if records and not self._settled.is_set():
+            await self._settled.wait()  # the listener's reads are bounded by command_timeout_s
         out = []
-        heads: dict[TopicPartition, OffsetAndMetadata] = {}
+        heads: dict[int, bytes] = {}
         for tp, batch in records.items():
             offsets = self.offsets.get(tp)
             if offsets is None:
@@ -193,22 +211,50 @@ class KafkaWorkerBroker(KafkaBroker, WorkerBroker):
                 deliveries = offsets.deliver(record.offset)
                 if not deliveries:
                     continue  # held or finished here already: read again after a rebalance
-                if head and tp not in heads:
-                    heads[tp] = OffsetAndMetadata(record.offset, head_metadata(record.offset, deliveries))
+                if head and tp.partition not in heads:
+                    heads[tp.partition] = head_metadata(record.offset, deliveries)
                 out.append(Delivery((tp.partition, record.offset), record.value, deliveries, None, tp))
         if heads:
-            await self._commit_heads(heads)
+            await self._write_heads(heads)
         return out
 
-    async def _commit_heads(self, heads: dict[TopicPartition, OffsetAndMetadata]) -> None:
-        """Store the delivery count of each partition's head before it runs (one commit)."""
-        consumer = self.consumer
-        assert consumer is not None
-        async with self._commit_lock:
-            try:
-                await self._answer(consumer.commit(heads))
-            except (errors.KafkaError, asyncio.TimeoutError) as error:
-                log.debug("kafka: delivery counts of %s not stored: %r", sorted(heads), error)
+    async def _read_heads(self, assigned: set[TopicPartition]) -> dict[int, tuple[int, int]]:
+        """The last ``heads`` record of each assigned partition: (offset, deliveries) of its head."""
+        heads_consumer = self._heads
+        assert heads_consumer is not None
+        tps = [TopicPartition(self.topics.heads, tp.partition) for tp in assigned]
+        if not tps:
+            return {}
+        heads_consumer.assign(tps)
+        ends = await self._answer(heads_consumer.end_offsets(tps))
+        wanted = {tp for tp in tps if ends[tp] > 0}
+        for tp in wanted:
+            heads_consumer.seek(tp, ends[tp] - 1)
+        found: dict[int, tuple[int, int]] = {}
+        deadline = time.monotonic() + self.settings.command_timeout_s
+        while wanted and time.monotonic() < deadline:
+            records = await heads_consumer.getmany(*wanted, timeout_ms=100)
+            for tp, batch in records.items():
+                head = parse_head(batch[-1].value) if batch else None
+                if head is not None:
+                    found[tp.partition] = head
+                wanted.discard(tp)
+        if wanted:
+            log.warning("kafka: the delivery counts of partitions %s were not read",
+                        sorted(t.partition for t in wanted))
+        return found
+
+    async def _write_heads(self, heads: dict[int, bytes]) -> None:
+        """Store each partition's head count (partition -> record) before it runs; a broker error
+        leaves the count one short (it is logged at DEBUG)."""
+        producer = self.producer
+        assert producer is not None
+        try:
+            sent = [await self._answer(producer.send(self.topics.heads, record, partition=partition))
+                    for partition, record in heads.items()]
+            await self._answer(asyncio.gather(*sent))
+        except (TimeoutError, errors.KafkaError) as error:
+            log.debug("kafka: delivery counts of partitions %s not stored: %r", sorted(heads), error)
 
     async def read_control(self, block_s: float) -> list[tuple[bytes, float]]:
         if not self._ready:
@@ -267,7 +313,7 @@ class KafkaWorkerBroker(KafkaBroker, WorkerBroker):
         return results
 
     async def _commit(self) -> None:
-        """Commit the due commit points (with the new head's delivery count). A broker error keeps
+        """Commit the due commit points (and the counts of the new heads). A broker error keeps
         them due; a refusal (the partition moved in a rebalance) drops them: the new owner reads
         from the last commit."""
         consumer = self.consumer
@@ -276,8 +322,13 @@ class KafkaWorkerBroker(KafkaBroker, WorkerBroker):
         async with self._commit_lock:
             due, self._due = self._due, {}
             assigned = consumer.assignment()
-            offsets = {tp: OffsetAndMetadata(point, head_metadata(point, self.offsets[tp].deliveries_at(point)))
-                       for tp, point in due.items() if tp in assigned and tp in self.offsets}
+            offsets = {tp: OffsetAndMetadata(point, "") for tp, point in due.items()
+                       if tp in assigned and tp in self.offsets}
+            # the new heads this worker holds: their counts, for the next owner if this one dies
+            heads = {tp.partition: head_metadata(o.offset, self.offsets[tp].deliveries_at(o.offset))
+                     for tp, o in offsets.items() if self.offsets[tp].deliveries_at(o.offset)}
+            if heads:
+                await self._write_heads(heads)
             if not offsets:
                 return
             try:
@@ -319,7 +370,7 @@ class KafkaWorkerBroker(KafkaBroker, WorkerBroker):
                 await self._commit()
             except Exception as error:
                 log.debug("kafka: last commit: %r", error)
-        for attr in ("consumer", "_control"):
+        for attr in ("consumer", "_control", "_heads"):
             consumer = getattr(self, attr)
             setattr(self, attr, None)
             if consumer is not None:

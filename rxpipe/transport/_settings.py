@@ -129,5 +129,5 @@ TRANSPORT_SETTINGS: Schema = schema_of(TransportSettings)
 
 #: the one switch of the gateway and worker pipelines: the broker to use, by URL (DESIGN §8)
 BROKER_URL = Setting("broker_url", None, "URL", "redis://…, nats://… or kafka://…: the broker between gateways and "
-                     "workers; null: none", parse=broker_url, expected="a redis:// (or rediss://, unix://), nats:// (or "
-                     "tls://) or kafka:// URL", nullable=True)
+                     "workers; null: none", parse=broker_url, expected="a redis:// (or rediss://, unix://), nats:// "
+                     "(or tls://) or kafka:// URL", nullable=True)
