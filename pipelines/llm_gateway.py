@@ -60,7 +60,7 @@ from rxpipe.gateway import (
     reply_departure,
     vtc_cost,
 )
-from rxpipe.kafka._settings import KAFKA_SETTINGS
+from rxpipe.kafka import KAFKA_SETTINGS
 from rxpipe.runtime import DRAIN_TIMEOUT, Pipeline
 from rxpipe.settings import Schema, Setting, SettingError
 from rxpipe.transport import BROKER_URL, SCHEMES, TRANSPORT_SETTINGS, transport_sink

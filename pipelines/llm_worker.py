@@ -35,7 +35,7 @@ from typing import Any
 
 from rxpipe import operators as ops
 from rxpipe.engines import SIMULATED_PIPELINE, SIMULATED_SETTINGS, Engine, OpenAIEngine, SimulatedEngine
-from rxpipe.kafka._settings import KAFKA_SETTINGS
+from rxpipe.kafka import KAFKA_SETTINGS
 from rxpipe.redis import REDIS_SETTINGS
 from rxpipe.runtime import DRAIN_TIMEOUT, Pipeline
 from rxpipe.settings import Schema, Setting, SettingError
