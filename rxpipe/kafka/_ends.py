@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Callable
 
-from ..engines import CompletionRequest
+from ..serving import CompletionRequest
 from ..flowable import Flowable, Operator
 from ..transport import TransportSink, WorkerSource
 from ._adapter import KafkaGatewayBroker
