@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Callable
 
-from ..serving import CompletionRequest
 from ..flowable import Flowable, Operator
+from ..serving import CompletionRequest
 from ..transport import TransportSink, WorkerSource
 from ._adapter import KafkaGatewayBroker
 from ._settings import KafkaSettings, topics
