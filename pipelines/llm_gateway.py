@@ -63,7 +63,7 @@ from rxpipe.gateway import (
 from rxpipe.kafka import KAFKA_SETTINGS
 from rxpipe.runtime import DRAIN_TIMEOUT, Pipeline
 from rxpipe.settings import Schema, Setting, SettingError
-from rxpipe.transport import BROKER_URL, SCHEMES, TRANSPORT_SETTINGS, transport_sink
+from rxpipe.transport import BROKER_URL, TRANSPORT_SETTINGS, broker_name, transport_sink
 
 #: Kafka's own settings a gateway takes (it may be the first to create the request topic)
 GATEWAY_KAFKA = ("partitions", "fetch_max_wait_ms")
@@ -129,7 +129,7 @@ def forward(s: dict[str, Any], *, name: str = "llm_gateway") -> Pipeline:
     the broker's sink (demand = room under ``max_backlog``); the queue and the engines are the
     workers'. ``stall_timeout_s`` ends a stalled stream here and on its worker."""
     url = s["broker_url"]
-    kafka = {name: s[name] for name in GATEWAY_KAFKA} if url.startswith(SCHEMES["kafka"]) else {}
+    kafka = {name: s[name] for name in GATEWAY_KAFKA} if broker_name(url) == "kafka" else {}
     sink = transport_sink(url, name="broker", stream=s["stream"], group=s["group"],
                           max_backlog=s["max_backlog"], refresh_interval_s=s["refresh_interval_s"],
                           credit_window=s["credit_window"], stall_timeout_s=s["stall_timeout_s"], **kafka)

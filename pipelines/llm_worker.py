@@ -39,7 +39,7 @@ from rxpipe.kafka import KAFKA_SETTINGS
 from rxpipe.redis import REDIS_SETTINGS
 from rxpipe.runtime import DRAIN_TIMEOUT, Pipeline
 from rxpipe.settings import Schema, Setting, SettingError
-from rxpipe.transport import BROKER_URL, SCHEMES, default_consumer, transport_source
+from rxpipe.transport import BROKER_URL, broker_name, default_consumer, transport_source
 
 #: Kafka's own settings a worker takes
 WORKER_KAFKA = ("partitions", "session_timeout_ms", "heartbeat_interval_ms", "max_poll_interval_ms",
@@ -96,7 +96,7 @@ def pipeline(config: dict[str, Any]) -> Pipeline:
     s = settings(config)
     url = s["broker_url"] or s["redis_url"]
     engine = engine_for(s)
-    kind = next(name for name, schemes in SCHEMES.items() if url.startswith(schemes))
+    kind = broker_name(url)
     kafka = {name: s[name] for name in WORKER_KAFKA} if kind == "kafka" else {}
     source = transport_source(url, max_unacked=engine.max_num_seqs, name=f"{kind}_source",
                               pause_s=lambda: float(getattr(engine, "retry_after_s", 0.0) or 0.0),

@@ -6,7 +6,8 @@ from typing import Callable
 
 from ..flowable import Flowable, Operator
 from ..serving import CompletionRequest
-from ..transport import TransportSink, WorkerSource
+from ..transport import BrokerAdapter, TransportSink, WorkerSource, register_broker
+from ..transport._settings import SCHEMES
 from ._adapter import KafkaGatewayBroker
 from ._settings import KafkaSettings, topics
 from ._worker import KafkaWorkerBroker
@@ -48,3 +49,10 @@ class KafkaSource(WorkerSource):
         if not isinstance(settings, KafkaSettings):
             raise TypeError(f"KafkaSource needs KafkaSettings, got {settings!r}")
         super().__init__(settings, KafkaWorkerBroker(settings), max_unacked=max_unacked, pause_s=pause_s, name=name)
+
+
+register_broker(BrokerAdapter(
+    "kafka", SCHEMES["kafka"], KafkaSettings,
+    sink=lambda source, settings, name: KafkaSink(source, settings, name=name),
+    source=lambda settings, max_unacked, pause_s, name: KafkaSource(settings, max_unacked=max_unacked,
+                                                                    pause_s=pause_s, name=name)))
