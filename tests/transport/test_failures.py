@@ -144,7 +144,7 @@ async def test_broker_stopped_mid_load_503_while_down_200_after_restart_nothing_
         broker: Broker, processes: Processes) -> None:
     if kind(broker) == "kafka":
         pytest.skip("the Kafka test broker (Tansu) keeps its data in memory only: a restart loses every topic "
-                    "(tests/kafka/test_unreachable.py covers 503 while it is down)")
+                    "(tests/kafka/test_adapter.py covers 503 while it is down)")
     tokens, long_tokens = 10, 300
     gw = gateway(processes, broker, "refresh_interval_s=0.1")
     wk = worker(processes, broker, "max_num_seqs=12", "step_overhead_s=0.02")
