@@ -23,7 +23,15 @@ from .base import Engine
 from .batch_function import BatchFunctionEngine, BatchRecord, request_text
 from .executor import ExecuteFlowable, execute
 from .openai import OpenAIEngine, parse_retry_after
-from .records import FINISH_REASONS, Completion, CompletionRequest, CompletionResult, TokenChunk, estimate_tokens
+from .records import (
+    FINISH_REASONS,
+    UNANSWERED_REASONS,
+    Completion,
+    CompletionRequest,
+    CompletionResult,
+    TokenChunk,
+    estimate_tokens,
+)
 from .simulated import LatencyModel, SimulatedEngine, StepRecord
 
 __all__ = [
@@ -32,6 +40,7 @@ __all__ = [
     "CompletionResult",
     "Completion",
     "FINISH_REASONS",
+    "UNANSWERED_REASONS",
     "estimate_tokens",
     "Engine",
     "SimulatedEngine",

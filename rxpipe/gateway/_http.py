@@ -16,7 +16,7 @@ from aiohttp import HttpVersion11, web
 from aiohttp.http_exceptions import ContentEncodingError
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
 
-from ..engines import Completion, CompletionRequest, CompletionResult
+from ..engines import UNANSWERED_REASONS, Completion, CompletionRequest, CompletionResult
 from ..errors import BackendError, DroppedError, EngineError, EngineUnavailableError, UnsupportedRequestError
 from ..logs import ACCESS_LOG
 from ._metrics import REQUEST_DURATION, TIME_TO_FIRST_TOKEN, count_request
@@ -264,6 +264,17 @@ class _Edge:
         log.warning("request %s failed in the engine: %r", item.id, error)
         return _error(500, "the model backend failed the request", "server_error", "engine_error")
 
+    def _unanswered(self, item: CompletionRequest, reason: str) -> web.Response:
+        """The answer to a request that ended without an answer before its status line went out
+        (one of :data:`~rxpipe.engines.UNANSWERED_REASONS`): ``deadline`` (queued past its
+        latency budget, on this host or a worker's: it never ran) → 429 ``deadline`` as an early
+        deadline; ``cancelled`` or ``stalled`` (the server stopped it) → 503."""
+        if reason == "deadline":
+            return self._refuse(Refusal(429, "deadline", self.config.retry_after_min_s,
+                                        "the request waited longer than the latency budget and was not started"),
+                                item.tenant)
+        return self._stopped_response(f"the request was {reason} by the server before it answered", item.tenant)
+
     def _stopped_response(self, reason: str, tenant: str | None) -> web.Response:
         """The request was admitted, then cut off by the edge itself: draining past its timeout,
         or the graph behind it stopped."""
@@ -315,11 +326,8 @@ class _Edge:
                                             f"the server shed the request ({error.reason}); retry later"), item.tenant)
             except EngineUnavailableError as error:
                 return self._unavailable(item, error)
-            if completion.finish_reason == "deadline":
-                # Queued past its latency budget: it never ran. Refuse it like an early deadline.
-                return self._refuse(Refusal(429, "deadline", self.config.retry_after_min_s,
-                                            "the request waited longer than the latency budget and was not started"),
-                                    item.tenant)
+            if completion.finish_reason in UNANSWERED_REASONS:
+                return self._unanswered(item, completion.finish_reason)
             if item.stream:
                 return await self._stream(request, item, completion, chat=chat)
             try:
@@ -327,8 +335,8 @@ class _Edge:
             except EngineUnavailableError as error:
                 return self._unavailable(item, error)
             request[_RESULT] = result
-            if result.finish_reason == "cancelled":
-                return self._stopped_response("the request was cancelled while running", item.tenant)
+            if result.finish_reason in UNANSWERED_REASONS:
+                return self._unanswered(item, result.finish_reason)
             _observe(result)
             self.gateway.meter.record_service(result.e2e_s - result.queue_time_s)
             return _json(200, completion_body(item, result, chat=chat, created=now_created()))
@@ -372,8 +380,13 @@ class _Edge:
             # request (its 4xx, a 503) gets its own status to the client, not a 200 then an error event.
             while not writer.pending and not writer.done:
                 await writer.wait()
-            if not writer.pending and isinstance(writer.error, EngineError):
-                return self._failed(item, writer.error)
+            if not writer.pending:
+                if isinstance(writer.error, EngineError):
+                    return self._failed(item, writer.error)
+                if completion.finish_reason in UNANSWERED_REASONS:
+                    # it ended before its first token (past its deadline in a worker's queue, say):
+                    # answered as a request that never started, not as a 200 with an empty "stop"
+                    return self._unanswered(item, completion.finish_reason)
             bound_socket_buffers(request, self.config.stream_buffer_bytes)
             _answer_headers(request, response, self.gateway.draining)
             await response.prepare(request)
@@ -418,9 +431,11 @@ class _Edge:
                                        "unavailable" if unavailable else "engine_error")
                 return response
             request[_RESULT] = result
-            if result.finish_reason == "cancelled":
+            if result.finish_reason in UNANSWERED_REASONS:  # after the status line: an error event
                 reason = "draining" if self.gateway.draining else "unavailable"
-                await stream_error(response, "the request was cancelled by the server", "overloaded_error", reason)
+                await stream_error(response, "the request was cancelled by the server" if result.finish_reason
+                                   == "cancelled" else f"the request ended {result.finish_reason} on the server",
+                                   "overloaded_error", reason)
                 return response
             _observe(result)
             self.gateway.meter.record_service(result.e2e_s - result.queue_time_s)

@@ -172,7 +172,14 @@ class ReplyRouter:
         elif kind == "done":
             completion = remote.completion or self._start(remote)
             del self.waiting[remote.request.id]
-            completion.finish(self._result(remote, result_from_fields(message["r"])))
+            try:
+                result = result_from_fields(message["r"])
+            except (KeyError, TypeError, ValueError) as error:  # never a guessed "stop"
+                log.warning("reply for %s: a result that is not one (%s): %r", remote.request.id, error,
+                            message.get("r"))
+                completion.fail(EngineError("the worker's result is malformed"))
+                return
+            completion.finish(self._result(remote, result))
         elif kind == "error":
             del self.waiting[remote.request.id]
             self._fail(remote, error_from_fields(message))

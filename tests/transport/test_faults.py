@@ -9,8 +9,6 @@ import contextlib
 import time
 from typing import Any
 
-import aiohttp
-import orjson
 import pytest
 
 from tests.redis.test_pipelines_process import complete, session
@@ -70,3 +68,26 @@ async def test_clients_that_left_while_queued_leave_no_phantom_backlog(broker: B
           f"clients left while queued: {statuses.count(200)} x 200, {statuses.count(429)} x 429")
     assert statuses == [200] * 10, [body for _, _, body, _ in burst]
     assert phantom == 0
+
+
+@pytest.mark.timeout(90)
+async def test_a_request_past_its_latency_budget_in_the_queue_gets_429_deadline_streamed_or_not(
+        broker: Broker, processes: Processes) -> None:
+    """As unary requests and the local engine: never a 200 with one empty chunk and "stop"."""
+    gw = gateway(processes, broker.url, "latency_budget_s=1.5")
+    wk = worker(processes, broker.url, "max_num_seqs=1", "step_overhead_s=0.05")
+    async with session() as http:
+        first = asyncio.ensure_future(complete(http, gw.url, "first", 60))  # ~3 s on the one slot
+        await eventually(lambda: sample(worker_metrics(wk), "rxpipe_engine_running_seqs", engine="sim") == 1,
+                         what="the first request running")
+        late = await asyncio.gather(complete(http, gw.url, "streamed", 5, stream=True),
+                                    complete(http, gw.url, "unary", 5))
+        assert (await first)[0] == 200
+    print(f"\n{kind(broker)}: past the budget in the queue: {[(status, body) for status, _, body, _ in late]}")
+    for status, headers, body, _ in late:
+        assert status == 429, body
+        assert body["error"]["code"] == "deadline" and body["error"]["type"] == "rate_limit_error"
+        assert int(headers["Retry-After"]) >= 1
+    edge = scrape(f"{gw.url}/metrics")
+    assert sample(edge, "rxpipe_rejections_total", reason="deadline") == 2
+    assert sample(edge, "rxpipe_requests_finished_total", outcome="cancelled") == 2
