@@ -31,9 +31,9 @@ user).
 
 With ``broker_url`` (``redis://…`` or ``nats://…``) the gateway forwards to workers on other
 hosts (``pipelines/llm_worker.py`` with the same ``broker_url``) instead of a local engine; the
-settings ``with broker_url`` (``stream``, ``group``, ``max_backlog``, ``refresh_interval_s``,
-``credit_window``), the edge's and ``stall_timeout_s`` apply then, the queue's and the engine's
-do not::
+settings ``with broker_url`` (``stream``, ``group``, ``max_backlog``, ``max_queue_wait_s``: the
+wait bound of admission, ``refresh_interval_s``, ``credit_window``), the edge's and
+``stall_timeout_s`` apply then, the queue's and the engine's do not::
 
     gateway ─> broker sink(max_backlog) ══ Redis stream / NATS JetStream ══> workers
             <── replies (token chunks with sequence numbers, results); cancels and credit ══>
@@ -70,7 +70,7 @@ BROKER_SETTINGS = Schema(
     dataclasses.replace(BROKER_URL, doc="redis://… or nats://…: forward to workers (pipelines/llm_worker.py) "
                                         "through this broker instead of a local engine; null: local engine"),
     *(dataclasses.replace(s, doc=f"with broker_url: {s.doc}") for s in TRANSPORT_SETTINGS.pick(
-        "stream", "group", "max_backlog", "refresh_interval_s", "credit_window").values()),
+        "stream", "group", "max_backlog", "max_queue_wait_s", "refresh_interval_s", "credit_window").values()),
 )
 
 #: every setting (``--set key=value``; ``rxpipe run pipelines/llm_gateway.py --help-settings``)
@@ -122,7 +122,8 @@ def forward(s: dict[str, Any], *, name: str = "llm_gateway") -> Pipeline:
     the broker's sink (demand = room under ``max_backlog``); the queue and the engines are the
     workers'. ``stall_timeout_s`` ends a stalled stream here and on its worker."""
     sink = transport_sink(s["broker_url"], name="broker", stream=s["stream"], group=s["group"],
-                          max_backlog=s["max_backlog"], refresh_interval_s=s["refresh_interval_s"],
+                          max_backlog=s["max_backlog"], max_queue_wait_s=s["max_queue_wait_s"],
+                          refresh_interval_s=s["refresh_interval_s"],
                           credit_window=s["credit_window"], stall_timeout_s=s["stall_timeout_s"])
     return Pipeline(_gateway(s), sink, name=name, drain_timeout_s=s["drain_timeout_s"])
 

@@ -9,6 +9,7 @@ import contextlib
 import time
 from typing import Any
 
+import aiohttp
 import pytest
 
 from tests.redis.test_pipelines_process import complete, session
@@ -91,3 +92,66 @@ async def test_a_request_past_its_latency_budget_in_the_queue_gets_429_deadline_
     edge = scrape(f"{gw.url}/metrics")
     assert sample(edge, "rxpipe_rejections_total", reason="deadline") == 2
     assert sample(edge, "rxpipe_requests_finished_total", outcome="cancelled") == 2
+
+
+@pytest.mark.timeout(150)
+async def test_10x_overload_on_the_defaults_every_admitted_request_is_answered_within_the_clients_timeout(
+        broker: Broker, processes: Processes) -> None:
+    """``max_backlog=1000`` at a drain of ~8 requests/s is 125 s of queue: admission bounds the
+    wait (``max_queue_wait_s``, from the workers' measured drain), so what is admitted is answered
+    within a client's 30 s and the workers run no sequence whose client gave up."""
+    timeout_s, rate, seconds = 30.0, 80.0, 12.0  # 10 x the drain of 8 slots x 1 s requests
+    gw = gateway(processes, broker.url)  # the gateway's defaults
+    wk = worker(processes, broker.url, "max_num_seqs=8", "step_overhead_s=0.05")
+    outcomes: list[str] = []
+
+    async def client(http: aiohttp.ClientSession, i: int) -> None:
+        body = {"model": "sim", "prompt": f"client {i}", "max_tokens": 20, "stream": i % 2 == 0}
+        try:
+            async with http.post(f"{gw.url}/v1/completions", json=body) as r:
+                raw = await r.read()
+                ok = r.status == 200 and (not body["stream"] or raw.endswith(b"data: [DONE]\n\n"))
+                outcomes.append("answered" if ok else str(r.status))
+        except TimeoutError:
+            outcomes.append("lost")
+
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0),
+                                     timeout=aiohttp.ClientTimeout(total=timeout_s)) as http:
+        start, tasks = time.monotonic(), []
+        for i in range(int(rate * seconds)):
+            await asyncio.sleep(max(0.0, start + i / rate - time.monotonic()))
+            tasks.append(asyncio.ensure_future(client(http, i)))
+        await asyncio.gather(*tasks)
+
+    def settled() -> bool:
+        m = worker_metrics(wk)
+        return sample(m, "rxpipe_engine_running_seqs", engine="sim") == 0 and backlog_seen(gw) == 0
+
+    await eventually(settled, 60, "the workers idle, the queue empty")
+    m = worker_metrics(wk)
+    ok = sample(m, "rxpipe_requests_finished_total", outcome="ok")
+    started = ok + sum(sample(m, "rxpipe_transport_cancels_total", where=w) for w in ("queued", "running"))
+    counts = {o: outcomes.count(o) for o in sorted(set(outcomes))}
+    print(f"\n{kind(broker)}: {len(outcomes)} requests at 10x the drain on the defaults: {counts}; "
+          f"{ok:g} of the {started:g} sequences the worker started were answered ({ok / max(1, started):.0%})")
+    assert set(counts) <= {"answered", "429"}, counts
+    assert counts.get("lost", 0) == 0 and ok == started == counts["answered"]
+    assert counts["answered"] >= 0.6 * 8 * seconds  # the workers were kept busy: no under-admission
+
+
+@pytest.mark.timeout(90)
+async def test_a_gateway_and_a_worker_stopped_while_the_broker_is_down_exit_0(
+        broker: Broker, processes: Processes) -> None:
+    gw = gateway(processes, broker.url)
+    wk = worker(processes, broker.url)
+    async with session() as http:
+        assert (await complete(http, gw.url, "before", 2))[0] == 200
+    broker.kill()
+    await eventually(lambda: "lost" in gw.output and "lost" in wk.output, 20, "both saying the broker is lost")
+    stopped = time.monotonic()
+    codes = [gw.stop(), wk.stop()]
+    took_s = time.monotonic() - stopped
+    print(f"\n{kind(broker)}: stopped while the broker is down: exit codes {codes} after {took_s:.1f} s")
+    assert codes == [0, 0], f"{gw.output}\n{wk.output}"
+    for process in (gw, wk):
+        assert "Traceback" not in process.output, process.output
