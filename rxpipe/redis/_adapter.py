@@ -341,9 +341,10 @@ class RedisWorkerBroker(_RedisBroker, WorkerBroker):
             raise ValueError(f"unknown write {op.kind!r}")
 
     async def fetch(self, n: int, block_s: float) -> list[Delivery]:
-        """This consumer's own pending entries first (a worker restarted under its old name:
-        ``XREADGROUP ... <id>`` reads its pending entries list from the start, until it is read
-        through), then claimed entries (at most once per ``BLOCK`` interval), else new ones."""
+        """This consumer's own pending entries first (a worker restarted under its old name, or
+        whose last read failed: ``XREADGROUP ... <id>`` reads its pending entries list from the
+        start, until it is read through; what it holds already is skipped by the source), then
+        claimed entries (at most once per ``BLOCK`` interval), else new ones."""
         s = self.settings
         if self.commands is None:
             await self.open()
@@ -375,6 +376,11 @@ class RedisWorkerBroker(_RedisBroker, WorkerBroker):
                 return []
             raise
         except TRANSIENT:
+            # A read that failed may have been served all the same: Redis put what it delivered in
+            # this consumer's pending entries list, and the reply was lost with the connection (a
+            # process paused past the socket timeout, SIGSTOP, say). Its own deliveries come first
+            # at the next read, not after a claim once visibility_timeout_s passed.
+            self._own_cursor = b"0-0"
             await self._drop_idle()
             raise
         found = []
@@ -398,8 +404,8 @@ class RedisWorkerBroker(_RedisBroker, WorkerBroker):
             return []
         self._own_cursor = entries[-1][0]
         self.recovered += len(entries)
-        log.info("worker %s: %d entries of its own pending from before its start, read first", s.consumer,
-                 len(entries))
+        log.info("worker %s: %d entries of its own pending entries list (from before its start, or delivered to a "
+                 "read that failed) read first", s.consumer, len(entries))
         return await self._claimed(entries)
 
     async def _claimed(self, entries: list[tuple[bytes, Any]]) -> list[Delivery]:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import signal
 import time
 from typing import Any
 
@@ -155,3 +156,31 @@ async def test_a_gateway_and_a_worker_stopped_while_the_broker_is_down_exit_0(
     assert codes == [0, 0], f"{gw.output}\n{wk.output}"
     for process in (gw, wk):
         assert "Traceback" not in process.output, process.output
+
+
+@pytest.mark.timeout(120)
+async def test_a_worker_resumed_after_sigstop_answers_what_it_was_sent_during_the_pause_at_once(
+        broker: Broker, processes: Processes) -> None:
+    """Paused longer than its read's socket timeout (BLOCK + command_timeout_s), a Redis worker's
+    read fails on resume although the broker delivered a request to it meanwhile (in its pending
+    entries list): its own deliveries are read again first, not left to a claim after
+    ``visibility_timeout_s``."""
+    pause_s = 10.0  # > 1 s BLOCK + 5 s command timeout; < the 30 s visibility timeout
+    gw = gateway(processes, broker.url)
+    wk = worker(processes, broker.url, "step_overhead_s=0.01")
+    async with session() as http:
+        assert (await complete(http, gw.url, "warm", 2))[0] == 200
+        wk.proc.send_signal(signal.SIGSTOP)
+        try:
+            during = asyncio.ensure_future(complete(http, gw.url, "during the pause", 5, stream=True))
+            await asyncio.sleep(pause_s)
+            assert not during.done()
+        finally:
+            wk.proc.send_signal(signal.SIGCONT)
+        resumed = time.monotonic()
+        status, _, events, done = await asyncio.wait_for(during, 60)
+    latency_s = done - resumed
+    print(f"\n{kind(broker)}: paused {pause_s:g} s by SIGSTOP, answered {latency_s:.2f} s after SIGCONT "
+          f"(visibility_timeout_s = 30)")
+    assert status == 200 and events[-1] == b"[DONE]", events
+    assert latency_s < 5.0, wk.output
