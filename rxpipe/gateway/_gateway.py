@@ -10,22 +10,30 @@ import random
 import signal
 import socket
 import time
+from collections.abc import Hashable
 from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
 from .._protocol import UNBOUNDED, Subscriber
-from ..engines import Completion, CompletionRequest, CompletionResult
 from ..errors import EngineUnavailableError, RxPipeError, StartError
 from ..flowable import Flowable
 from ..logs import event
 from ..metrics import StageCounters, StageStatistics, track
 from ..runtime import Service
+from ..serving import (
+    AdmissionQueue,
+    Completion,
+    CompletionRequest,
+    CompletionResult,
+    ReplyFuture,
+    count_finished,
+    outcome_of,
+)
 from ..stage import EMPTY_SUBSCRIPTION, DrainSubscription
 from ._config import GatewayConfig
-from ._metrics import count_finished, count_rejection, outcome_of
+from ._metrics import count_rejection
 from ._policy import DrainMeter, KeyBuckets, Refusal, clamp_retry_after
-from ._queue import ReplyFuture
 from ._tenant_gate import GateDecision, TenantGate
 from ._tenants import Tenants, TenantsFileError
 
@@ -41,9 +49,11 @@ log = logging.getLogger("rxpipe.gateway")
 _WAIT_MARGIN = 1.1
 
 
-class _Admission(DrainSubscription):
+class _Admission(DrainSubscription, AdmissionQueue):
     """The gateway's subscription: only a demand counter. The edge holds no queue: an HTTP
-    request is either emitted downstream at once (consuming one unit of demand) or refused."""
+    request is either emitted downstream at once (consuming one unit of demand) or refused.
+    As an :class:`~rxpipe.serving.AdmissionQueue` it answers for every tenant alike: room while
+    there is demand (the answer when no per-tenant queue follows the edge)."""
 
     __slots__ = ("gateway", "counters", "finishing")
 
@@ -56,6 +66,12 @@ class _Admission(DrainSubscription):
 
     def _drain(self) -> None:
         pass  # nothing is ever queued here
+
+    def room_for(self, tenant: Hashable) -> bool:
+        return not self.cancelled and self.requested > 0
+
+    def demand_for(self, tenant: Hashable) -> int:
+        return 0 if self.cancelled else self.requested
 
     def admit(self, item: CompletionRequest) -> bool:
         """Emit ``item`` if there is demand (True), else refuse it (False). Runs in a handler
@@ -83,6 +99,19 @@ class _Admission(DrainSubscription):
     def statistics(self) -> StageStatistics:
         return StageStatistics(self.counters.stage, self.requested, 0, None, 0, self.counters.items_out,
                                dict(self.counters.dropped))
+
+
+class _NoRoom(AdmissionQueue):
+    """The answer before the edge has a subscriber: no room for anyone."""
+
+    def room_for(self, tenant: Hashable) -> bool:
+        return False
+
+    def demand_for(self, tenant: Hashable) -> int:
+        return 0
+
+
+_NO_ROOM = _NoRoom()
 
 
 class Gateway(Flowable[CompletionRequest], Service):
@@ -305,12 +334,15 @@ class Gateway(Flowable[CompletionRequest], Service):
         if gate is not None and tenant is not None:
             gate.metrics.refused(tenant, reason)
 
-    def _queue_stage(self) -> Any:
-        """What the tenant gate asks for room: the stage right behind the edge if it answers
-        ``room_for`` (``ops.fair_queue``), else the edge's own demand counter."""
+    def _queue_stage(self) -> AdmissionQueue:
+        """What the tenant gate asks for room: the stage right behind the edge if it declares the
+        admission-queue protocol (``ops.fair_queue``), else the edge's own demand counter (no
+        room before the edge is subscribed)."""
         admission = self._admission
-        downstream = getattr(admission, "downstream", None)
-        return downstream if hasattr(downstream, "room_for") else admission
+        if admission is None:
+            return _NO_ROOM
+        downstream = admission.downstream
+        return downstream if isinstance(downstream, AdmissionQueue) else admission
 
     def _tenant_refusal(self, decision: GateDecision, request: CompletionRequest, now: float) -> Refusal:
         cfg = self.config

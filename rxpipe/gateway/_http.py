@@ -16,9 +16,9 @@ from aiohttp import HttpVersion11, web
 from aiohttp.http_exceptions import ContentEncodingError
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
 
-from ..engines import UNANSWERED_REASONS, Completion, CompletionRequest, CompletionResult
 from ..errors import BackendError, DroppedError, EngineError, EngineUnavailableError, UnsupportedRequestError
 from ..logs import ACCESS_LOG
+from ..serving import UNANSWERED_REASONS, Completion, CompletionRequest, CompletionResult
 from ._metrics import REQUEST_DURATION, TIME_TO_FIRST_TOKEN, count_request
 from ._openai import (
     SSE_DONE,

@@ -41,7 +41,7 @@ from aiohttp.http_parser import RawRequestMessage
 from aiohttp.streams import StreamReader
 from aiohttp.web_protocol import RequestHandler
 
-from ..engines._ids import new_id_hex, uuid4_hex_suffix
+from ..serving._ids import new_id_hex, uuid4_hex_suffix
 from ._openai import error_body
 
 __all__ = ["EdgeApp", "EdgeRunner", "HTTP_LOG", "new_request_id", "file_descriptor_room"]

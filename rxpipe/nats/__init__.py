@@ -20,8 +20,8 @@ from __future__ import annotations
 
 from typing import Callable
 
-from ..engines import CompletionRequest
 from ..flowable import Flowable, Operator
+from ..serving import CompletionRequest
 from ..transport import TransportSink, WorkerSource
 from ._adapter import NatsGatewayBroker, NatsWorkerBroker
 from ._settings import NATS_SETTINGS, NatsSettings

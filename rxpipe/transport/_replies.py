@@ -30,9 +30,9 @@ import functools
 import logging
 from typing import Any, Callable, Protocol
 
-from ..engines import Completion, CompletionRequest, CompletionResult
 from ..errors import EngineError
 from ..gateway._policy import DrainMeter
+from ..serving import Completion, CompletionRequest, CompletionResult
 from ._codec import error_from_fields, result_from_fields
 
 __all__ = ["ReplyRouter"]

@@ -31,9 +31,10 @@ import dataclasses
 from typing import TYPE_CHECKING, Any
 
 from rxpipe._protocol import UNBOUNDED, Subscription
-from rxpipe.engines import Completion, CompletionRequest, CompletionResult, TokenChunk
 from rxpipe.errors import EngineError
 from rxpipe.stage import InternalSubscriber
+
+from .records import Completion, CompletionRequest, CompletionResult, TokenChunk
 
 if TYPE_CHECKING:
     from ._balance import BalanceRun

@@ -29,7 +29,7 @@ from .._loop_metrics import LoopCounter, LoopHistogram
 from ..metrics import gauge_by
 
 if TYPE_CHECKING:
-    from .base import Engine
+    from .engine import Engine
 
 __all__ = ["register", "live_engines", "observe_step", "count_prefix_cache", "STEP_DURATION", "BATCH_TOKENS",
            "PREFIX_CACHE_QUERIES", "PREFIX_CACHE_HITS"]
