@@ -203,8 +203,9 @@ class _Edge:
             bad.force_close()  # what is left of the body cannot be parsed: close after answering
             return bad
         except TimeoutError:
-            return _error(408, f"the request body did not arrive within {self.config.body_timeout_s:g} s",
-                          "invalid_request_error", "request_timeout")
+            timed_out = _error(408, f"the request body did not arrive within {self.config.body_timeout_s:g} s",
+                               "invalid_request_error", "request_timeout")
+            return await self._close_after(request, timed_out)
         try:
             item = parse_request(body, chat=chat, default_model=self.config.model,
                                  max_tokens_limit=self.config.max_tokens_limit,
@@ -232,6 +233,19 @@ class _Edge:
             return await self._answer(request, item, chat=chat)
         finally:
             gateway.leave(item)
+
+    async def _close_after(self, request: web.Request, response: web.Response) -> web.Response:
+        """Send ``response`` with ``Connection: close`` and close the connection at once, without
+        aiohttp's lingering read of the unread body (up to 10 s holding the connection, for a body
+        that is not coming: a 408's). Everything the client sent was read, so closing loses
+        nothing of the answer (no reset over unread bytes)."""
+        response.force_close()
+        _answer_headers(request, response, self.gateway.draining)
+        await response.prepare(request)
+        await response.write_eof()
+        if request.protocol is not None:
+            request.protocol.force_close()  # the transport writes what it holds, then closes
+        return response
 
     def _refuse(self, refusal: Refusal, tenant: str | None = None) -> web.Response:
         """Count ``refusal`` (per tenant too, given its tenant) and answer it."""
@@ -594,6 +608,24 @@ def _unrouted(gateway: Gateway, request: web.Request, allowed: Iterable[str]) ->
     return response
 
 
+def _transfer_coding(gateway: Gateway, request: web.Request) -> web.Response | None:
+    """RFC 9112 §6.1: the only transfer coding the edge decodes is ``chunked`` (aiohttp's parser
+    reads the chunks and ignores any coding before it, so ``gzip, chunked`` would reach the
+    handler as a plain body). Any other coding gets 501 ``unsupported_transfer_encoding`` (the
+    JSON error body), and the connection is closed: its body cannot be framed as meant."""
+    codings = [c.strip().lower() for c in ",".join(request.headers.getall("Transfer-Encoding")).split(",")]
+    if all(coding in ("chunked", "") for coding in codings):
+        return None
+    _clear_answer_state(request)
+    shown = ", ".join(c for c in codings if c)[:100]
+    response = _error(501, f"the transfer coding {shown!r} is not supported (only chunked)", "invalid_request_error",
+                      "unsupported_transfer_encoding")
+    response.force_close()
+    count_request(request.path if request.path in _ROUTES else "other", response.status)
+    _answer_headers(request, response, gateway.draining)
+    return response
+
+
 async def _expect(gateway: Gateway, request: web.Request) -> web.Response | None:
     """RFC 9110 §10.1.1 ``Expect``, as aiohttp's router does it: ``100-continue`` on HTTP/1.1
     gets ``100 Continue`` written at once (the client then sends its body; None: the route
@@ -601,6 +633,18 @@ async def _expect(gateway: Gateway, request: web.Request) -> web.Response | None
     ``expectation_failed`` (OpenAI's JSON error body, counted like any answer)."""
     expect = request.headers.get("Expect", "")
     if request.version == HttpVersion11 and expect.lower() == "100-continue":
+        limit = gateway.config.max_body_bytes
+        length = request.content_length
+        if length is not None and length > limit:
+            # decided on the Content-Length before inviting the body (RFC 9110 §10.1.1: a server
+            # that will refuse it answers the final status instead of 100), and closed after:
+            # a client may send the body anyway
+            _clear_answer_state(request)
+            response = _too_large(limit)
+            response.force_close()
+            count_request(request.path if request.path in _ROUTES else "other", response.status)
+            _answer_headers(request, response, gateway.draining)
+            return response
         await request.writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
         request.writer.output_size = 0  # the answer's own status line is still to be written
         await request.writer.drain()
@@ -652,6 +696,10 @@ def make_app(gateway: Gateway, loop: asyncio.AbstractEventLoop) -> EdgeApp:
             handler = methods.get(request.method) if methods is not None else None
             if handler is None:
                 return _unrouted(gateway, request, methods or ())
+        if "Transfer-Encoding" in request.headers:
+            refused = _transfer_coding(gateway, request)
+            if refused is not None:
+                return refused
         if "Expect" in request.headers:
             refused = await _expect(gateway, request)
             if refused is not None:

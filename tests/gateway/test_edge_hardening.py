@@ -292,3 +292,67 @@ def test_an_exception_let_out_of_a_handler_becomes_openais_json_error() -> None:
     failed = _unhandled(request, ValueError("a bug"))
     assert failed.status == 500
     assert orjson.loads(failed.body)["error"]["code"] == "internal_error"
+
+
+def read_answer(sock: socket.socket) -> tuple[bytes, bytes]:
+    """(head, what followed it until the server closed the connection)."""
+    raw = b""
+    while True:
+        chunk = sock.recv(65536)
+        if not chunk:
+            break
+        raw += chunk
+    head, _, rest = raw.partition(b"\r\n\r\n")
+    return head, rest
+
+
+def test_expect_100_continue_with_a_body_over_the_limit_gets_413_and_no_100(gateway: GatewayProcess) -> None:
+    """The Content-Length is decided on before the body is invited (RFC 9110 §10.1.1)."""
+    with socket.create_connection(("127.0.0.1", gateway.port), timeout=10) as sock:
+        sock.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n" + AUTH
+                     + b"Expect: 100-continue\r\nContent-Length: %d\r\n\r\n" % (2 << 20))
+        raw = b""
+        while b"request_too_large" not in raw:
+            chunk = sock.recv(65536)
+            assert chunk, raw
+            raw += chunk
+    head, _, body = raw.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 413 ") and b"100 Continue" not in raw, raw
+    assert b"Connection: close" in head  # a client may send the body anyway: closed after it
+    assert orjson.loads(body)["error"]["code"] == "request_too_large"
+
+
+@pytest.mark.parametrize("coding, status, code", [
+    (b"gzip, chunked", 501, "unsupported_transfer_encoding"),
+    (b"deflate,chunked", 501, "unsupported_transfer_encoding"),
+    (b"gzip", 400, "bad_http_request"),  # not ending in chunked: no framing at all (the parser's 400)
+])
+def test_a_transfer_coding_other_than_chunked_is_refused(gateway: GatewayProcess, coding: bytes, status: int,
+                                                         code: str) -> None:
+    body = orjson.dumps({"prompt": "x", "max_tokens": 2})
+    framed = b"%x\r\n%b\r\n0\r\n\r\n" % (len(body), body)  # a plain body, chunked
+    with socket.create_connection(("127.0.0.1", gateway.port), timeout=10) as sock:
+        sock.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n" + AUTH
+                     + b"Transfer-Encoding: " + coding + b"\r\n\r\n" + framed)
+        head, rest = read_answer(sock)
+    assert int(head.split(b" ", 2)[1]) == status, head  # and the server closed (read_answer returned)
+    assert status == 400 or b"Connection: close" in head  # the parser's 400 is an HTTP/1.0 answer
+    assert b"Content-Type: application/json" in head
+    error = orjson.loads(rest)["error"]
+    assert (error["type"], error["code"]) == ("invalid_request_error", code)
+
+
+def test_a_408_says_connection_close_and_closes(tmp_path: Path) -> None:
+    process = GatewayProcess(tmp_path, "body_timeout_s=1", env={"RXPIPE_API_KEYS": KEY})
+    try:
+        with socket.create_connection(("127.0.0.1", process.port), timeout=10) as sock:
+            sock.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n" + AUTH
+                         + b"Content-Length: 100\r\n\r\n{\"prompt\": ")
+            sent = time.monotonic()
+            head, rest = read_answer(sock)
+            closed_s = time.monotonic() - sent
+    finally:
+        process.kill()
+    assert head.startswith(b"HTTP/1.1 408 ") and b"Connection: close" in head, head
+    assert orjson.loads(rest)["error"]["code"] == "request_timeout"
+    assert closed_s < 5.0  # at the 408 (1 s), not after the keep-alive timeout
