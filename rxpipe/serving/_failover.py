@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from rxpipe._protocol import UNBOUNDED, Subscription
 from rxpipe.errors import EngineError
@@ -36,10 +36,18 @@ from rxpipe.stage import InternalSubscriber
 
 from .records import Completion, CompletionRequest, CompletionResult, TokenChunk
 
-if TYPE_CHECKING:
-    from ._balance import BalanceRun
-
 __all__ = ["Failover", "AttemptReply"]
+
+
+class BalanceRun(Protocol):
+    """What a failover asks of the balance run that owns it (``_balance.BalanceRun``)."""
+
+    counters: Any
+    stage: Any
+
+    def can_retry(self, excluded: set[int]) -> bool: ...
+
+    def redispatch(self, item: CompletionRequest, failover: Failover) -> None: ...
 
 
 class AttemptReply(asyncio.Future[Completion]):

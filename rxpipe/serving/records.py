@@ -16,15 +16,12 @@ import asyncio
 import math
 from dataclasses import dataclass, field
 from random import getrandbits as _getrandbits
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 from .._protocol import UNBOUNDED, Subscriber
 from ..errors import DroppedError, ProtocolViolationError
 from ..flowable import Flowable
 from ..stage import EMPTY_SUBSCRIPTION, DrainSubscription
-
-if TYPE_CHECKING:
-    from .engine import Engine
 
 __all__ = ["CompletionRequest", "TokenChunk", "CompletionResult", "Completion", "FINISH_REASONS",
            "UNANSWERED_REASONS",
@@ -231,7 +228,7 @@ class Completion:
                  "_error", "_future", "_subscription", "_parts", "_pending_tokens", "_chunks",
                  "_generated", "__weakref__")
 
-    def __init__(self, request: CompletionRequest, owner: CompletionOwner | Engine,
+    def __init__(self, request: CompletionRequest, owner: CompletionOwner,
                  loop: asyncio.AbstractEventLoop) -> None:
         self.request = request
         #: True once finished or failed
