@@ -31,8 +31,8 @@ import logging
 from typing import Any, Callable, Protocol
 
 from ..errors import EngineError
-from ..gateway._policy import DrainMeter
 from ..serving import Completion, CompletionRequest, CompletionResult
+from ..serving._drain import DrainMeter
 from ._codec import error_from_fields, result_from_fields
 
 __all__ = ["ReplyRouter"]

@@ -35,10 +35,10 @@ from typing import TYPE_CHECKING, Any
 from .._protocol import Subscriber, Subscription
 from ..errors import EngineUnavailableError
 from ..flowable import Flowable
-from ..gateway._policy import DrainMeter
 from ..metrics import StageCounters, StageStatistics, track
 from ..runtime import Service
 from ..serving import CompletionRequest
+from ..serving._drain import DrainMeter
 from ..stage import DrainSubscription, InternalSubscriber
 from ._backoff import Backoff
 from ._clock import BrokerClock
