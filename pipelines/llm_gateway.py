@@ -31,8 +31,9 @@ user).
 
 With ``broker_url`` (``redis://…``, ``nats://…`` or ``kafka://…``) the gateway forwards to workers on other
 hosts (``pipelines/llm_worker.py`` with the same ``broker_url``) instead of a local engine; the
-settings ``with broker_url`` (``stream``, ``group``, ``max_backlog``, ``refresh_interval_s``,
-``credit_window``; on Kafka ``partitions`` and ``fetch_max_wait_ms``), the edge's and
+settings ``with broker_url`` (``stream``, ``group``, ``max_backlog``, ``max_queue_wait_s``: the
+wait bound of admission, ``refresh_interval_s``, ``credit_window``; on Kafka ``partitions`` and
+``fetch_max_wait_ms``), the edge's and
 ``stall_timeout_s`` apply then, the queue's and the engine's do not::
 
     gateway ─> broker sink(max_backlog) ══ Redis stream / NATS JetStream / Kafka topic ══> workers
@@ -75,7 +76,7 @@ BROKER_SETTINGS = Schema(
                                         "(pipelines/llm_worker.py) through this broker instead of a local engine; "
                                         "null: local engine"),
     *(dataclasses.replace(s, doc=f"with broker_url: {s.doc}") for s in TRANSPORT_SETTINGS.pick(
-        "stream", "group", "max_backlog", "refresh_interval_s", "credit_window").values()),
+        "stream", "group", "max_backlog", "max_queue_wait_s", "refresh_interval_s", "credit_window").values()),
     *(dataclasses.replace(s, doc=f"with a kafka:// broker_url: {s.doc}") for s in KAFKA_SETTINGS.pick(
         *GATEWAY_KAFKA).values()),
 )
@@ -131,8 +132,9 @@ def forward(s: dict[str, Any], *, name: str = "llm_gateway") -> Pipeline:
     url = s["broker_url"]
     kafka = {name: s[name] for name in GATEWAY_KAFKA} if broker_name(url) == "kafka" else {}
     sink = transport_sink(url, name="broker", stream=s["stream"], group=s["group"],
-                          max_backlog=s["max_backlog"], refresh_interval_s=s["refresh_interval_s"],
-                          credit_window=s["credit_window"], stall_timeout_s=s["stall_timeout_s"], **kafka)
+                          max_backlog=s["max_backlog"], max_queue_wait_s=s["max_queue_wait_s"],
+                          refresh_interval_s=s["refresh_interval_s"], credit_window=s["credit_window"],
+                          stall_timeout_s=s["stall_timeout_s"], **kafka)
     return Pipeline(_gateway(s), sink, name=name, drain_timeout_s=s["drain_timeout_s"])
 
 

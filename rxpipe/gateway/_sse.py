@@ -14,7 +14,7 @@ from aiohttp import web
 
 from .._protocol import Subscription
 from ..errors import BackendError, EngineError, EngineUnavailableError
-from ..serving import Completion, CompletionRequest, CompletionResult
+from ..serving import UNANSWERED_REASONS, Completion, CompletionRequest, CompletionResult
 from ..stage import InternalSubscriber
 from ._openai import SSE_DONE, chunk_body, error_body, now_created, sse, token_event_template
 from ._responses import RESULT, answer_headers, observe_ttft, result_of
@@ -206,13 +206,16 @@ async def stream_error(response: web.StreamResponse, message: str, type: str, co
 
 async def stream_answer(edge: Edge, loop: asyncio.AbstractEventLoop, request: web.Request, item: CompletionRequest,
                         completion: Completion, *, chat: bool,
-                        failed: Callable[[CompletionRequest, EngineError], web.Response]) -> web.StreamResponse:
+                        failed: Callable[[CompletionRequest, EngineError], web.Response],
+                        unanswered: Callable[[CompletionRequest, str], web.Response]) -> web.StreamResponse:
     """The SSE answer to a streamed request the engine took (OpenAI's ``chat.completion.chunk``
     events, then ``data: [DONE]``), with credit toward the reader: the token stream is
     requested only as events leave for the socket (at most ``stream_window`` chunks ahead, and
     ``stream_buffer_bytes`` in the socket's buffers), so a slow reader stalls its own sequence,
     never the engine. The status line waits for the first token (or the end): an engine error
-    before it is answered by ``failed`` with its own status; after it, as an error event. A
+    before it is answered by ``failed`` with its own status, an end without an answer before it
+    (one of ``UNANSWERED_REASONS``: past its deadline in a worker's queue, say) by ``unanswered``
+    (429 ``deadline``, 503), never as a 200 with an empty "stop"; after it, as an error event. A
     reader that goes away cancels the completion (its slot is freed)."""
     response = web.StreamResponse(status=200, headers={
         "Content-Type": "text/event-stream", "Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
@@ -238,8 +241,11 @@ async def stream_answer(edge: Edge, loop: asyncio.AbstractEventLoop, request: we
         # request (its 4xx, a 503) gets its own status to the client, not a 200 then an error event.
         while not writer.pending and not writer.done:
             await writer.wait()
-        if not writer.pending and isinstance(writer.error, EngineError):
-            return failed(item, writer.error)
+        if not writer.pending:
+            if isinstance(writer.error, EngineError):
+                return failed(item, writer.error)
+            if completion.finish_reason in UNANSWERED_REASONS:
+                return unanswered(item, completion.finish_reason)
         bound_socket_buffers(request, edge.config.stream_buffer_bytes)
         answer_headers(request, response, edge.draining)
         await response.prepare(request)
@@ -284,9 +290,11 @@ async def stream_answer(edge: Edge, loop: asyncio.AbstractEventLoop, request: we
                                    "unavailable" if unavailable else "engine_error")
             return response
         request[RESULT] = result
-        if result.finish_reason == "cancelled":
+        if result.finish_reason in UNANSWERED_REASONS:  # after the status line: an error event
             reason = "draining" if edge.draining else "unavailable"
-            await stream_error(response, "the request was cancelled by the server", "overloaded_error", reason)
+            await stream_error(response, "the request was cancelled by the server" if result.finish_reason
+                               == "cancelled" else f"the request ended {result.finish_reason} on the server",
+                               "overloaded_error", reason)
             return response
         observe_ttft(result)
         edge.policy.meter.record_service(result.e2e_s - result.queue_time_s)
