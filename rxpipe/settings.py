@@ -37,6 +37,7 @@ Then regenerate README's tables: ``python -m rxpipe.readme_tables README.md``
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import math
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
@@ -262,11 +263,15 @@ class Schema(Mapping[str, Setting]):
 
     def resolve(self, config: Mapping[str, Any]) -> dict[str, Any]:
         """Every setting: its value in ``config``, else its default; each checked. Raises
-        :class:`SettingError` for an unknown key (naming the known ones) or a bad value."""
+        :class:`SettingError` for an unknown key (naming the known ones, and the closest one as
+        "did you mean", after :func:`difflib.get_close_matches`) or a bad value."""
         unknown = sorted(set(config) - set(self._settings))
         if unknown:
-            raise SettingError(f"unknown setting(s) {', '.join(unknown)}; known: {', '.join(self._settings)} "
-                               f"(rxpipe run FILE --help-settings lists them)", unknown[0])
+            guesses = {name: difflib.get_close_matches(name, self._settings, n=1) for name in unknown}
+            hint = "; ".join(f"{name}: did you mean {guess[0]}?" for name, guess in guesses.items() if guess)
+            raise SettingError(f"unknown setting(s) {', '.join(unknown)}{' (' + hint + ')' if hint else ''}; "
+                               f"known: {', '.join(self._settings)} (rxpipe run FILE --help-settings lists them)",
+                               unknown[0])
         return {name: s.check(config[name]) if name in config else s.default for name, s in self._settings.items()}
 
     def shown(self, values: Mapping[str, Any]) -> dict[str, Any]:

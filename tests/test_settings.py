@@ -105,6 +105,24 @@ def test_a_schema_resolves_picks_renames_and_hides_secrets() -> None:
         "| setting | type | default | meaning |", "|---|---|---|---|", "| `a` | int >= 0 | `1` | the a |"]
 
 
+def test_an_unknown_setting_close_to_a_known_one_says_did_you_mean() -> None:
+    schema = Schema(Setting("queue_capacity", 1, "int", ""), Setting("max_num_seqs", 1, "int", ""))
+    with pytest.raises(SettingError) as caught:
+        schema.resolve({"queue_capacty": 3, "max_seqs": 2, "zzz": 1})
+    assert str(caught.value) == ("unknown setting(s) max_seqs, queue_capacty, zzz (max_seqs: did you mean "
+                                 "max_num_seqs?; queue_capacty: did you mean queue_capacity?); known: "
+                                 "queue_capacity, max_num_seqs (rxpipe run FILE --help-settings lists them)")
+    assert caught.value.key == "max_seqs"
+
+
+def test_the_command_line_says_did_you_mean(tmp_path: Path) -> None:
+    code, output = rxpipe(tmp_path, "run", "pipelines/llm_gateway.py", "--port", "0", "--set", "queue_capacty=3")
+    assert code == 1
+    (line,) = output.splitlines()
+    assert line.startswith("rxpipe: error: unknown setting(s) queue_capacty (queue_capacty: did you mean "
+                           "queue_capacity?); known: queue_capacity, rate, ")
+
+
 def test_a_config_dataclass_checks_its_fields_by_their_settings() -> None:
     @dataclasses.dataclass(frozen=True)
     class Config:
