@@ -1552,3 +1552,9 @@ def delay(duration_s: float, *, name: str | None = None) -> Operator:
 
     _check_duration("delay", "duration_s", duration_s, zero=True)
     return delay_stage(float(duration_s), name=name)
+
+
+def __dir__() -> list[str]:
+    """``dir(rxpipe.operators)``: the public names only (PEP 562), not the typing helpers and the
+    private modules this module imports, so tab completion shows the vocabulary."""
+    return sorted(__all__)

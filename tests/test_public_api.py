@@ -73,3 +73,8 @@ def test_nothing_outside_the_core_imports_the_private_demand_module() -> None:
                  for path in sorted((ROOT / folder).rglob("*.py"))
                  if re.search(r"^\s*(from|import)\s+(rxpipe\.|\.+)_(demand|link)\b", path.read_text(), re.M)]
     assert offenders == []
+
+
+def test_dir_of_the_operators_lists_the_public_names_only() -> None:
+    assert dir(operators) == sorted(operators.__all__)
+    assert not {"Any", "Callable", "TypeVar", "TYPE_CHECKING", "T", "R", "math", "fuse"} & set(dir(operators))
