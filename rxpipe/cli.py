@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 import gc
 import logging
+import os
 import re
 import signal
 import sys
@@ -253,10 +254,23 @@ def run(spec: str, settings: tuple[str, ...], host: str, port: int, loop_name: s
                                  f"pick another --metrics-port") from error
         with asyncio.Runner(loop_factory=_loop_factory(loop_name)) as runner:
             runner.run(_serve(pipeline, host, port, fields))
+    except BrokenPipeError:
+        _stdout_closed()
     except Exception as error:
         _fail(error, spec, show_traceback)
     except KeyboardInterrupt:
         sys.exit(130)
+
+
+def _stdout_closed() -> None:
+    """The reader of stdout went away (``rxpipe run FILE | head``): the pipeline was cancelled
+    like any downstream that stops asking, so it ends quietly with status 0. stdout is pointed at
+    /dev/null first, so the interpreter's last flush at exit writes nowhere instead of printing
+    another BrokenPipeError (the recipe of Python's signal module documentation, "Note on SIGPIPE")."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+    sys.exit(0)
 
 
 def _schema_of(module: ModuleType) -> Schema | None:

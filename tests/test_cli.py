@@ -154,3 +154,27 @@ def test_graph_shows_the_routers_backends_one_branch_each(tmp_path: Path) -> Non
     code, out, _ = rxpipe(tmp_path, "graph", "pipelines/llm_router.py", "--set", "backends=http://127.0.0.1:8001",
                           "--set", "model=m", "--format", "mermaid")
     assert code == 0 and "  balance --> balance_0_" in out.splitlines() and "  balance_0_ --> executor_backend0" in out
+
+
+@pytest.mark.parametrize("loop", ["asyncio", "uvloop"])
+def test_a_reader_that_closes_the_pipe_ends_the_run_quietly(tmp_path: Path, loop: str) -> None:
+    # `rxpipe run … | head -1`: the reader goes away after one line; no BrokenPipeError, status 0
+    (tmp_path / "many.py").write_text("import rxpipe as rx\npipeline = rx.range(0, 10**7)\n")
+    err = tmp_path / "stderr.txt"
+    with err.open("wb") as stderr:
+        proc = subprocess.Popen([sys.executable, "-m", "rxpipe", "run", str(tmp_path / "many.py"), "--loop", loop],
+                                stdout=subprocess.PIPE, stderr=stderr, cwd=tmp_path)
+        assert proc.stdout is not None
+        assert proc.stdout.readline() == b"0\n"
+        proc.stdout.close()
+        code = proc.wait(timeout=60)
+    assert (code, err.read_text()) == (0, "")
+
+
+def test_help_settings_of_a_file_without_a_schema_says_so(tmp_path: Path) -> None:
+    (tmp_path / "plain.py").write_text("import rxpipe as rx\npipeline = rx.range(0, 3)\n")
+    (tmp_path / "factory.py").write_text("import rxpipe as rx\n\ndef pipeline(config):\n    return rx.range(0, 3)\n")
+    for name, takes in (("plain.py", "no settings"), ("factory.py", "settings its docstring describes")):
+        code, out, err = rxpipe(tmp_path, "run", name, "--help-settings", cwd=tmp_path)
+        assert (code, err) == (0, "")
+        assert out == f"{name}: declares no SETTINGS schema (rxpipe.settings.Schema); 'pipeline' takes {takes}\n"
