@@ -134,18 +134,22 @@ async def _serve(pipeline: Pipeline, host: str, port: int, start_fields: dict[st
 
 
 def _log_start(pipeline: Pipeline, url: str, fields: dict[str, Any]) -> None:
-    """The one start line: URL, pipeline, engines, metrics port, settings that differ from the
-    defaults (a secret shown as ``(hidden)``: :meth:`~rxpipe.settings.Schema.changed`)."""
+    """The one start line: URL, pipeline, engines, whether auth is on (how many keys, never a
+    key), metrics port, settings that differ from the defaults (a secret shown as ``(hidden)``:
+    :meth:`~rxpipe.settings.Schema.changed`)."""
     engines = describe_engines(pipeline)
     parts = [f"{pipeline.name} serving on {url}"]
     if engines:
         parts.append("engines: " + ", ".join(engines))
+    keys = sum(getattr(service, "auth_keys", 0) for service in pipeline.services)
+    if keys:
+        parts.append(f"auth on ({keys} key{'s' if keys != 1 else ''})")
     if fields.get("metrics_port") is not None:
         parts.append(f"metrics port {fields['metrics_port']}")
     settings = fields.get("settings") or {}
     if settings:
         parts.append("settings: " + " ".join(f"{k}={_shown(v)}" for k, v in settings.items()))
-    event(log, logging.INFO, "; ".join(parts), pipeline=pipeline.name, url=url, engines=engines,
+    event(log, logging.INFO, "; ".join(parts), pipeline=pipeline.name, url=url, engines=engines, auth_keys=keys,
           metrics_port=fields.get("metrics_port"), settings=settings)
     every = fields.get("all_settings")
     if every:
