@@ -6,8 +6,8 @@ A :class:`Setting` is one typed field: its name, default, type (``int``, ``numbe
 ``bool``, or a named kind with its own parser), range, whether null is allowed, and what it is
 (its doc, with units). A :class:`Schema` is an ordered set of settings: it resolves a
 configuration (defaults, then every value checked; an unknown key is an error naming the known
-ones), prints itself as a table (``rxpipe run FILE --help-settings``; README's settings tables are
-generated from it), and shows the values that differ from their defaults with secrets hidden (the
+ones), prints itself as a table (``rxpipe run FILE --help-settings``; the manual's settings tables
+are generated from it), and shows the values that differ from their defaults with secrets hidden (the
 start line of ``rxpipe run``).
 
 One error class, :class:`SettingError` (a ``ValueError``), and one message shape, naming the
@@ -30,7 +30,7 @@ Adding a setting
   pipelines build their engine from that list);
 - a pipeline's own key: one ``Setting(...)`` line in the file's ``SETTINGS`` (``broker_url``, say).
 
-Then regenerate README's tables: ``python -m rxpipe.readme_tables README.md``
+Then regenerate the manual's tables (``docs/guides/settings.md``): ``python -m rxpipe._docsite``
 (``tests/test_settings.py`` fails while they differ).
 """
 

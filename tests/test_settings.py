@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
+from rxpipe._docsite.tables import MARKER, settings_tables
 from rxpipe.engines import OpenAIEngine, SimulatedEngine
 from rxpipe.gateway import EDGE_SETTINGS, GatewayConfig
 from rxpipe.loader import load_module, load_pipeline
-from rxpipe.readme_tables import MARKER, readme_tables
 from rxpipe.settings import HIDDEN, Schema, Setting, SettingError, check_fields, check_int, schema_of, setting
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -208,5 +208,5 @@ def test_readmes_tables_are_generated_from_the_schemas() -> None:
     marked = [m.group("file") for m in MARKER.finditer(readme)]
     assert marked == ["pipelines/llm_gateway.py", "pipelines/llm_router.py", "pipelines/llm_gateway_redis.py",
                       "pipelines/llm_worker.py"]
-    stale = "README's settings tables are stale: python -m rxpipe.readme_tables README.md"
-    assert readme_tables(readme, ROOT) == readme, stale
+    stale = "README's settings tables are stale: python -m rxpipe._docsite"
+    assert settings_tables(readme, ROOT) == readme, stale
