@@ -1,6 +1,6 @@
 """The public names: ``__all__`` of rxpipe, rxpipe.operators and rxpipe.stage match the contract.
 
-DESIGN §3 is the contract; it is transcribed here (the design file is not in the repository)
+DESIGN §3 (docs/design.md) is the contract; the names it spells out are transcribed here,
 and ``docs/architecture.md`` ("Public names") lists every public name, so a name added or
 removed without saying so fails.
 """

@@ -1,5 +1,5 @@
 """One settings schema (``rxpipe.settings``): the field, the schema, the config objects and every
-pipeline; ``--help-settings`` and README's generated tables, in real processes where a user meets them."""
+pipeline; ``--help-settings`` and the manual's generated tables, in real processes where a user meets them."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from rxpipe._docsite.tables import MARKER, settings_tables
+from rxpipe._docsite.tables import marked_files, settings_tables
 from rxpipe.engines import OpenAIEngine, SimulatedEngine
 from rxpipe.gateway import EDGE_SETTINGS, GatewayConfig
 from rxpipe.loader import load_module, load_pipeline
@@ -203,10 +203,10 @@ def test_every_edge_setting_can_be_set_from_the_command_line() -> None:
     assert engine.retry_after_cap_s == 5.0
 
 
-def test_readmes_tables_are_generated_from_the_schemas() -> None:
-    readme = (ROOT / "README.md").read_text()
-    marked = [m.group("file") for m in MARKER.finditer(readme)]
-    assert marked == ["pipelines/llm_gateway.py", "pipelines/llm_router.py", "pipelines/llm_gateway_redis.py",
-                      "pipelines/llm_worker.py"]
-    stale = "README's settings tables are stale: python -m rxpipe._docsite"
-    assert settings_tables(readme, ROOT) == readme, stale
+def test_the_manuals_tables_are_generated_from_the_schemas() -> None:
+    assert marked_files(ROOT) == {"docs/guides/settings.md": ["pipelines/llm_gateway.py", "pipelines/llm_router.py",
+                                                             "pipelines/llm_gateway_redis.py",
+                                                             "pipelines/llm_worker.py"]}
+    text = (ROOT / "docs" / "guides" / "settings.md").read_text()
+    stale = "the manual's settings tables are stale: python -m rxpipe._docsite"
+    assert settings_tables(text, ROOT) == text, stale
