@@ -32,9 +32,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from rxpipe.operators._balance import BalanceFlowable, BalanceRun, PortSubscription  # noqa: E402
-
 from rxpipe._protocol import Subscriber  # noqa: E402
+from rxpipe.serving._balance import BalanceFlowable, BalanceRun, PortSubscription  # noqa: E402
 from tests.engines.openai_stub_server import StubServer  # noqa: E402
 from tests.pipelines.router_helpers import FAST, SLOW, load_router, open_loop, percentile  # noqa: E402
 

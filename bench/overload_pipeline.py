@@ -16,7 +16,7 @@ of ``n`` output tokens (uniform in ``tokens``) takes ``base_s + per_token_s * n`
 Settings (``--set key=value``), besides every key of ``pipelines/llm_gateway.py``:
 
     slots=8, base_s=0.02, per_token_s=0.002, tokens=[16, 64], seed=0   the engine (s, s, tokens)
-    server_timing=true      add the benchmark's timing middleware (below)
+    server_timing=true      time the completion routes (below)
     queue_low_tide=null     null: the queue is ``edge_queue(queue_capacity)`` as in the gateway
                             pipeline (one more per request that starts: full under overload, and
                             counting what ``batch`` holds);
@@ -25,7 +25,7 @@ Settings (``--set key=value``), besides every key of ``pipelines/llm_gateway.py`
                             overload), the "fixed 64-deep queue" of DESIGN §10 with queue_capacity=64
 
 Server timing (benchmark instrumentation, not product code): with ``server_timing`` the edge's
-aiohttp app gets one more, outermost middleware that times each completion request from handler
+dispatch is wrapped by one more handler that times each completion request from handler
 entry to the returned response (``time.perf_counter``) into an HdrHistogram per outcome (200,
 ``429 queue_full``, ``429 deadline`` decided at admission, ``429 deadline`` of a request that
 waited in the queue past its budget, 503, other), and three routes: ``GET /bench/server_timing``
@@ -33,7 +33,7 @@ waited in the queue past its budget, 503, other), and three routes: ``GET /bench
 after a warm-up) and ``GET /bench/memory`` (JSON: after a full ``gc.collect()``,
 ``sys.getallocatedblocks()`` and the number of gc-tracked objects: a leak detector that the
 allocator's noise in the RSS does not blur). It is installed by wrapping
-``rxpipe.gateway._http.make_app`` in this process only; the time before aiohttp calls the handler
+``rxpipe.gateway._routes.make_app`` in this process only; the time before aiohttp calls the handler
 (reading and parsing the request head) is not included, the client-side latency bounds that.
 """
 
@@ -52,14 +52,13 @@ from aiohttp import web
 
 from rxpipe import operators as ops
 from rxpipe.engines import SimulatedEngine
-from rxpipe.gateway import Gateway
 from rxpipe.runtime import Pipeline
 
 ENGINE_DEFAULTS: dict[str, Any] = {"slots": 8, "base_s": 0.02, "per_token_s": 0.002, "tokens": [16, 64], "seed": 0}
 BENCH_DEFAULTS: dict[str, Any] = {"server_timing": True, "queue_low_tide": None}
 _GATEWAY_FILE = Path(__file__).resolve().parents[1] / "pipelines" / "llm_gateway.py"
 _ROUTES = ("/v1/completions", "/v1/chat/completions")
-#: outcomes the timing middleware keeps apart (label -> meaning)
+#: outcomes the timing keeps apart (label -> meaning)
 OUTCOMES = ("200", "429 queue_full", "429 deadline early", "429 deadline late", "503", "other")
 
 
@@ -119,22 +118,13 @@ class _ServerTiming:
 
 def _install_server_timing() -> None:
     """Wrap the edge's app factory so every app it builds times its completion requests."""
-    from rxpipe.gateway import _http
+    from rxpipe.gateway import _routes
+    from rxpipe.gateway._server import EdgeApp
 
-    if getattr(_http.make_app, "bench_timing", False):
+    if getattr(_routes.make_app, "bench_timing", False):
         return
-    original = _http.make_app
+    original = _routes.make_app
     timing = _ServerTiming()
-
-    @web.middleware
-    async def timed(request: web.Request,
-                    handler: Callable[[web.Request], Awaitable[web.StreamResponse]]) -> web.StreamResponse:
-        if request.path not in _ROUTES:
-            return await handler(request)
-        started = time.perf_counter()
-        response = await handler(request)
-        timing.record(response, time.perf_counter() - started)
-        return response
 
     async def report(request: web.Request) -> web.Response:
         return web.Response(body=orjson.dumps(timing.summary()), content_type="application/json")
@@ -148,16 +138,28 @@ def _install_server_timing() -> None:
         body = {"allocated_blocks": sys.getallocatedblocks(), "gc_objects": len(gc.get_objects())}
         return web.Response(body=orjson.dumps(body), content_type="application/json")
 
-    def make_app(gateway: Gateway) -> web.Application:
-        app = original(gateway)
-        app.middlewares.insert(0, timed)  # outermost: before the edge's own middleware
-        app.router.add_get("/bench/server_timing", report)
-        app.router.add_post("/bench/reset", reset)
-        app.router.add_get("/bench/memory", memory)
-        return app
+    bench_routes: dict[tuple[str, str], Callable[[web.Request], Awaitable[web.StreamResponse]]] = {
+        ("GET", "/bench/server_timing"): report, ("POST", "/bench/reset"): reset, ("GET", "/bench/memory"): memory}
+
+    def make_app(edge: Any, loop: Any) -> EdgeApp:
+        app = original(edge, loop)
+        handler = app.handler
+
+        async def timed(request: web.Request) -> web.StreamResponse:
+            extra = bench_routes.get((request.method, request.path))
+            if extra is not None:
+                return await extra(request)
+            if request.path not in _ROUTES:
+                return await handler(request)
+            started = time.perf_counter()
+            response = await handler(request)
+            timing.record(response, time.perf_counter() - started)
+            return response
+
+        return EdgeApp(timed, app.client_max_size)
 
     make_app.bench_timing = True  # type: ignore[attr-defined]
-    _http.make_app = make_app  # type: ignore[assignment]
+    _routes.make_app = make_app  # type: ignore[assignment]
 
 
 def pipeline(config: dict[str, Any]) -> Pipeline:

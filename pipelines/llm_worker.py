@@ -35,7 +35,7 @@ from rxpipe.engines import SIMULATED_PIPELINE, SIMULATED_SETTINGS, Engine, OpenA
 from rxpipe.redis import REDIS_SETTINGS
 from rxpipe.runtime import DRAIN_TIMEOUT, Pipeline
 from rxpipe.settings import Schema, Setting, SettingError
-from rxpipe.transport import BROKER_URL, SCHEMES, default_consumer, transport_source
+from rxpipe.transport import BROKER_URL, broker_name, default_consumer, transport_source
 
 
 def _http_url(value: Any) -> str:
@@ -85,8 +85,7 @@ def pipeline(config: dict[str, Any]) -> Pipeline:
     s = settings(config)
     url = s["broker_url"] or s["redis_url"]
     engine = engine_for(s)
-    kind = "nats" if url.startswith(SCHEMES["nats"]) else "redis"
-    source = transport_source(url, max_unacked=engine.max_num_seqs, name=f"{kind}_source",
+    source = transport_source(url, max_unacked=engine.max_num_seqs, name=f"{broker_name(url)}_source",
                               pause_s=lambda: float(getattr(engine, "retry_after_s", 0.0) or 0.0),
                               stream=s["stream"], group=s["group"], consumer=s["consumer"] or default_consumer(),
                               visibility_timeout_s=s["visibility_timeout_s"], max_deliveries=s["max_deliveries"])

@@ -14,11 +14,13 @@ from types import ModuleType
 import pytest
 
 import rxpipe
+import rxpipe.serving
 import rxpipe.stage
 from rxpipe import operators
 
 ROOT = Path(__file__).resolve().parent.parent
-MODULES: dict[str, ModuleType] = {"rxpipe": rxpipe, "rxpipe.operators": operators, "rxpipe.stage": rxpipe.stage}
+MODULES: dict[str, ModuleType] = {"rxpipe": rxpipe, "rxpipe.operators": operators, "rxpipe.stage": rxpipe.stage,
+                                  "rxpipe.serving": rxpipe.serving}
 
 #: The names DESIGN §3 spells out, per module (its code block, operator table and "Writing a stage").
 DESIGN_3 = {
@@ -41,6 +43,9 @@ DESIGN_3["rxpipe.operators"] |= {"pairwise", "distinct", "distinct_until_changed
 # -- second round (issue 22): time operators and sources --
 DESIGN_3["rxpipe"] |= {"timer", "never", "from_future"}
 DESIGN_3["rxpipe.operators"] |= {"debounce", "sample", "throttle_first", "delay"}
+# -- layout, second round (DESIGN §1): the serving domain in its own package
+DESIGN_3["rxpipe.serving"] = {"CompletionRequest", "Completion", "TokenChunk", "CompletionResult", "Engine", "execute",
+                              "edge_queue", "fair_queue", "balance", "prefix_affinity", "cache"}
 
 
 def documented() -> dict[str, set[str]]:
@@ -67,12 +72,45 @@ def test_every_name_design_3_spells_out_is_public_and_real(module: str) -> None:
 
 
 def test_nothing_outside_the_core_imports_the_private_demand_module() -> None:
-    offenders = [str(path.relative_to(ROOT)) for folder in ("operators", "rxpipe/engines", "rxpipe/gateway",
+    offenders = [str(path.relative_to(ROOT)) for folder in ("operators", "rxpipe/serving", "rxpipe/engines",
+                                                              "rxpipe/gateway",
                                                               "rxpipe/testing", "rxpipe/redis", "rxpipe/nats",
                                                               "rxpipe/transport", "pipelines", "tests")
                  for path in sorted((ROOT / folder).rglob("*.py"))
                  if re.search(r"^\s*(from|import)\s+(rxpipe\.|\.+)_(demand|link)\b", path.read_text(), re.M)]
     assert offenders == []
+
+
+#: (old public path, attribute) -> the rxpipe.serving name it must be the same object as
+OLD_PATHS = {
+    **{("rxpipe.engines", name): name for name in ("CompletionRequest", "TokenChunk", "CompletionResult", "Completion",
+                                                   "FINISH_REASONS", "estimate_tokens", "Engine", "execute",
+                                                   "ExecuteFlowable")},
+    **{("rxpipe.engines.records", name): name for name in ("CompletionRequest", "TokenChunk", "CompletionResult",
+                                                           "Completion", "FINISH_REASONS", "estimate_tokens")},
+    ("rxpipe.engines.base", "Engine"): "Engine",
+    ("rxpipe.engines.executor", "execute"): "execute",
+    ("rxpipe.engines.executor", "ExecuteFlowable"): "ExecuteFlowable",
+    **{("rxpipe.operators", name): name for name in ("execute", "fair_queue", "balance", "prefix_affinity", "cache")},
+    **{("rxpipe.gateway", name): name for name in ("edge_queue", "EdgeQueueFlowable", "ReplyFuture",
+                                                   "reply_departure")},
+}
+
+
+@pytest.mark.parametrize(("old", "name"), sorted(OLD_PATHS), ids=lambda v: str(v))
+def test_every_old_public_path_is_the_same_object_as_servings(old: str, name: str) -> None:
+    import importlib
+
+    assert getattr(importlib.import_module(old), name) is getattr(rxpipe.serving, OLD_PATHS[(old, name)])
+
+
+def test_importing_the_generic_vocabulary_loads_no_llm_record() -> None:
+    import subprocess
+    import sys
+
+    code = "import sys, rxpipe, rxpipe.operators; print('rxpipe.serving' in sys.modules, 'aiohttp' in sys.modules)"
+    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                          timeout=60).stdout.split() == ["False", "False"]
 
 
 def test_dir_of_the_operators_lists_the_public_names_only() -> None:

@@ -11,10 +11,10 @@ from typing import TYPE_CHECKING, Any, Mapping
 import aiohttp
 
 from ..resilience import CircuitBreaker
+from ..serving.engine import Engine
+from ..serving.records import Completion
 from ._concurrency import ConcurrencyLimit
 from ._http1 import BackendResponse, HTTP1Pool
-from .base import Engine
-from .records import Completion
 
 _WAITING, _RUNNING, _DONE = 0, 1, 2
 

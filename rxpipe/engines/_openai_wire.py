@@ -15,11 +15,11 @@ import aiohttp
 import orjson
 
 from ..errors import EngineUnavailableError
+from ..serving._ids import uuid4_hex_suffix
+from ..serving.records import estimate_tokens
 from ._http1 import BackendResponse
-from ._ids import uuid4_hex_suffix
 from ._openai_errors import backend_error, broken_answer
 from ._openai_state import _Call, _OpenAIState
-from .records import estimate_tokens
 
 __all__ = ["parse_retry_after", "wire_request_id"]
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 
 from ..errors import EngineError
-from . import _metrics
+from ..serving import _engine_metrics as _metrics
 from ._sim_state import _RUNNING, _WAITING, StepRecord, _Seq, _SimState
 
 

@@ -14,9 +14,9 @@ from collections import deque
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable
 
+from ..serving.engine import Engine
+from ..serving.records import Completion
 from ._sim_prefix import PrefixCache
-from .base import Engine
-from .records import Completion
 
 __all__ = ["StepRecord", "LatencyModel"]
 

@@ -25,10 +25,10 @@ from functools import partial
 from typing import Any, Callable, Sequence
 
 from ..errors import EngineError, EngineUnavailableError
+from ..serving import _engine_metrics as _metrics
+from ..serving.engine import Engine
+from ..serving.records import Completion, CompletionRequest, CompletionResult, estimate_tokens
 from ..settings import check_int, check_number
-from . import _metrics
-from .base import Engine
-from .records import Completion, CompletionRequest, CompletionResult, estimate_tokens
 
 __all__ = ["BatchFunctionEngine", "BatchRecord", "request_text"]
 

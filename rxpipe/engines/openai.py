@@ -38,6 +38,7 @@ import aiohttp
 
 from ..errors import CircuitOpenError, EngineUnavailableError, UnsupportedRequestError
 from ..resilience import CircuitBreaker
+from ..serving.records import Completion, CompletionRequest, CompletionResult
 from ..settings import SettingError
 from ..stage import SerialLoop
 from ._concurrency import ConcurrencyLimit
@@ -47,7 +48,6 @@ from ._openai_state import _DONE, _RUNNING, _WAITING, _Call, _wake
 from ._openai_usage import _UsageProbe
 from ._openai_wire import _HTTPCall, parse_retry_after, wire_request_id
 from ._settings import OPENAI_SETTINGS
-from .records import Completion, CompletionRequest, CompletionResult
 
 __all__ = ["OpenAIEngine", "parse_retry_after", "wire_request_id", "AUTO_INITIAL_LIMIT", "AUTO_MAX_LIMIT"]
 

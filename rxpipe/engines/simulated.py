@@ -32,6 +32,7 @@ from collections import deque
 from typing import Any
 
 from ..errors import EngineUnavailableError
+from ..serving.records import Completion, CompletionRequest, CompletionResult
 from ..settings import check_int, check_number
 from ._settings import SIMULATED_SETTINGS
 from ._sim_batching import _ContinuousBatching
@@ -46,7 +47,6 @@ from ._sim_state import (
     StepRecord,
     _Seq,
 )
-from .records import Completion, CompletionRequest, CompletionResult
 
 __all__ = ["SimulatedEngine", "StepRecord", "LatencyModel"]
 

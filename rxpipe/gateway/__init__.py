@@ -4,9 +4,9 @@
     pipeline = Pipeline(Gateway(model="sim"), edge_queue(100), ops.execute(engine))
 """
 
+from ..serving import EdgeQueueFlowable, ReplyFuture, edge_queue, reply_departure
 from ._config import EDGE_SETTINGS, QUEUE_CAPACITY, GatewayConfig, gateway_config, parse_api_keys
 from ._gateway import Gateway
-from ._queue import EdgeQueueFlowable, ReplyFuture, edge_queue, reply_departure
 from ._tenant_gate import vtc_cost
 from ._tenants import Tenant, Tenants, TenantsFileError
 

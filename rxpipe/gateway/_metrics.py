@@ -1,5 +1,5 @@
-"""Edge metrics (DESIGN §7): requests by route and code, rejections by reason, how admitted
-requests ended, latency, TTFT.
+"""Edge metrics (DESIGN §7): requests by route and code, rejections by reason, latency, TTFT (how
+admitted requests ended is :mod:`rxpipe.serving._outcomes`: workers count it too).
 
 Label values come from fixed sets (routes of the app, status codes, reason and outcome labels);
 children are resolved once and cached, so answering a request costs no labelled lookup, and the
@@ -10,30 +10,20 @@ completion routes) exist at 0 from import on, so a dashboard never shows "no dat
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from .._loop_metrics import CounterChild, LoopCounter, LoopHistogram
-from ..errors import DroppedError
 
-if TYPE_CHECKING:
-    from ..engines import CompletionRequest
-
-__all__ = ["HTTP_REQUESTS", "REJECTIONS", "REQUESTS_FINISHED", "REQUEST_DURATION", "TIME_TO_FIRST_TOKEN",
-           "LATENCY_BUCKETS_S", "REFUSAL_REASONS", "OUTCOMES", "COMPLETION_ROUTES", "count_request",
-           "count_rejection", "count_finished", "outcome_of"]
+__all__ = ["HTTP_REQUESTS", "REJECTIONS", "REQUEST_DURATION", "TIME_TO_FIRST_TOKEN", "LATENCY_BUCKETS_S",
+           "REFUSAL_REASONS", "COMPLETION_ROUTES", "count_request", "count_rejection"]
 
 #: 5 ms – 60 s, as DESIGN §7 asks.
 LATENCY_BUCKETS_S = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 #: the ``reason`` label values of refusals (DESIGN §5 table)
 REFUSAL_REASONS = ("queue_full", "rate_limited", "deadline", "unavailable", "draining")
-#: the ``outcome`` label values of ``rxpipe_requests_finished_total``
-OUTCOMES = ("ok", "error", "stalled", "cancelled")
 COMPLETION_ROUTES = ("/v1/completions", "/v1/chat/completions")
 
 HTTP_REQUESTS = LoopCounter("rxpipe_http_requests", "HTTP requests answered, by route and status code.",
                         ["route", "code"])
 REJECTIONS = LoopCounter("rxpipe_rejections", "Requests refused at the edge, by reason.", ["reason"])
-REQUESTS_FINISHED = LoopCounter("rxpipe_requests_finished", "Admitted requests that ended, by outcome.", ["outcome"])
 REQUEST_DURATION = LoopHistogram("rxpipe_request_duration_seconds",
                              "Time from request arrival to the end of its answer (seconds).",
                              buckets=LATENCY_BUCKETS_S)
@@ -43,8 +33,6 @@ TIME_TO_FIRST_TOKEN = LoopHistogram("rxpipe_time_to_first_token_seconds",
 
 _request_children: dict[tuple[str, int], CounterChild] = {}
 _rejection_children: dict[str, CounterChild] = {reason: REJECTIONS.labels(reason=reason) for reason in REFUSAL_REASONS}
-_finished_children: dict[str, CounterChild] = {outcome: REQUESTS_FINISHED.labels(outcome=outcome)
-                                               for outcome in OUTCOMES}
 for _route in COMPLETION_ROUTES:
     for _code in (200, 429, 503):
         _request_children[(_route, _code)] = HTTP_REQUESTS.labels(route=_route, code=str(_code))
@@ -64,37 +52,3 @@ def count_rejection(reason: str) -> None:
     if child is None:
         child = _rejection_children[reason] = REJECTIONS.labels(reason=reason)
     child.inc()
-
-
-def count_finished(outcome: str) -> None:
-    """Count one admitted request that ended with ``outcome`` (one of :data:`OUTCOMES`)."""
-    _finished_children[outcome].inc()
-
-
-def outcome_of(request: CompletionRequest) -> str:
-    """How an admitted request ended, read from its reply and result when its answer is over.
-
-    ``ok``: the engine finished it (``stop``/``length``) and no error ended its answer.
-    ``error``: the engine failed it or was unavailable (a stream that ended in an error event
-    included). ``stalled``: aborted because its reader gave no credit. ``cancelled``: it never
-    finished in the engine: the client left, or the server withdrew it (drain, latency budget,
-    shed by an overflow strategy).
-    """
-    reply = request.reply
-    if reply is None or not reply.done() or reply.cancelled():
-        return "cancelled"
-    error = reply.exception()
-    if error is not None:
-        return "cancelled" if isinstance(error, DroppedError) else "error"
-    result = reply.result().result
-    if not result.done() or result.cancelled():
-        return "cancelled"
-    if result.exception() is not None:
-        return "error"
-    reason = result.result().finish_reason
-    if reason == "stalled":
-        return "stalled"
-    if reason in ("cancelled", "deadline"):
-        return "cancelled"
-    return "ok"
-

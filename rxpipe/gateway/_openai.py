@@ -12,8 +12,8 @@ from typing import Any
 
 import orjson
 
-from ..engines import CompletionRequest, CompletionResult
-from ..engines._ids import new_id_hex
+from ..serving import CompletionRequest, CompletionResult
+from ..serving._ids import new_id_hex
 
 __all__ = ["InvalidRequest", "parse_request", "completion_body", "chunk_body", "error_body", "sse",
            "token_event_template"]

@@ -29,7 +29,9 @@ Its documented extension point is the request handler class itself, so the edge 
 from __future__ import annotations
 
 import asyncio
+import errno
 import logging
+import socket
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
@@ -41,10 +43,12 @@ from aiohttp.http_parser import RawRequestMessage
 from aiohttp.streams import StreamReader
 from aiohttp.web_protocol import RequestHandler
 
-from ..engines._ids import new_id_hex, uuid4_hex_suffix
+from ..errors import StartError
+from ..serving._ids import new_id_hex, uuid4_hex_suffix
+from ._config import GatewayConfig
 from ._openai import error_body
 
-__all__ = ["EdgeApp", "EdgeRunner", "HTTP_LOG", "new_request_id", "file_descriptor_room"]
+__all__ = ["EdgeApp", "EdgeRunner", "HTTP_LOG", "new_request_id", "file_descriptor_room", "listen", "close"]
 
 log = logging.getLogger("rxpipe.gateway")
 
@@ -300,3 +304,50 @@ class EdgeRunner(web.BaseRunner):
 
     async def _cleanup_server(self) -> None:
         pass
+
+
+async def listen(app: EdgeApp, config: GatewayConfig, host: str, port: int) -> tuple[EdgeRunner, str]:
+    """Serve ``app`` on ``host:port`` (0: a free port) with the edge's connection limits and
+    timeouts from ``config``. Returns the runner and the URL it listens on. Raises
+    :class:`~rxpipe.errors.StartError` naming why it cannot listen (the runner is cleaned up)."""
+    # handler_cancellation: a client that disconnects cancels its handler, so queued work is
+    # withdrawn and running work cancelled (DESIGN §5); access logs off (per-request cost); the
+    # edge's own drain and stop_listening come first, so aiohttp's shutdown waits only briefly
+    # for stragglers.
+    runner = EdgeRunner(app, max_connections=config.max_connections, header_timeout_s=config.header_timeout_s,
+                        keepalive_timeout=config.keepalive_timeout_s, handler_cancellation=True, access_log=None,
+                        shutdown_timeout=config.shutdown_timeout_s, logger=HTTP_LOG)
+    await runner.setup()
+    site = web.TCPSite(runner, host, port)
+    try:
+        await site.start()
+    except OSError as error:
+        await runner.cleanup()
+        raise StartError(f"cannot listen on {host}:{port}: {_why_not_listening(error)}") from error
+    sockets = site._server.sockets if site._server is not None else []  # type: ignore[attr-defined]
+    bound_host, bound_port = sockets[0].getsockname()[:2]
+    shown = f"[{bound_host}]" if ":" in bound_host else bound_host
+    return runner, f"http://{shown}:{bound_port}"
+
+
+async def close(runner: EdgeRunner, timeout_s: float, abort: asyncio.Event | None) -> None:
+    """Stop serving: close the listener; answer what reached the connections already open, within
+    ``timeout_s`` seconds or until ``abort`` is set (:meth:`EdgeRunner.stop_listening`); then close
+    every connection (aiohttp's ``BaseRunner.cleanup``)."""
+    unanswered = await runner.stop_listening(timeout_s, abort)
+    if unanswered:
+        log.warning("stop: %d connections still owed an answer after %g s (no complete request yet, or "
+                    "its handler still running); closing them", unanswered, timeout_s)
+    await runner.cleanup()
+
+
+def _why_not_listening(error: OSError) -> str:
+    """What a failed bind means to the person who ran the command (not the event loop's source
+    location uvloop puts in its message)."""
+    if error.errno == errno.EADDRINUSE:
+        return "the address is in use (another server?); pick another with --port"
+    if error.errno == errno.EACCES:
+        return "permission denied (ports below 1024 need privileges); pick another with --port"
+    if error.errno in (errno.EADDRNOTAVAIL, errno.EAFNOSUPPORT) or isinstance(error, socket.gaierror):
+        return "no such local address; check --host"
+    return error.strerror or str(error)

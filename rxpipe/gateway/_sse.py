@@ -1,19 +1,30 @@
-"""Server-sent events toward one client: the token writer with credit, and the stream's helpers."""
+"""Server-sent events toward one client: the streamed answer, its token writer with credit, and the
+stream's helpers."""
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import socket
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 import orjson
 from aiohttp import web
 
 from .._protocol import Subscription
+from ..errors import BackendError, EngineError, EngineUnavailableError
+from ..serving import Completion, CompletionRequest, CompletionResult
 from ..stage import InternalSubscriber
-from ._openai import SSE_DONE, error_body, sse
+from ._openai import SSE_DONE, chunk_body, error_body, now_created, sse, token_event_template
+from ._responses import RESULT, answer_headers, observe_ttft, result_of
 
-__all__ = ["EventWriter", "bound_socket_buffers", "stream_error"]
+if TYPE_CHECKING:
+    from ._edge import Edge
+
+__all__ = ["EventWriter", "bound_socket_buffers", "stream_error", "stream_answer"]
+
+log = logging.getLogger("rxpipe.gateway")
 
 
 class EventWriter(InternalSubscriber):
@@ -191,3 +202,102 @@ async def stream_error(response: web.StreamResponse, message: str, type: str, co
         await response.write_eof()
     except ConnectionError:
         pass
+
+
+async def stream_answer(edge: Edge, loop: asyncio.AbstractEventLoop, request: web.Request, item: CompletionRequest,
+                        completion: Completion, *, chat: bool,
+                        failed: Callable[[CompletionRequest, EngineError], web.Response]) -> web.StreamResponse:
+    """The SSE answer to a streamed request the engine took (OpenAI's ``chat.completion.chunk``
+    events, then ``data: [DONE]``), with credit toward the reader: the token stream is
+    requested only as events leave for the socket (at most ``stream_window`` chunks ahead, and
+    ``stream_buffer_bytes`` in the socket's buffers), so a slow reader stalls its own sequence,
+    never the engine. The status line waits for the first token (or the end): an engine error
+    before it is answered by ``failed`` with its own status; after it, as an error event. A
+    reader that goes away cancels the completion (its slot is freed)."""
+    response = web.StreamResponse(status=200, headers={
+        "Content-Type": "text/event-stream", "Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+    # Subscribe before the first await, so the sequence has its credit for the first step.
+    created = now_created()
+    writer = EventWriter(loop, edge.config.stream_window,
+                          *token_event_template(item, chat=chat, created=created),
+                          flush_bytes=edge.config.stream_buffer_bytes)
+    completion.tokens.subscribe(writer)
+    result_future = completion.result
+    transport = request.transport
+
+    def abort_if_stalled(future: asyncio.Future[CompletionResult]) -> None:
+        # A reader that stopped reading leaves our write blocked: once the engine gave up on
+        # the sequence, close the connection instead of waiting for the socket forever.
+        if not future.cancelled() and future.exception() is None and future.result().finish_reason == "stalled":
+            if transport is not None:
+                transport.abort()
+
+    result_future.add_done_callback(abort_if_stalled)
+    try:
+        # The status line waits for the first token (or the end): a backend that refuses the
+        # request (its 4xx, a 503) gets its own status to the client, not a 200 then an error event.
+        while not writer.pending and not writer.done:
+            await writer.wait()
+        if not writer.pending and isinstance(writer.error, EngineError):
+            return failed(item, writer.error)
+        bound_socket_buffers(request, edge.config.stream_buffer_bytes)
+        answer_headers(request, response, edge.draining)
+        await response.prepare(request)
+        try:
+            if chat:
+                await response.write(sse(chunk_body(item, chat=True, created=created, text="", role=True)))
+            pending = writer.pending
+            while True:
+                if pending:
+                    # What arrived while the writer could not write itself (before this
+                    # point, during this task's own write, or while the socket is over its
+                    # high-water mark): one write of whole events, then as much credit back.
+                    n = len(pending)
+                    data = b"".join(pending)
+                    pending.clear()
+                    await response.write(data)
+                    if request.protocol is not None and request.protocol.writing_paused:
+                        # aiohttp drains only past 64 KiB of its own: wait for the socket here,
+                        # so a slow reader holds at most stream_buffer_bytes (plus this write)
+                        await request.protocol._drain_helper()
+                    writer.grant(n)
+                    continue
+                if writer.broken:
+                    raise ConnectionResetError("the client connection closed mid-stream")
+                if writer.done:
+                    break
+                writer.go_live(response, request)
+                await writer.wait()
+            if writer.error is not None:
+                raise writer.error
+            result = await result_of(completion)
+        except EngineError as error:
+            # The status line is sent: the failure goes in the stream, as an error event
+            # (its detail only in the log: it may name the backend).
+            log.warning("request %s failed in the engine mid-stream: %r", item.id, error)
+            if isinstance(error, BackendError):
+                await stream_error(response, error.client_message, error.type, error.code or "backend_error")
+            else:
+                unavailable = isinstance(error, EngineUnavailableError)
+                await stream_error(response, "the model backend is unavailable" if unavailable
+                                   else "the model backend failed the request", "server_error",
+                                   "unavailable" if unavailable else "engine_error")
+            return response
+        request[RESULT] = result
+        if result.finish_reason == "cancelled":
+            reason = "draining" if edge.draining else "unavailable"
+            await stream_error(response, "the request was cancelled by the server", "overloaded_error", reason)
+            return response
+        observe_ttft(result)
+        edge.policy.meter.record_service(result.e2e_s - result.queue_time_s)
+        # the final chunk, the usage chunk and [DONE] end the stream in one write
+        tail = sse(chunk_body(item, chat=chat, created=created, result=result))
+        if item.sampling.get("include_usage"):
+            tail += sse(chunk_body(item, chat=chat, created=created, result=result, usage_only=True))
+        await response.write_eof(tail + SSE_DONE)
+    except (ConnectionResetError, ConnectionError):
+        completion.cancel()  # the client went away mid-stream: free the slot
+    finally:
+        writer.cancel()
+        result_future.remove_done_callback(abort_if_stalled)
+    return response

@@ -4,8 +4,8 @@ One object holds the tenants, their quotas and their metrics, and answers the ed
 questions as single synchronous calls, so the HTTP handler only has to call:
 
 - :meth:`TenantGate.resolve` — who is calling (bearer key with auth, header without);
-- :meth:`TenantGate.check` — room for this tenant in the queue (``room_for`` of the
-  ``fair_queue`` extension, else plain demand), then check-and-reserve of its quota. Call it
+- :meth:`TenantGate.check` — room for this tenant in the queue (its
+  :class:`~rxpipe.serving.AdmissionQueue` answer), then check-and-reserve of its quota. Call it
   and emit the request in the same synchronous step, so nothing runs in between;
 - :meth:`TenantGate.cancel` — the request was refused further on or never started;
 - :meth:`TenantGate.finish` — the request finished: quota and VTC reconciled, tokens counted;
@@ -18,6 +18,7 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
+from ..serving import AdmissionQueue
 from ._quota import Quotas, Reservation
 from ._tenant_metrics import TenantMetrics
 from ._tenants import Tenant, Tenants, TenantsFileError
@@ -57,14 +58,6 @@ class GateDecision:
         self.reservation = reservation
 
 
-def _room(queue: Any, tenant: str) -> bool:
-    """The queue's answer for ``tenant``: its ``room_for`` extension, else plain demand."""
-    room_for = getattr(queue, "room_for", None)
-    if room_for is not None:
-        return bool(room_for(tenant))
-    return int(getattr(queue, "requested", 0)) > 0
-
-
 class TenantGate:
     """Tenants, quotas and metrics of one edge.
 
@@ -85,11 +78,11 @@ class TenantGate:
         """The caller's tenant (see :meth:`Tenants.resolve`)."""
         return self.tenants.resolve(key=key, header=header, auth=self.auth)
 
-    def check(self, tenant: str, prompt_tokens: int, max_tokens: int, queue: Any) -> GateDecision:
-        """Room for ``tenant`` in ``queue`` (the subscription the edge got from downstream), then
-        check-and-reserve of ``prompt_tokens + max_tokens`` in its quota; counts the refusal or
-        the admission. A queue refusal reserves nothing."""
-        if not _room(queue, tenant):
+    def check(self, tenant: str, prompt_tokens: int, max_tokens: int, queue: AdmissionQueue) -> GateDecision:
+        """Room for ``tenant`` in ``queue`` (what the edge emits to), then check-and-reserve of
+        ``prompt_tokens + max_tokens`` in its quota; counts the refusal or the admission. A queue
+        refusal reserves nothing."""
+        if not queue.room_for(tenant):
             self.metrics.refused(tenant, "queue_full")
             return GateDecision(tenant, False, "queue_full", None, self.quotas.headers(tenant), None)
         decision = self.quotas.reserve(tenant, prompt_tokens, max_tokens)
@@ -110,18 +103,17 @@ class TenantGate:
         self.metrics.queue_wait(decision.tenant, queue_wait_s)
 
     def finish(self, decision: GateDecision, prompt_tokens: int, completion_tokens: int,
-               queue: Any = None, item: Any = None) -> None:
+               queue: AdmissionQueue | None = None, item: Any = None) -> None:
         """The request finished with these real counts (tokens): the quota is reconciled, tokens
         counted, and, given the ``fair_queue`` stage and the item it queued, its VTC counter is
         reconciled with :func:`vtc_cost` of the real counts."""
         if decision.reservation is not None:
             self.quotas.reconcile(decision.reservation, prompt_tokens + completion_tokens)
         self.metrics.tokens(decision.tenant, prompt_tokens, completion_tokens)
-        reconcile = getattr(queue, "reconcile", None)
-        if reconcile is not None and item is not None:
-            reconcile(item, vtc_cost(prompt_tokens, completion_tokens))
+        if queue is not None and item is not None:
+            queue.reconcile(item, vtc_cost(prompt_tokens, completion_tokens))
 
-    def reload(self, queue: Any = None) -> TenantsFileError | None:
+    def reload(self, queue: AdmissionQueue | None = None) -> TenantsFileError | None:
         """SIGHUP: read the tenants file again. On success the new tenants, quotas (unchanged
         limits keep their level), metric names and the queue's weights (``set_weights``) take
         effect and None is returned; on error the old configuration stays in force, the error is
@@ -134,7 +126,6 @@ class TenantGate:
         self.tenants = tenants
         self.quotas = self.quotas.updated(tenants)
         self.metrics.reconfigure(tenants)
-        set_weights = getattr(queue, "set_weights", None)
-        if set_weights is not None:
-            set_weights(tenants.weights)
+        if queue is not None:
+            queue.set_weights(tenants.weights)
         return None

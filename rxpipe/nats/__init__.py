@@ -20,9 +20,10 @@ from __future__ import annotations
 
 from typing import Callable
 
-from ..engines import CompletionRequest
 from ..flowable import Flowable, Operator
-from ..transport import TransportSink, WorkerSource
+from ..serving import CompletionRequest
+from ..transport import BrokerAdapter, TransportSink, WorkerSource, register_broker
+from ..transport._settings import SCHEMES
 from ._adapter import NatsGatewayBroker, NatsWorkerBroker
 from ._settings import NATS_SETTINGS, NatsSettings
 
@@ -65,3 +66,10 @@ class NatsSource(WorkerSource):
         if not isinstance(settings, NatsSettings):
             raise TypeError(f"NatsSource needs NatsSettings, got {settings!r}")
         super().__init__(settings, NatsWorkerBroker(settings), max_unacked=max_unacked, pause_s=pause_s, name=name)
+
+
+register_broker(BrokerAdapter(
+    "nats", SCHEMES["nats"], NatsSettings,
+    sink=lambda source, settings, name: NatsSink(source, settings, name=name),
+    source=lambda settings, max_unacked, pause_s, name: NatsSource(settings, max_unacked=max_unacked,
+                                                                   pause_s=pause_s, name=name)))

@@ -16,7 +16,8 @@ on ``<stream>:control``.
 Needs the ``redis`` extra (``pip install -e '.[redis]'``: redis-py >= 5, its asyncio client).
 """
 
-from ..transport import AckHandle, Backoff, RemoteRequest, default_consumer
+from ..transport import AckHandle, Backoff, BrokerAdapter, RemoteRequest, default_consumer, register_broker
+from ..transport._settings import SCHEMES
 from ._connection import REDIS_SETTINGS, RedisSettings, redis_settings
 from ._features import Features
 from .sink import RedisSink, redis_sink
@@ -24,3 +25,9 @@ from .source import RedisGroupSource
 
 __all__ = ["RedisSettings", "REDIS_SETTINGS", "redis_settings", "RedisSink", "redis_sink", "RedisGroupSource",
            "RemoteRequest", "AckHandle", "Backoff", "Features", "default_consumer"]
+
+register_broker(BrokerAdapter(
+    "redis", SCHEMES["redis"], RedisSettings,
+    sink=lambda source, settings, name: RedisSink(source, settings, name=name),
+    source=lambda settings, max_unacked, pause_s, name: RedisGroupSource(settings, max_unacked=max_unacked,
+                                                                         pause_s=pause_s, name=name)))

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..engines import CompletionRequest, CompletionResult, TokenChunk
 from ..errors import BackendError
+from ..serving import CompletionRequest, CompletionResult, TokenChunk
 from ..transport import _codec
 from ..transport._codec import error_from_fields
 

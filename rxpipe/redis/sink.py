@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..engines import CompletionRequest
 from ..flowable import Flowable, Operator
+from ..serving import CompletionRequest
 from ..transport.sink import TransportSink, pause_floor
 from ._adapter import RedisGatewayBroker, _beats, ensure_group, gateways_key, group_backlog, workers_key
 from ._connection import RedisSettings

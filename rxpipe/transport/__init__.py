@@ -15,8 +15,10 @@ The whole contract crosses the wire, once for every broker:
   stepping that sequence; ``stall_timeout_s`` ends it end to end;
 - **clocks**: liveness, pauses and deadlines use the broker's clock, never a host's.
 
-A broker adapter only moves bytes (:class:`GatewayBroker`, :class:`WorkerBroker`). Two ship:
-Redis Streams (:mod:`rxpipe.redis`, ``redis://``) and NATS JetStream (:mod:`rxpipe.nats`,
+A broker adapter only moves bytes (:class:`GatewayBroker`, :class:`WorkerBroker`) and is found
+by URL scheme: it registers itself (:func:`register_broker`) when its package is imported, and
+the shipped ones are imported by name on first use, so this package imports none of them. Two
+ship: Redis Streams (:mod:`rxpipe.redis`, ``redis://``) and NATS JetStream (:mod:`rxpipe.nats`,
 ``nats://``). Pick one by URL:
 
     Pipeline(Gateway(model="sim"), transport_sink("nats://127.0.0.1:4222", max_backlog=1000))
@@ -32,6 +34,7 @@ from ._ack import AckHandle, RemoteRequest
 from ._backoff import Backoff
 from ._clock import BrokerClock
 from ._interface import Delivery, GatewayBroker, Snapshot, WorkerBeat, WorkerBroker
+from ._registry import BUILTIN_ADAPTERS, BrokerAdapter, adapter_for, known_schemes, register_broker
 from ._replies import ReplyRouter
 from ._settings import (
     BROKER_URL,
@@ -48,49 +51,33 @@ from .source import WorkerSource
 __all__ = ["TransportSettings", "TRANSPORT_SETTINGS", "BROKER_URL", "TransportSink", "WorkerSource", "GatewayBroker",
            "WorkerBroker", "Delivery", "Snapshot", "WorkerBeat", "AckHandle", "RemoteRequest", "ReplyRouter",
            "BrokerClock", "Backoff", "settings_for", "transport_sink", "transport_source", "default_consumer",
-           "public_url", "SCHEMES", "broker_url"]
+           "public_url", "SCHEMES", "broker_url", "broker_name", "BrokerAdapter", "register_broker", "adapter_for",
+           "known_schemes", "BUILTIN_ADAPTERS"]
 
 
 def settings_for(url: str, **settings: Any) -> TransportSettings:
     """The settings class of the broker ``url`` names (``redis://`` → ``RedisSettings``,
-    ``nats://`` → ``NatsSettings``), built with ``settings``. Raises ValueError for another
-    scheme (naming the supported ones) or a bad setting."""
-    if not isinstance(url, str):
-        raise ValueError(f"broker_url must be a string, got {url!r}")
-    if url.startswith(SCHEMES["redis"]):
-        from ..redis import RedisSettings
+    ``nats://`` → ``NatsSettings``, or a registered adapter's), built with ``settings``. Raises
+    ValueError for a scheme no adapter serves (naming the supported ones) or a bad setting."""
+    return adapter_for(url).settings(url=url, **settings)
 
-        return RedisSettings(url=url, **settings)
-    if url.startswith(SCHEMES["nats"]):
-        from ..nats import NatsSettings
 
-        return NatsSettings(url=url, **settings)
-    known = ", ".join(scheme for schemes in SCHEMES.values() for scheme in schemes)
-    raise ValueError(f"broker_url {url!r} names no supported broker (schemes: {known})")
+def broker_name(url: str) -> str:
+    """The name of the adapter serving ``url`` (``"redis"``, ``"nats"`` ...; ValueError if none)."""
+    return adapter_for(url).name
 
 
 def transport_sink(url: str, *, name: str | None = None, **settings: Any) -> Operator:
     """The gateway side for the broker at ``url`` as an operator: ``Pipeline(Gateway(...),
     transport_sink(url, max_backlog=...))`` (:class:`TransportSink`; settings: see
     :class:`TransportSettings` and the broker's own)."""
-    s = settings_for(url, **settings)
-    if url.startswith(SCHEMES["redis"]):
-        from ..redis import RedisSink
-
-        return lambda source: RedisSink(source, s, name=name)  # type: ignore[arg-type]
-    from ..nats import NatsSink
-
-    return lambda source: NatsSink(source, s, name=name)  # type: ignore[arg-type]
+    adapter = adapter_for(url)
+    s = adapter.settings(url=url, **settings)
+    return lambda source: adapter.sink(source, s, name)
 
 
 def transport_source(url: str, *, max_unacked: int | None = None, pause_s: Callable[[], float] | None = None,
                      name: str | None = None, **settings: Any) -> WorkerSource:
     """The worker side for the broker at ``url`` (:class:`WorkerSource`)."""
-    s = settings_for(url, **settings)
-    if url.startswith(SCHEMES["redis"]):
-        from ..redis import RedisGroupSource
-
-        return RedisGroupSource(s, max_unacked=max_unacked, pause_s=pause_s, name=name)  # type: ignore[arg-type]
-    from ..nats import NatsSource
-
-    return NatsSource(s, max_unacked=max_unacked, pause_s=pause_s, name=name)  # type: ignore[arg-type]
+    adapter = adapter_for(url)
+    return adapter.source(adapter.settings(url=url, **settings), max_unacked, pause_s, name)

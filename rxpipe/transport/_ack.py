@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from ..engines import CompletionRequest
+from ..serving import CompletionRequest
 from ._interface import Delivery
 
 __all__ = ["AckHandle", "RemoteRequest"]

@@ -25,8 +25,8 @@ from typing import Any
 
 import orjson
 
-from ..engines import CompletionRequest, CompletionResult, TokenChunk
 from ..errors import BackendError, EngineError, EngineUnavailableError
+from ..serving import CompletionRequest, CompletionResult, TokenChunk
 
 __all__ = ["encode_request", "decode_request", "start_payload", "chunk_payload", "done_payload", "error_payload",
            "error_from_fields", "decode_reply", "result_from_fields", "cancel_payload", "credit_payload",

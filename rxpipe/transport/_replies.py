@@ -30,8 +30,8 @@ import functools
 import logging
 from typing import Any, Protocol
 
-from ..engines import Completion, CompletionRequest, CompletionResult
 from ..errors import EngineError
+from ..serving import Completion, CompletionRequest, CompletionResult
 from ._codec import error_from_fields, result_from_fields
 
 __all__ = ["ReplyRouter"]

@@ -27,9 +27,8 @@ import logging
 
 from .._loop_metrics import LoopCounter, LoopHistogram
 from .._protocol import UNBOUNDED, Subscription
-from ..engines import Completion, CompletionResult, TokenChunk
 from ..errors import BackendError, DroppedError, EngineError, EngineUnavailableError
-from ..gateway._metrics import count_finished
+from ..serving import Completion, CompletionResult, TokenChunk, count_finished
 from ..stage import InternalSubscriber
 from ._ack import AckHandle, RemoteRequest
 from ._clock import BrokerClock

@@ -10,12 +10,13 @@ from typing import Any
 
 from ..logs import public_url
 from ..settings import Schema, Setting, check_fields, schema_of, setting
+from ._registry import BUILTIN_ADAPTERS, known_schemes
 
 __all__ = ["TransportSettings", "TRANSPORT_SETTINGS", "BROKER_URL", "SCHEMES", "broker_url", "default_consumer",
            "public_url"]
 
-#: URL schemes and the adapter that serves them
-SCHEMES = {"redis": ("redis://", "rediss://", "unix://"), "nats": ("nats://", "tls://")}
+#: URL schemes of the shipped adapters, by adapter name (the registry's table, ``_registry``)
+SCHEMES = {name: prefixes for name, (prefixes, _) in BUILTIN_ADAPTERS.items()}
 
 
 def default_consumer() -> str:
@@ -26,7 +27,7 @@ def default_consumer() -> str:
 def broker_url(value: Any) -> str:
     """``value`` if it is a URL of a supported broker (a :class:`~rxpipe.settings.Setting` parser;
     ValueError otherwise)."""
-    if not isinstance(value, str) or not value.startswith(tuple(s for schemes in SCHEMES.values() for s in schemes)):
+    if not isinstance(value, str) or not value.startswith(known_schemes()):
         raise ValueError("not a broker URL")
     return value
 

@@ -25,11 +25,11 @@ import socket
 from typing import TYPE_CHECKING, Any
 
 from .._protocol import Subscriber, Subscription
-from ..engines import CompletionRequest
 from ..errors import EngineUnavailableError
 from ..flowable import Flowable
 from ..metrics import StageCounters, StageStatistics, track
 from ..runtime import Service
+from ..serving import CompletionRequest
 from ..stage import DrainSubscription, InternalSubscriber
 from ._backoff import Backoff
 from ._clock import BrokerClock

@@ -369,7 +369,7 @@ def test_a_scan_between_batch_and_execute_hides_the_batches() -> None:
 
 
 async def test_one_pump_pass_per_arrival_its_own_deliveries_need_no_other(monkeypatch: pytest.MonkeyPatch) -> None:
-    from rxpipe.engines import executor
+    from rxpipe.serving import _execute as executor
 
     passes: list[int] = []
     original = executor._ExecuteSubscription._pump_pass

@@ -1,4 +1,4 @@
-"""Request ids: one UUID4 per request (rxpipe.engines._ids) and the X-Request-Id sent upstream."""
+"""Request ids: one UUID4 per request (rxpipe.serving._ids) and the X-Request-Id sent upstream."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ import uuid
 
 import pytest
 
-from rxpipe.engines import _ids
-from rxpipe.engines._ids import new_id_hex, uuid4_hex_suffix
 from rxpipe.engines.openai import wire_request_id
+from rxpipe.serving import _ids
+from rxpipe.serving._ids import new_id_hex, uuid4_hex_suffix
 
 
 def test_a_new_id_is_32_hex_digits_of_a_uuid4(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -282,13 +282,13 @@ def test_an_exception_let_out_of_a_handler_becomes_openais_json_error() -> None:
     from aiohttp import web
     from aiohttp.test_utils import make_mocked_request
 
-    from rxpipe.gateway._http import _unhandled
+    from rxpipe.gateway._responses import unhandled
 
     request = make_mocked_request("POST", "/v1/completions")
-    bad = _unhandled(request, web.HTTPBadRequest())
+    bad = unhandled(request, web.HTTPBadRequest())
     assert bad.status == 400
     assert orjson.loads(bad.body)["error"] == {"message": "Bad Request", "type": "invalid_request_error",
                                                 "code": "bad_request", "param": None}
-    failed = _unhandled(request, ValueError("a bug"))
+    failed = unhandled(request, ValueError("a bug"))
     assert failed.status == 500
     assert orjson.loads(failed.body)["error"]["code"] == "internal_error"

@@ -14,8 +14,9 @@ from prometheus_client import REGISTRY
 from rxpipe import operators as ops
 from rxpipe.engines import SimulatedEngine
 from rxpipe.gateway import Gateway
-from rxpipe.gateway._metrics import OUTCOMES, REFUSAL_REASONS
+from rxpipe.gateway._metrics import REFUSAL_REASONS
 from rxpipe.runtime import Pipeline
+from rxpipe.serving import OUTCOMES
 
 pytestmark = pytest.mark.loops("asyncio")
 

@@ -30,7 +30,7 @@ def test_completion_request_fields() -> None:
                  "stream": True, "stream_options": {"include_usage": True}, "user": "u1"})
     assert (req.prompt, req.messages, req.max_tokens, req.model, req.stream) == ("hello", None, 7, "sim", True)
     assert req.sampling == {"temperature": 0.5, "stop": ["\n"], "user": "u1", "include_usage": True}
-    # one id per request: "cmpl-" and a UUID4's 32 hex digits (rxpipe.engines._ids)
+    # one id per request: "cmpl-" and a UUID4's 32 hex digits (rxpipe.serving._ids)
     assert re.fullmatch(r"cmpl-[0-9a-f]{12}4[0-9a-f]{3}[89ab][0-9a-f]{15}", req.id)
     assert parse({"prompt": ["one"]}).prompt == "one"
     assert parse({"prompt": "x"}).model == "sim"  # model defaults to the served one

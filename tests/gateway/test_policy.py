@@ -203,7 +203,7 @@ def test_queue_full_refusal_uses_the_reservation() -> None:
     from rxpipe.gateway import Gateway
 
     gateway = Gateway()
-    gateway._rng = NoJitter()
+    gateway.policy.rng = NoJitter()
     drained(gateway.meter, 0.5, 20, waiting=100)  # 20 finishes in 10 s: 2/s
     refusal = gateway.early_refusal(10.0)
     assert refusal is not None and refusal.reason == "queue_full"  # no subscriber: no demand
@@ -244,7 +244,8 @@ def test_the_engine_pause_is_the_longest_of_the_engines_that_tell_one() -> None:
 
     gateway = Gateway()
     assert gateway.engine_pause_s() == 0.0  # no engine
-    gateway.engines = [SimpleNamespace(retry_after_s=None), SimpleNamespace(), SimpleNamespace(retry_after_s=0.0)]
+    gateway.policy.engines = [SimpleNamespace(retry_after_s=None), SimpleNamespace(),
+                              SimpleNamespace(retry_after_s=0.0)]
     assert gateway.engine_pause_s() == 0.0
     gateway.engines.extend([SimpleNamespace(retry_after_s=2.5), SimpleNamespace(retry_after_s=1)])
     assert gateway.engine_pause_s() == 2.5

@@ -95,7 +95,7 @@ async def _two_bursts(gap_s: float, clients: int = 200) -> tuple[BurstResult, Bu
     pipeline = load_pipeline(str(ROOT / "pipelines" / "llm_gateway.py"), {"queue_capacity": 8, "max_num_seqs": 4})
     (gateway,) = [s for s in pipeline.stages if isinstance(s, Gateway)]
     (engine,) = [e for e in (getattr(s, "engine", None) for s in pipeline.stages) if isinstance(e, SimulatedEngine)]
-    gateway._rng = random.Random(26)
+    gateway.policy.rng = random.Random(26)
     running = asyncio.ensure_future(pipeline.run())
     try:
         first = await _burst(gateway, engine, clients)

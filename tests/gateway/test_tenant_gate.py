@@ -12,6 +12,7 @@ import pytest
 from rxpipe import operators as ops
 from rxpipe.gateway._tenant_gate import TenantGate, vtc_cost
 from rxpipe.gateway._tenants import Tenants
+from rxpipe.serving import AdmissionQueue
 from rxpipe.testing import TestPublisher, TestSubscriber
 
 
@@ -67,16 +68,26 @@ def test_room_first_then_quota_and_a_queue_refusal_reserves_nothing() -> None:
     assert full.reason == "queue_full" and full.headers["x-ratelimit-remaining-tokens"] == "500"
 
 
-class _NoDemand:
-    requested = 0
+class _PlainDemand(AdmissionQueue):
+    """An admission queue without shares: room for anyone while there is demand."""
+
+    def __init__(self, requested: int) -> None:
+        self.requested = requested
+
+    def room_for(self, tenant: object) -> bool:
+        return self.requested > 0
+
+    def demand_for(self, tenant: object) -> int:
+        return self.requested
 
 
-def test_plain_demand_is_the_fallback_for_a_queue_without_the_extension() -> None:
-    class Demand:
-        requested = 1
+def _NoDemand() -> _PlainDemand:
+    return _PlainDemand(0)
 
+
+def test_the_gate_asks_the_admission_queue_it_is_given() -> None:
     gate = TenantGate(Tenants.from_mapping(DOC), Clock(), auth=False)
-    assert gate.check("default", 1, 1, Demand()).allowed
+    assert gate.check("default", 1, 1, _PlainDemand(1)).allowed
     assert not gate.check("default", 1, 1, _NoDemand()).allowed
 
 

@@ -251,7 +251,7 @@ async def test_a_request_every_replica_failed_gets_the_last_error() -> None:
 
 async def test_a_capacity_signal_runs_a_pass_only_when_it_can_change_what_one_decides(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    from rxpipe.operators._balance import BalanceRun
+    from rxpipe.serving._balance import BalanceRun
 
     passes: list[int] = []
     original = BalanceRun._pump_pass

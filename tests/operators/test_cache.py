@@ -7,11 +7,11 @@ import re
 from typing import Any
 
 import pytest
-from rxpipe.operators._cache import CACHE_HITS, CACHE_MISSES, cache_key
 
 from rxpipe import UNBOUNDED
 from rxpipe import operators as ops
 from rxpipe.engines import Completion, CompletionRequest, EngineError, SimulatedEngine
+from rxpipe.serving._cache import CACHE_HITS, CACHE_MISSES, cache_key
 from rxpipe.testing import TestPublisher, TestSubscriber
 
 pytestmark = pytest.mark.loops("virtual")

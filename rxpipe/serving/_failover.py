@@ -28,17 +28,26 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from rxpipe._protocol import UNBOUNDED, Subscription
-from rxpipe.engines import Completion, CompletionRequest, CompletionResult, TokenChunk
 from rxpipe.errors import EngineError
 from rxpipe.stage import InternalSubscriber
 
-if TYPE_CHECKING:
-    from ._balance import BalanceRun
+from .records import Completion, CompletionRequest, CompletionResult, TokenChunk
 
 __all__ = ["Failover", "AttemptReply"]
+
+
+class BalanceRun(Protocol):
+    """What a failover asks of the balance run that owns it (``_balance.BalanceRun``)."""
+
+    counters: Any
+    stage: Any
+
+    def can_retry(self, excluded: set[int]) -> bool: ...
+
+    def redispatch(self, item: CompletionRequest, failover: Failover) -> None: ...
 
 
 class AttemptReply(asyncio.Future[Completion]):

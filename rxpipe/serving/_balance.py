@@ -26,15 +26,15 @@ from collections import deque
 from typing import Any, Callable
 
 from rxpipe._protocol import UNBOUNDED, Subscriber
-from rxpipe.engines import CompletionRequest
 from rxpipe.errors import EngineUnavailableError, MissingBackpressureError, ProtocolViolationError
 from rxpipe.flowable import Flowable, Operator
 from rxpipe.metrics import StageStatistics
+from rxpipe.operators._merge import DEFAULT_MERGE_PREFETCH, MergeFlowable
 from rxpipe.stage import EMPTY_SUBSCRIPTION, LINK_SLOTS, QueueDrainSubscription, SerialLoop, UpstreamLink, discard_all
 
 from ._affinity import RoutingPolicy
 from ._failover import Failover
-from ._merge import DEFAULT_MERGE_PREFETCH, MergeFlowable
+from .records import CompletionRequest
 
 __all__ = ["BalanceFlowable", "BalanceRun", "PortSubscription", "Replicas"]
 

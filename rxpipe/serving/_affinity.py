@@ -29,8 +29,8 @@ from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
-from rxpipe.engines import CompletionRequest
-from rxpipe.engines._sim_prefix import block_chain
+from ._blocks import block_chain
+from .records import CompletionRequest
 
 __all__ = ["PrefixAffinity", "RoutingPolicy", "request_text"]
 

@@ -33,10 +33,11 @@ import orjson
 from prometheus_client import Counter
 
 from rxpipe._protocol import Subscriber
-from rxpipe.engines import Completion, CompletionRequest, CompletionResult
 from rxpipe.flowable import Flowable
 from rxpipe.metrics import StageStatistics
 from rxpipe.stage import LINK_SLOTS, QueueDrainSubscription, UpstreamLink
+
+from .records import Completion, CompletionRequest, CompletionResult
 
 __all__ = ["CacheFlowable", "ResponseCache", "cache_key", "CACHE_HITS", "CACHE_MISSES"]
 

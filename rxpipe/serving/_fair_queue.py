@@ -45,6 +45,8 @@ from rxpipe.metrics import StageStatistics
 # -- the stage-writing kit: the downstream drain subscription, the upstream link, drop-and-tell ------
 from rxpipe.stage import LINK_SLOTS, DrainSubscription, UpstreamLink, discard, discard_all
 
+from ._admission import AdmissionQueue
+
 __all__ = ["FairQueueFlowable", "FairQueueSubscription", "TENANT_FULL"]
 
 #: drop reason (metric label, ``on_discard`` argument) of an item refused because its tenant had
@@ -92,7 +94,7 @@ def _zero(_: Any) -> int:
 _MISSING = object()
 
 
-class FairQueueSubscription(DrainSubscription, UpstreamLink):
+class FairQueueSubscription(DrainSubscription, UpstreamLink, AdmissionQueue):
     """Subscriber to upstream, subscription to downstream, and the per-tenant admission
     extension for upstream (:meth:`room_for`, :meth:`demand_for`) plus the completion hook
     (:meth:`reconcile`). See ``ops.fair_queue`` for the contract."""
@@ -170,7 +172,7 @@ class FairQueueSubscription(DrainSubscription, UpstreamLink):
         if flow is not None:
             flow.counter += (float(actual_cost) - float(self.cost_of(item))) / flow.weight
 
-    def set_weights(self, weight: Mapping[Hashable, float]) -> None:
+    def set_weights(self, weight: Mapping[Any, float]) -> None:
         """Replace the weights (a tenants-file reload): shares are recomputed; a tenant now over
         its share keeps what it holds and gets no new room until it is under it again."""
         for tenant, w in weight.items():

@@ -20,7 +20,7 @@ from __future__ import annotations
 import threading
 import weakref
 from collections import defaultdict
-from typing import TYPE_CHECKING, Any, Iterator
+from typing import Any, Iterator, Protocol
 
 from prometheus_client.core import REGISTRY
 from prometheus_client.registry import Collector
@@ -28,8 +28,17 @@ from prometheus_client.registry import Collector
 from .._loop_metrics import LoopCounter, LoopHistogram
 from ..metrics import gauge_by
 
-if TYPE_CHECKING:
-    from .base import Engine
+
+class MeteredEngine(Protocol):
+    """What the collector reads of an engine (:class:`~rxpipe.serving.Engine` has it)."""
+
+    name: str
+
+    @property
+    def running(self) -> int: ...
+
+    @property
+    def waiting(self) -> int: ...
 
 __all__ = ["register", "live_engines", "observe_step", "count_prefix_cache", "STEP_DURATION", "BATCH_TOKENS",
            "PREFIX_CACHE_QUERIES", "PREFIX_CACHE_HITS"]
@@ -56,19 +65,19 @@ PREFIX_CACHE_HITS = LoopCounter(
 _prefix_children: dict[str, tuple[Any, Any]] = {}
 
 
-def register(engine: Engine) -> None:
+def register(engine: MeteredEngine) -> None:
     """Export ``engine``'s running/waiting counts until it is garbage-collected."""
     with _lock:
         _engines.add(engine)
 
 
-def live_engines() -> list[Engine]:
+def live_engines() -> list[MeteredEngine]:
     """The engines currently exported (for tests and tooling)."""
     with _lock:
         return list(_engines)
 
 
-def observe_step(engine: Engine, duration_s: float, tokens: int) -> None:
+def observe_step(engine: MeteredEngine, duration_s: float, tokens: int) -> None:
     """Record one engine step of ``duration_s`` seconds that processed ``tokens`` tokens."""
     children = _step_children.get(engine.name)
     if children is None:
@@ -78,7 +87,7 @@ def observe_step(engine: Engine, duration_s: float, tokens: int) -> None:
     children[1].observe(tokens)
 
 
-def count_prefix_cache(engine: Engine, queried_tokens: int, hit_tokens: int) -> None:
+def count_prefix_cache(engine: MeteredEngine, queried_tokens: int, hit_tokens: int) -> None:
     """Count prompt tokens looked up in ``engine``'s prefix cache and, of them, found (once per step)."""
     children = _prefix_children.get(engine.name)
     if children is None:
