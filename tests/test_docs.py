@@ -153,7 +153,8 @@ def test_the_site_shows_every_operators_marble_picture(site: Path) -> None:
 @pytest.mark.timeout(300)
 def test_the_site_has_every_page_of_the_nav(site: Path) -> None:
     nav = re.findall(r":\s+([\w/.-]+\.md)$", (ROOT / "mkdocs.yml").read_text(), re.M)
-    assert len(nav) >= 30
+    nav += [f"reference/{module.page}" for module in modules()]  # the Reference section the hook fills
+    assert len(nav) >= 35
     for page in nav:
         built = site / (page.removesuffix(".md") + "/index.html" if page != "index.md" else "index.html")
         assert built.is_file(), page

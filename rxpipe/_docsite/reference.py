@@ -32,7 +32,8 @@ class Module:
     title: str
 
 
-#: the reference pages, in the order of the manual's navigation
+#: the reference pages, in the order of the manual's navigation (its Reference section is made
+#: from this list); a module this installation has not got (yet) is left out
 MODULES = (
     Module("rxpipe.md", "rxpipe", "Flowable, sources, protocol, errors"),
     Module("operators.md", "rxpipe.operators", "Operators"),
@@ -44,6 +45,7 @@ MODULES = (
     Module("transport.md", "rxpipe.transport", "Transport across hosts"),
     Module("redis.md", "rxpipe.redis", "Redis Streams"),
     Module("nats.md", "rxpipe.nats", "NATS JetStream"),
+    Module("kafka.md", "rxpipe.kafka", "Kafka"),
     Module("runtime.md", "rxpipe.runtime", "Running a pipeline"),
     Module("loader.md", "rxpipe.loader", "Pipeline files"),
     Module("settings.md", "rxpipe.settings", "Settings"),
