@@ -295,7 +295,7 @@ class Schema(Mapping[str, Setting]):
 
     # -- the table ---------------------------------------------------------------------------------
     def table(self, fmt: str = "text") -> str:
-        """The settings as a table: ``"markdown"`` (README) or ``"text"`` (aligned columns)."""
+        """The settings as a table: ``"markdown"`` (the manual's tables) or ``"text"`` (aligned columns)."""
         rows = [(name, s.type_text(), s.default_json(), s.doc) for name, s in self._settings.items()]
         if fmt == "markdown":
             lines = ["| setting | type | default | meaning |", "|---|---|---|---|"]
