@@ -46,10 +46,6 @@ CLOSEST = {
     "flat_map_latest": "`ops.switch_map(fn)`",
     "timestamp": "`ops.map(lambda x: (loop.time(), x))`",
     "ignore_elements": "`ops.filter(lambda _: False)`",
-    "of": "`rx.just(*items)`",
-    "return_value": "`rx.just(item)`",
-    "throw": "`rx.error(exc)`",
-    "from_callable": "`rx.defer(lambda: rx.just(fn()))`",
 }
 
 #: rxpipe names reactivex has the same name for, but a different meaning by argument type
