@@ -25,8 +25,13 @@ from typing import Callable
 
 __all__ = ["IDLE", "BUSY", "BACKPRESSURED", "STATES", "PressureClock", "loop_clock"]
 
-#: the three states (ints: a state is compared on every transition check)
-IDLE, BUSY, BACKPRESSURED = 0, 1, 2
+# the three states are ints: a state is compared on every transition check
+#: the state of a stage waiting for input (neither busy nor backpressured)
+IDLE = 0
+#: the state of a stage working on an item (the executor while its engine steps)
+BUSY = 1
+#: the state of a stage holding an item while its downstream demand is 0
+BACKPRESSURED = 2
 STATES = ("idle", "busy", "backpressured")
 
 
