@@ -7,10 +7,11 @@ the load as it stops, keeps 5 minutes of history on the slider; a screenshot is 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import shutil
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -54,6 +55,17 @@ def gateway_pipeline() -> Any:
     return build_pipeline(module, name, {"max_num_seqs": 4, "queue_capacity": 8, "batch_max_size": 2}, path=path)
 
 
+@contextlib.asynccontextmanager
+async def page_open(driver: Any) -> AsyncIterator[str]:
+    """A small ``llm_gateway`` served on a free port with its ``/pipeline`` page open in ``driver``;
+    the gateway's URL."""
+    async with gateway_pipeline().start(port=0) as running:
+        url = running.url
+        assert url is not None
+        await asyncio.to_thread(driver.get, url + "/pipeline")
+        yield url
+
+
 async def wait_for(driver: Any, condition: Callable[[Any], Any], within_s: float) -> Any:
     """Poll ``condition(driver)`` (in a thread: Selenium blocks) until it is truthy."""
     deadline = time.monotonic() + within_s
@@ -86,11 +98,7 @@ pytestmark = pytest.mark.loops("uvloop")
 
 
 async def test_the_page_names_every_stage_and_marks_the_saturated_executor(browser: Any, tmp_path: Path) -> None:
-    pipeline = gateway_pipeline()
-    async with pipeline.start(port=0) as running:
-        url = running.url
-        assert url is not None
-        await asyncio.to_thread(browser.get, url + "/pipeline")
+    async with page_open(browser) as url:
         assert await asyncio.to_thread(lambda: browser.title) == "rxpipe · llm_gateway · pipeline"
         assert [(name, neck) for name, neck, _ in await asyncio.to_thread(stages, browser)] == [
             (name, "false") for name in NAMES]
@@ -123,11 +131,7 @@ async def test_the_page_names_every_stage_and_marks_the_saturated_executor(brows
 
 
 async def test_the_slider_shows_an_earlier_snapshot_then_goes_back_live(browser: Any) -> None:
-    pipeline = gateway_pipeline()
-    async with pipeline.start(port=0) as running:
-        url = running.url
-        assert url is not None
-        await asyncio.to_thread(browser.get, url + "/pipeline")
+    async with page_open(browser):
         # the initial snapshot, then one event a second: wait for three in the history
         await wait_for(browser, lambda d: int(d.execute_script("return document.getElementById('slider').max")) >= 3,
                        within_s=10.0)
@@ -151,11 +155,7 @@ async def test_the_slider_shows_an_earlier_snapshot_then_goes_back_live(browser:
 
 
 async def test_the_history_keeps_the_last_5_minutes(browser: Any) -> None:
-    pipeline = gateway_pipeline()
-    async with pipeline.start(port=0) as running:
-        url = running.url
-        assert url is not None
-        await asyncio.to_thread(browser.get, url + "/pipeline")
+    async with page_open(browser):
         await wait_for(browser, lambda d: d.execute_script("return document.getElementById('bottleneck').textContent")
                        == "none", within_s=10.0)
 
