@@ -27,12 +27,15 @@ commits past it.
 
 Clocks: Kafka has no clock command; its only broker clock is the record timestamp of a topic
 with ``message.timestamp.type=LogAppendTime``, which the test broker (Tansu 0.6) stores and
-ignores (its records come back with the producer's CreateTime, measured). So nothing here
-compares two hosts' clocks: liveness and pauses are *receipt* times on the reading gateway's own
-clock (the time it read a worker's beat, as Kafka's group coordinator times its members'
-heartbeats), a request's deadline counts from the worker's read of it (``stored_s`` is None), and
-only the cancel-latency histogram uses a control record's timestamp (CreateTime: the gateway's
-wall clock; exact on one host, off by the hosts' clock offset across hosts).
+ignores (its records come back with the producer's CreateTime, measured). Liveness and pauses
+are *receipt* times on the reading gateway's own clock (the time it read a worker's beat, as
+Kafka's group coordinator times its members' heartbeats). Two things can only be measured from a
+record's timestamp: the time a request waited on the topic (its ``stored_s``: the latency
+budget counts from the gateway's publish, as on Redis and NATS, not from the worker's read) and
+the cancel-latency histogram's start (a control record's). A worker takes a record's age on its
+own wall clock (:meth:`KafkaBroker.stamped_s`): exact on one host; across hosts, off by the
+offset between the clock that stamped it (the gateway's, CreateTime; the broker's, LogAppendTime)
+and the worker's — milliseconds between NTP-synchronised hosts, while a budget is seconds.
 """
 
 from __future__ import annotations
@@ -104,6 +107,13 @@ class KafkaBroker:
     def now(self) -> float:
         """This process's clock: the wall clock at start, then monotonic (s since the epoch)."""
         return self._epoch + time.monotonic()
+
+    def stamped_s(self, timestamp_ms: int | None) -> float | None:
+        """A record's timestamp (ms since the epoch) on :meth:`now`'s clock: its age on this
+        host's wall clock (at least 0), back from now. None for a record without one (-1)."""
+        if timestamp_ms is None or timestamp_ms < 0:
+            return None
+        return self.now() - max(0.0, time.time() - timestamp_ms / 1000)
 
     def _client_options(self) -> dict[str, Any]:
         s = self.settings

@@ -110,10 +110,23 @@ class KafkaWorkerBroker(KafkaBroker, WorkerBroker):
         except BaseException:
             await self.close()
             raise
+        await self._first_assignment()
         self._last_poll = time.monotonic()
         self._keepalive = asyncio.get_running_loop().create_task(self._keep_polling(),
                                                                  name=f"rxpipe-kafka-poll-{s.consumer}")
         self._ready = True
+
+    async def _first_assignment(self) -> None:
+        """Wait (at most a rebalance's time, ``max_poll_interval_ms``) until the group gave this
+        worker its partitions (or none: more workers than partitions), so a worker that says it
+        serves can read requests: a request published meanwhile would wait on the topic for the
+        join (~2-3 s on Tansu) and count that wait against its latency budget."""
+        s = self.settings
+        try:
+            await asyncio.wait_for(self._settled.wait(), s.max_poll_interval_ms / 1000 + s.command_timeout_s)
+        except TimeoutError:
+            log.warning("worker %s: no partitions of %s assigned yet (the group's join goes on)", s.consumer,
+                        self.topics.requests)
 
     # -- the group -------------------------------------------------------------------------------
     async def _revoked(self, revoked: set[TopicPartition]) -> None:
@@ -213,7 +226,8 @@ class KafkaWorkerBroker(KafkaBroker, WorkerBroker):
                     continue  # held or finished here already: read again after a rebalance
                 if head and tp.partition not in heads:
                     heads[tp.partition] = head_metadata(record.offset, deliveries)
-                out.append(Delivery((tp.partition, record.offset), record.value, deliveries, None, tp))
+                out.append(Delivery((tp.partition, record.offset), record.value, deliveries,
+                                    self.stamped_s(record.timestamp), tp))
         if heads:
             await self._write_heads(heads)
         return out
@@ -261,8 +275,13 @@ class KafkaWorkerBroker(KafkaBroker, WorkerBroker):
         assert control is not None
         records = await control.getmany(timeout_ms=int(block_s * 1000))
         # the record's timestamp: the cancel-latency histogram's start (see _adapter's docstring)
-        return [(record.value, record.timestamp / 1000) for batch in records.values() for record in batch
-                if record.value]
+        out = []
+        for batch in records.values():
+            for record in batch:
+                if record.value:
+                    written = self.stamped_s(record.timestamp)
+                    out.append((record.value, self.now() if written is None else written))
+        return out
 
     # -- writes ----------------------------------------------------------------------------------
     async def write(self, ops: list[WriteOp]) -> list[Any]:
