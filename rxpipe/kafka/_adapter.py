@@ -94,6 +94,8 @@ class KafkaBroker:
         #: the last command found Kafka unreachable: a stop sends it nothing more (no leave, no
         #: last commit) instead of waiting ``command_timeout_s`` for each
         self.down = False
+        #: one open at a time (the loops that find the adapter closed open it)
+        self._opening = asyncio.Lock()
         # this process's clock, in seconds since the epoch, never stepped (see the module docstring)
         self._epoch = time.time() - time.monotonic()
 
@@ -265,8 +267,11 @@ class KafkaGatewayBroker(KafkaBroker, GatewayBroker):
         self._workers: dict[str, WorkerBeat] = {}
 
     async def open(self) -> None:
-        if self._ready:
-            return
+        async with self._opening:
+            if not self._ready:
+                await self._open()
+
+    async def _open(self) -> None:
         s, t = self.settings, self.topics
         await self._start_common((self.reply_to,))
         try:

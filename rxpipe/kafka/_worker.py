@@ -80,8 +80,11 @@ class KafkaWorkerBroker(KafkaBroker, WorkerBroker):
         return min(1.0, self.settings.max_poll_interval_ms / 4000)
 
     async def open(self) -> None:
-        if self._ready:
-            return
+        async with self._opening:
+            if not self._ready:
+                await self._open()
+
+    async def _open(self) -> None:
         s, t = self.settings, self.topics
         await self._start_common()
         try:
