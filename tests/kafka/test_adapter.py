@@ -85,6 +85,38 @@ async def test_a_request_held_by_workers_that_die_counts_its_deliveries(tansu: T
         await gw.close()
 
 
+@pytest.mark.timeout(60)
+async def test_a_delivery_is_stamped_with_its_publish_time_and_a_worker_opens_with_its_partitions(
+        tansu: TansuServer) -> None:
+    """The time a request waited on the topic counts against its latency budget (``stored_s``:
+    its record's timestamp on the worker's clock), and the worker's open returns once the group
+    gave it its partitions (a read right after it gets the request, without the join's wait)."""
+    settings = KafkaSettings(url=tansu.url, consumer="w", partitions=1, session_timeout_ms=3000,
+                             heartbeat_interval_ms=300, max_poll_interval_ms=3000)
+    gw = KafkaGatewayBroker(settings)
+    gw.reply_to = "rxpipe.requests.replies.g1"
+    await gw.open()
+    wk = KafkaWorkerBroker(settings)
+    try:
+        before = time.monotonic()
+        assert (await gw.write([WriteOp("publish", (b'{"id":"r1"}',))]))[0] == (0, 0)
+        after = time.monotonic()
+        await wk.open()  # the group's join: seconds on Tansu
+        assert wk.assignments == 1 and sorted(tp.partition for tp in wk.offsets) == [0]
+        got = await wk.fetch(4, 5.0)
+        assert [(d.key, d.payload) for d in got] == [((0, 0), b'{"id":"r1"}')]
+        stored = got[0].stored_s
+        assert stored is not None
+        early = time.monotonic()
+        waited = wk.now() - stored
+        late = time.monotonic()
+        # since the write's end at least, since its start at most (timestamps are whole milliseconds)
+        assert early - after - 0.002 <= waited <= late - before + 0.002, (waited, early - after, late - before)
+    finally:
+        await wk.close()
+        await gw.close()
+
+
 def test_transient_errors_cover_an_unreachable_broker() -> None:
     import aiokafka.errors as errors
 
