@@ -113,23 +113,10 @@ class KafkaWorkerBroker(KafkaBroker, WorkerBroker):
         except BaseException:
             await self.close()
             raise
-        await self._first_assignment()
         self._last_poll = time.monotonic()
         self._keepalive = asyncio.get_running_loop().create_task(self._keep_polling(),
                                                                  name=f"rxpipe-kafka-poll-{s.consumer}")
         self._ready = True
-
-    async def _first_assignment(self) -> None:
-        """Wait (at most a rebalance's time, ``max_poll_interval_ms``) until the group gave this
-        worker its partitions (or none: more workers than partitions), so a worker that says it
-        serves can read requests: a request published meanwhile would wait on the topic for the
-        join (~2-3 s on Tansu) and count that wait against its latency budget."""
-        s = self.settings
-        try:
-            await asyncio.wait_for(self._settled.wait(), s.max_poll_interval_ms / 1000 + s.command_timeout_s)
-        except TimeoutError:
-            log.warning("worker %s: no partitions of %s assigned yet (the group's join goes on)", s.consumer,
-                        self.topics.requests)
 
     # -- the group -------------------------------------------------------------------------------
     async def _revoked(self, revoked: set[TopicPartition]) -> None:
