@@ -27,12 +27,15 @@ commits past it.
 
 Clocks: Kafka has no clock command; its only broker clock is the record timestamp of a topic
 with ``message.timestamp.type=LogAppendTime``, which the test broker (Tansu 0.6) stores and
-ignores (its records come back with the producer's CreateTime, measured). So nothing here
-compares two hosts' clocks: liveness and pauses are *receipt* times on the reading gateway's own
-clock (the time it read a worker's beat, as Kafka's group coordinator times its members'
-heartbeats), a request's deadline counts from the worker's read of it (``stored_s`` is None), and
-only the cancel-latency histogram uses a control record's timestamp (CreateTime: the gateway's
-wall clock; exact on one host, off by the hosts' clock offset across hosts).
+ignores (its records come back with the producer's CreateTime, measured). Liveness and pauses
+are *receipt* times on the reading gateway's own clock (the time it read a worker's beat, as
+Kafka's group coordinator times its members' heartbeats). Two things can only be measured from a
+record's timestamp: the time a request waited on the topic (its ``stored_s``: the latency
+budget counts from the gateway's publish, as on Redis and NATS, not from the worker's read) and
+the cancel-latency histogram's start (a control record's). A worker takes a record's age on its
+own wall clock (:meth:`KafkaBroker.stamped_s`): exact on one host; across hosts, off by the
+offset between the clock that stamped it (the gateway's, CreateTime; the broker's, LogAppendTime)
+and the worker's — milliseconds between NTP-synchronised hosts, while a budget is seconds.
 """
 
 from __future__ import annotations
@@ -51,7 +54,7 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from ..transport._interface import GatewayBroker, Snapshot, WorkerBeat, WriteOp
 from ._settings import KafkaSettings, topics
 
-__all__ = ["KafkaGatewayBroker", "TRANSIENT", "KafkaBroker"]
+__all__ = ["KafkaGatewayBroker", "TRANSIENT", "KafkaBroker", "stop_clients"]
 
 log = logging.getLogger("rxpipe.kafka")
 
@@ -66,6 +69,9 @@ TRANSIENT: tuple[type[BaseException], ...] = (
 _FORGET_S = 60.0
 #: a partition's head delivery count is kept this long (s; a crash loop writes it again each round)
 _HEADS_S = 24 * 3600.0
+#: the longest a client's stop may take (s), and while Kafka is down (it only waits for what it cannot send)
+_STOP_S = 5.0
+_DOWN_STOP_S = 1.0
 
 
 class KafkaBroker:
@@ -85,12 +91,31 @@ class KafkaBroker:
         #: the request topic's partitions (as the broker has them)
         self.partitions: list[TopicPartition] = []
         self._ready = False
+        #: the last command found Kafka unreachable: a stop sends it nothing more (no leave, no
+        #: last commit) instead of waiting ``command_timeout_s`` for each
+        self.down = False
+        #: one open at a time (the loops that find the adapter closed open it)
+        self._opening = asyncio.Lock()
         # this process's clock, in seconds since the epoch, never stepped (see the module docstring)
         self._epoch = time.time() - time.monotonic()
+
+    @property
+    def reachable(self) -> bool:
+        """False from a command that found Kafka unreachable until one goes through again (a
+        read that only waited says nothing: aiokafka's ``getmany`` returns nothing while the
+        broker is down)."""
+        return not self.down
 
     def now(self) -> float:
         """This process's clock: the wall clock at start, then monotonic (s since the epoch)."""
         return self._epoch + time.monotonic()
+
+    def stamped_s(self, timestamp_ms: int | None) -> float | None:
+        """A record's timestamp (ms since the epoch) on :meth:`now`'s clock: its age on this
+        host's wall clock (at least 0), back from now. None for a record without one (-1)."""
+        if timestamp_ms is None or timestamp_ms < 0:
+            return None
+        return self.now() - max(0.0, time.time() - timestamp_ms / 1000)
 
     def _client_options(self) -> dict[str, Any]:
         s = self.settings
@@ -98,10 +123,34 @@ class KafkaBroker:
                 "retry_backoff_ms": max(1, int(s.backoff_base_s * 1000)),
                 "connections_max_idle_ms": 540000}
 
-    async def _answer(self, waiting: Any, timeout_s: float | None = None) -> Any:
+    async def _answer(self, waiting: Any, timeout_s: float | None = None, *, answered: bool = True) -> Any:
         """``waiting`` within ``command_timeout_s`` (``asyncio.TimeoutError`` otherwise: aiokafka
-        retries a request to a broker that is gone until its own, longer, timeout)."""
-        return await asyncio.wait_for(waiting, timeout_s or self.settings.command_timeout_s)
+        retries a request to a broker that is gone until its own, longer, timeout). A transient
+        error marks Kafka :attr:`down`; a result clears it when it is Kafka's answer
+        (``answered``; not a record only queued in the producer, whose future is awaited next)."""
+        try:
+            result = await asyncio.wait_for(waiting, timeout_s or self.settings.command_timeout_s)
+        except TRANSIENT:
+            self.down = True
+            raise
+        if answered:
+            self.down = False
+        return result
+
+    async def _enqueue(self, topic: str, value: bytes, **options: Any) -> asyncio.Future[Any]:
+        """Queue one record in the producer (waits while its buffer is full); the future it
+        returns settles with the record's metadata once Kafka stored it."""
+        assert self.producer is not None
+        return await self._answer(self.producer.send(topic, value, **options), answered=False)
+
+    def _stored(self, results: list[Any]) -> list[Any]:
+        """The results of records sent together: one stored means Kafka answered; none stored
+        and one failed as unreachable means it is :attr:`down`."""
+        if any(not isinstance(result, BaseException) for result in results):
+            self.down = False
+        elif any(isinstance(result, TRANSIENT) for result in results):
+            self.down = True
+        return results
 
     async def _start_common(self, extra_topics: tuple[str, ...] = ()) -> None:
         """Admin client, topics, producer (raises a transient error while Kafka is unreachable;
@@ -146,28 +195,60 @@ class KafkaBroker:
                         t.requests, count, s.partitions, count)
         self.partitions = [TopicPartition(t.requests, p) for p in range(count)]
 
+    @property
+    def stop_timeout_s(self) -> float:
+        """How long a client's stop may take (s): :data:`_STOP_S`, or :data:`_DOWN_STOP_S` while
+        Kafka is down (a stop then only waits for what it can never send)."""
+        return _DOWN_STOP_S if self.down else _STOP_S
+
     async def _stop_common(self) -> None:
-        producer, self.producer = self.producer, None
-        if producer is not None:
-            await _quietly(producer.stop())
-        admin, self.admin = self.admin, None
-        if admin is not None:
-            await _quietly(admin.close())
+        clients = [self.producer, self.admin]
+        self.producer = self.admin = None
+        await stop_clients(clients, self.stop_timeout_s)
         self._ready = False
 
     async def _send_live(self, key: str, value: dict[str, Any]) -> None:
         """One liveness record (stored before this returns)."""
         assert self.producer is not None
-        future = await self._answer(self.producer.send(self.topics.live, orjson.dumps(value), key=key.encode(),
-                                                       partition=0))
+        future = await self._enqueue(self.topics.live, orjson.dumps(value), key=key.encode(), partition=0)
         await self._answer(future)
 
 
-async def _quietly(stopping: Any) -> None:
+async def _quietly(stopping: Any, timeout_s: float) -> bool:
+    """Await a client's ``stop()``/``close()`` for at most ``timeout_s``; False if it failed.
+
+    aiokafka (0.14) lets a CancelledError of its own out of ``AIOKafkaConsumer.stop()`` when a
+    fetch was retrying against a broker that is down (the fetcher cancels its pending fetch
+    tasks and awaits them unguarded; the class of aiokafka issue 647): that is the client's failure to stop,
+    not a cancellation of this task, and is swallowed like any other (a cancellation of this
+    task is re-raised)."""
     try:
-        await asyncio.wait_for(stopping, 5.0)
+        await asyncio.wait_for(stopping, timeout_s)
+    except asyncio.CancelledError:
+        task = asyncio.current_task()
+        if task is not None and task.cancelling():
+            raise
+        log.debug("kafka: stopping a client: its own task was cancelled")
+        return False
     except Exception as error:  # closing anyway
         log.debug("kafka: stopping a client: %r", error)
+        return False
+    return True
+
+
+async def stop_clients(clients: list[Any], timeout_s: float) -> None:
+    """Stop aiokafka clients (consumers, producers, admin clients) together, each within
+    ``timeout_s``. A client whose stop failed part-way has its connections closed all the same
+    (its network client's ``close()``, which aiokafka runs last, after what failed)."""
+
+    async def stop(client: Any) -> None:
+        stopping = client.close() if isinstance(client, AIOKafkaAdminClient) else client.stop()
+        if not await _quietly(stopping, timeout_s):
+            network = getattr(client, "_client", None) or getattr(client, "client", None)
+            if network is not None:
+                await _quietly(network.close(), timeout_s)
+
+    await asyncio.gather(*(stop(client) for client in clients if client is not None))
 
 
 class KafkaGatewayBroker(KafkaBroker, GatewayBroker):
@@ -186,8 +267,11 @@ class KafkaGatewayBroker(KafkaBroker, GatewayBroker):
         self._workers: dict[str, WorkerBeat] = {}
 
     async def open(self) -> None:
-        if self._ready:
-            return
+        async with self._opening:
+            if not self._ready:
+                await self._open()
+
+    async def _open(self) -> None:
         s, t = self.settings, self.topics
         await self._start_common((self.reply_to,))
         try:
@@ -221,15 +305,16 @@ class KafkaGatewayBroker(KafkaBroker, GatewayBroker):
         for i, op in enumerate(ops):
             if op.kind == "publish":
                 partition = next(self._round_robin) % count
-                pending.append((i, await self._answer(producer.send(t.requests, op.args[0], partition=partition))))
+                pending.append((i, await self._enqueue(t.requests, op.args[0], partition=partition)))
             elif op.kind == "control":
-                pending.append((i, await self._answer(producer.send(t.control, op.args[0], partition=0))))
+                pending.append((i, await self._enqueue(t.control, op.args[0], partition=0)))
             elif op.kind == "withdraw":
                 # Kafka deletes no record: the worker reading it skips it (the cancel reached it first)
                 results[i] = op.args[0]
             else:
                 raise ValueError(f"unknown write {op.kind!r}")
-        stored = await self._answer(asyncio.gather(*(f for _, f in pending), return_exceptions=True))
+        stored = self._stored(await self._answer(asyncio.gather(*(f for _, f in pending), return_exceptions=True),
+                                                 answered=False))
         if stored and all(isinstance(r, TRANSIENT) for r in stored):
             raise stored[0]
         for (i, _), metadata in zip(pending, stored, strict=True):
@@ -316,8 +401,8 @@ class KafkaGatewayBroker(KafkaBroker, GatewayBroker):
         return out
 
     async def leave(self, gateway_id: str) -> None:
-        if not self._ready or self.admin is None:
-            return
+        if not self._ready or self.admin is None or self.down:
+            return  # with Kafka down its registration ages out, its reply topic stays (retention: reply_ttl_s)
         await self._send_live(f"g:{gateway_id}", {"left": True})
         try:
             await self._answer(self.admin.delete_topics([self.reply_to]))
@@ -325,9 +410,7 @@ class KafkaGatewayBroker(KafkaBroker, GatewayBroker):
             log.debug("kafka: deleting %s: %r", self.reply_to, error)
 
     async def close(self) -> None:
-        for attr in ("_replies", "_meta"):
-            consumer = getattr(self, attr)
-            setattr(self, attr, None)
-            if consumer is not None:
-                await _quietly(consumer.stop())
+        consumers = [self._replies, self._meta]
+        self._replies = self._meta = None
+        await stop_clients(consumers, self.stop_timeout_s)
         await self._stop_common()

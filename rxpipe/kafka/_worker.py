@@ -29,7 +29,7 @@ from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
 from aiokafka.structs import OffsetAndMetadata
 
 from ..transport._interface import Delivery, WorkerBroker, WriteOp
-from ._adapter import TRANSIENT, KafkaBroker, _quietly
+from ._adapter import TRANSIENT, KafkaBroker, stop_clients
 from ._offsets import PartitionOffsets, head_metadata, parse_head
 from ._settings import KafkaSettings
 
@@ -80,8 +80,11 @@ class KafkaWorkerBroker(KafkaBroker, WorkerBroker):
         return min(1.0, self.settings.max_poll_interval_ms / 4000)
 
     async def open(self) -> None:
-        if self._ready:
-            return
+        async with self._opening:
+            if not self._ready:
+                await self._open()
+
+    async def _open(self) -> None:
         s, t = self.settings, self.topics
         await self._start_common()
         try:
@@ -213,7 +216,8 @@ class KafkaWorkerBroker(KafkaBroker, WorkerBroker):
                     continue  # held or finished here already: read again after a rebalance
                 if head and tp.partition not in heads:
                     heads[tp.partition] = head_metadata(record.offset, deliveries)
-                out.append(Delivery((tp.partition, record.offset), record.value, deliveries, None, tp))
+                out.append(Delivery((tp.partition, record.offset), record.value, deliveries,
+                                    self.stamped_s(record.timestamp), tp))
         if heads:
             await self._write_heads(heads)
         return out
@@ -247,10 +251,8 @@ class KafkaWorkerBroker(KafkaBroker, WorkerBroker):
     async def _write_heads(self, heads: dict[int, bytes]) -> None:
         """Store each partition's head count (partition -> record) before it runs; a broker error
         leaves the count one short (it is logged at DEBUG)."""
-        producer = self.producer
-        assert producer is not None
         try:
-            sent = [await self._answer(producer.send(self.topics.heads, record, partition=partition))
+            sent = [await self._enqueue(self.topics.heads, record, partition=partition)
                     for partition, record in heads.items()]
             await self._answer(asyncio.gather(*sent))
         except (TimeoutError, errors.KafkaError) as error:
@@ -263,8 +265,13 @@ class KafkaWorkerBroker(KafkaBroker, WorkerBroker):
         assert control is not None
         records = await control.getmany(timeout_ms=int(block_s * 1000))
         # the record's timestamp: the cancel-latency histogram's start (see _adapter's docstring)
-        return [(record.value, record.timestamp / 1000) for batch in records.values() for record in batch
-                if record.value]
+        out = []
+        for batch in records.values():
+            for record in batch:
+                if record.value:
+                    written = self.stamped_s(record.timestamp)
+                    out.append((record.value, self.now() if written is None else written))
+        return out
 
     # -- writes ----------------------------------------------------------------------------------
     async def write(self, ops: list[WriteOp]) -> list[Any]:
@@ -272,23 +279,23 @@ class KafkaWorkerBroker(KafkaBroker, WorkerBroker):
         stored before an offset is committed; then the acks' commit points, in one commit."""
         if not self._ready:
             await self.open()
-        producer, consumer = self.producer, self.consumer
-        assert producer is not None and consumer is not None
+        consumer = self.consumer
+        assert self.producer is not None and consumer is not None
         results: list[Any] = [None] * len(ops)
         sends: list[Any] = []
         run: list[bytes] = []
-        topic = None
+        topic = ""
         for op in ops:
             if op.kind != "reply":
                 continue
             if op.args[0] != topic and run:
-                sends.append(await self._answer(producer.send(topic, b"\n".join(run), partition=0)))
+                sends.append(await self._enqueue(topic, b"\n".join(run), partition=0))
                 run = []
             topic = op.args[0]
             run.append(op.args[1])
         if run:
-            sends.append(await self._answer(producer.send(topic, b"\n".join(run), partition=0)))
-        stored = await self._answer(asyncio.gather(*sends, return_exceptions=True))
+            sends.append(await self._enqueue(topic, b"\n".join(run), partition=0))
+        stored = self._stored(await self._answer(asyncio.gather(*sends, return_exceptions=True), answered=False))
         for result in stored:
             if isinstance(result, BaseException):
                 raise result  # resent whole: the gateway drops what it already has
@@ -354,7 +361,7 @@ class KafkaWorkerBroker(KafkaBroker, WorkerBroker):
         await self._commit()  # commit points a broker error left due
 
     async def leave(self, consumer: str) -> None:
-        if self._ready:
+        if self._ready and not self.down:  # with Kafka down its beat just ages out
             await self._send_live(f"w:{consumer}", {"left": True})
 
     async def close(self) -> None:
@@ -365,15 +372,14 @@ class KafkaWorkerBroker(KafkaBroker, WorkerBroker):
                 await task
             except (asyncio.CancelledError, Exception):
                 pass
-        if self.consumer is not None and self._due:
+        if self.consumer is not None and self._due and not self.down:  # else redelivered: the gateway de-duplicates
             try:
                 await self._commit()
             except Exception as error:
                 log.debug("kafka: last commit: %r", error)
-        for attr in ("consumer", "_control", "_heads"):
-            consumer = getattr(self, attr)
-            setattr(self, attr, None)
-            if consumer is not None:
-                await _quietly(consumer.stop())  # the group's member leaves: its partitions move at once
+        # the group's member leaves as its consumer stops: its partitions move at once
+        consumers = [self.consumer, self._control, self._heads]
+        self.consumer = self._control = self._heads = None
+        await stop_clients(consumers, self.stop_timeout_s)
         self._buffer = []
         await self._stop_common()

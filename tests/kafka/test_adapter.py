@@ -85,6 +85,39 @@ async def test_a_request_held_by_workers_that_die_counts_its_deliveries(tansu: T
         await gw.close()
 
 
+@pytest.mark.timeout(60)
+async def test_a_delivery_is_stamped_with_its_publish_time(tansu: TansuServer) -> None:
+    """The time a request waited on the topic (here: the worker's group join, seconds on Tansu)
+    counts against its latency budget (``stored_s``: its record's timestamp on the worker's clock)."""
+    settings = KafkaSettings(url=tansu.url, consumer="w", partitions=1, session_timeout_ms=3000,
+                             heartbeat_interval_ms=300, max_poll_interval_ms=3000)
+    gw = KafkaGatewayBroker(settings)
+    gw.reply_to = "rxpipe.requests.replies.g1"
+    await gw.open()
+    wk = KafkaWorkerBroker(settings)
+    try:
+        before = time.monotonic()
+        assert (await gw.write([WriteOp("publish", (b'{"id":"r1"}',))]))[0] == (0, 0)
+        after = time.monotonic()
+        await wk.open()
+        deadline = time.monotonic() + 20
+        got = []
+        while not got:  # the group's join first
+            assert time.monotonic() < deadline, "the request never came"
+            got = await wk.fetch(4, 0.5)
+        assert [(d.key, d.payload) for d in got] == [((0, 0), b'{"id":"r1"}')]
+        stored = got[0].stored_s
+        assert stored is not None
+        early = time.monotonic()
+        waited = wk.now() - stored
+        late = time.monotonic()
+        # since the write's end at least, since its start at most (timestamps are whole milliseconds)
+        assert early - after - 0.002 <= waited <= late - before + 0.002, (waited, early - after, late - before)
+    finally:
+        await wk.close()
+        await gw.close()
+
+
 def test_transient_errors_cover_an_unreachable_broker() -> None:
     import aiokafka.errors as errors
 
