@@ -10,9 +10,10 @@ is neither an HTTP server, nor a broker, nor a backend:
 
 - records: :class:`CompletionRequest`, :class:`TokenChunk`, :class:`Completion` (``.tokens``
   with credit, awaitable ``.result``), :class:`CompletionResult`, :data:`FINISH_REASONS`,
-  :func:`estimate_tokens`;
+  :func:`estimate_tokens` (:data:`PART_TOKENS` per content part that is not text);
 - :class:`Engine`: the interface the executor drives (``free_slots`` is the pipeline's demand)
-  and the base of every backend (:mod:`rxpipe.engines`);
+  and the base of every backend (:mod:`rxpipe.engines`); what an engine serves beyond text
+  (``Engine.features``, names of :data:`FEATURES`, or :data:`ALL_FEATURES`);
 - the serving stages: :func:`execute` (the executor, where backpressure is born),
   :func:`edge_queue` and :func:`fair_queue` (the queues behind an edge, the latter answering
   the :class:`AdmissionQueue` protocol per tenant), :func:`balance` with
@@ -29,10 +30,19 @@ from ._admission import AdmissionQueue
 from ._affinity import PrefixAffinity, RoutingPolicy
 from ._edge_queue import EdgeQueueFlowable, ReplyFuture, edge_queue, reply_departure
 from ._execute import ExecuteFlowable
+from ._features import ALL_FEATURES, FEATURES
 from ._operators import balance, cache, execute, fair_queue, prefix_affinity
 from ._outcomes import OUTCOMES, count_finished, outcome_of
 from .engine import Engine
-from .records import FINISH_REASONS, Completion, CompletionRequest, CompletionResult, TokenChunk, estimate_tokens
+from .records import (
+    FINISH_REASONS,
+    PART_TOKENS,
+    Completion,
+    CompletionRequest,
+    CompletionResult,
+    TokenChunk,
+    estimate_tokens,
+)
 
 __all__ = [
     "CompletionRequest",
@@ -41,7 +51,10 @@ __all__ = [
     "Completion",
     "FINISH_REASONS",
     "estimate_tokens",
+    "PART_TOKENS",
     "Engine",
+    "FEATURES",
+    "ALL_FEATURES",
     "execute",
     "ExecuteFlowable",
     "edge_queue",
