@@ -12,7 +12,7 @@ import orjson
 from aiohttp import HttpVersion11, web
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
 
-from ._completions import CHAT, COMPLETIONS, CompletionRoutes
+from ._completions import CHAT, COMPLETIONS, EMBEDDINGS, RESPONSES, CompletionRoutes
 from ._edge import Edge
 from ._metrics import count_request
 from ._responses import (
@@ -37,7 +37,8 @@ _MODEL_PATH = re.compile(r"/v1/models/[^{}/]+")
 _GET = ("GET", "HEAD")
 #: the fixed paths the edge serves: an answer on one of them is counted under its path (a 405
 #: too), any other under "other" (the route label stays a bounded set)
-_ROUTES = frozenset({COMPLETIONS, CHAT, "/v1/models", "/metrics", "/health", "/healthz", "/readyz"})
+_ROUTES = frozenset({COMPLETIONS, CHAT, EMBEDDINGS, RESPONSES, "/v1/models", "/metrics", "/health", "/healthz",
+                     "/readyz"})
 
 
 class _Operational:
@@ -147,7 +148,8 @@ def make_app(edge: Edge, loop: asyncio.AbstractEventLoop) -> EdgeApp:
     (method, percent-encoded path) to the routes of the edge (no router, no middleware),
     and the body limit ``config.max_body_bytes``.
 
-    Routes: ``POST /v1/completions``, ``POST /v1/chat/completions``; ``GET`` (and ``HEAD``)
+    Routes: ``POST /v1/completions``, ``/v1/chat/completions``, ``/v1/embeddings``,
+    ``/v1/responses``; ``GET`` (and ``HEAD``)
     ``/v1/models``, ``/v1/models/{model}``, ``/metrics``, ``/health``, ``/healthz``, ``/readyz``.
     Anything else: 404 ``unknown_route``, or 405 ``method_not_allowed`` with ``Allow`` on a known
     path (:func:`_unrouted`). A request with ``Expect`` is answered as :func:`_expect` says."""
@@ -155,8 +157,8 @@ def make_app(edge: Edge, loop: asyncio.AbstractEventLoop) -> EdgeApp:
     operational = _Operational(edge)
     by_path: dict[str, dict[str, Handler]] = {
         # partials of one coroutine function: called straight, no wrapper layer
-        COMPLETIONS: {"POST": functools.partial(completions.serve, chat=False)},
-        CHAT: {"POST": functools.partial(completions.serve, chat=True)},
+        route: {"POST": functools.partial(completions.serve, route=route)}
+        for route in (COMPLETIONS, CHAT, EMBEDDINGS, RESPONSES)
     }
     for path, handler in ((_MODELS, operational.models), ("/metrics", operational.metrics),
                           ("/health", operational.healthz),  # vLLM's name for the liveness probe
