@@ -121,12 +121,17 @@ class AnswerBuilder:
 
 
 def _fold(whole: dict[str, Any], piece: Mapping[str, Any]) -> None:
-    """A function fragment onto the function so far: ``name`` and ``arguments`` concatenate."""
+    """A function fragment onto the function so far: ``arguments`` concatenate; so does ``name``
+    unless the fragment repeats the whole name (llama.cpp's server sends it in every fragment,
+    OpenAI and vLLM in the first only)."""
     for key, value in piece.items():
         if value is None:
             continue
-        if key in ("name", "arguments") and isinstance(value, str) and isinstance(whole.get(key), str):
-            whole[key] += value
+        mine = whole.get(key)
+        if key == "arguments" and isinstance(value, str) and isinstance(mine, str):
+            whole[key] = mine + value
+        elif key == "name" and isinstance(value, str) and isinstance(mine, str) and value != mine:
+            whole[key] = mine + value
         else:
             whole[key] = value
 
