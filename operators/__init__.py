@@ -10,8 +10,10 @@ Marble legend: ``-`` time, letters items, ``|`` completion, ``#`` error, ``^n`` 
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Awaitable, Callable, Hashable, TypeVar
 
+from rxpipe._durations import as_seconds
 from rxpipe._fusion import fuse
 from rxpipe._protocol import UNBOUNDED as _UNBOUNDED
 from rxpipe._protocol import Publisher as _Publisher
@@ -62,6 +64,29 @@ T = TypeVar("T")
 R = TypeVar("R")
 
 
+#: "not given" for an argument that has a reactivex name and an rxpipe name (None can be a value)
+_ABSENT: Any = _Stage.NOTHING
+
+
+def _either(op: str, rx_name: str, rx_value: Any, our_name: str, our_value: Any) -> Any:
+    """One argument under reactivex's name or rxpipe's (DESIGN §3 "RxPY names"); both: TypeError."""
+    if our_value is _ABSENT:
+        return rx_value
+    if rx_value is not _ABSENT and rx_value is not None:
+        raise TypeError(f"{op}() got {rx_name}= and {our_name}=, two names of one argument: give one")
+    return our_value
+
+
+def _required(op: str, rx_name: str, value: Any) -> Any:
+    if value is _ABSENT:
+        raise TypeError(f"{op}() missing its argument {rx_name!r}")
+    return value
+
+
+def _identity(x: Any) -> Any:
+    return x
+
+
 def _check_callable(op: str, fn: object) -> None:
     if not callable(fn):
         raise TypeError(f"{op}() needs a callable, got {fn!r}")
@@ -71,8 +96,9 @@ def _check_count(op: str, n: object) -> None:
     check_int(n, f"{op}(n)", minimum=0)
 
 
-def map(fn: Callable[[T], R], *, name: str | None = None) -> Operator:  # noqa: A001
-    """Transform each item with ``fn``.
+def map(mapper: Callable[[T], R] | None = None, *, name: str | None = None,  # noqa: A001
+        fn: Callable[[T], R] = _ABSENT) -> Operator:
+    """Transform each item with ``mapper`` (also ``fn=``; None: the identity, as in reactivex).
 
         source:  -1-2-3-|
         output:  -2-4-6-|        map(lambda x: x * 2)
@@ -83,6 +109,8 @@ def map(fn: Callable[[T], R], *, name: str | None = None) -> Operator:  # noqa: 
     ``fn`` returning None signals ``TypeError`` (items are never None, Reactive Streams §2.13).
     Anchor: reactivex ``map``, Reactor ``map``.
     """
+    fn = _either("map", "mapper", mapper, "fn", fn)
+    fn = _identity if fn is None else fn
     _check_callable("map", fn)
     return lambda source: fuse(source, "map", name, fn)
 
@@ -104,22 +132,26 @@ def filter(predicate: Callable[[T], Any], *, name: str | None = None) -> Operato
     return lambda source: fuse(source, "filter", name, predicate)
 
 
-def scan(fn: Callable[[R, T], R], seed: R, *, name: str | None = None) -> Operator:
-    """Emit the running accumulation ``acc = fn(acc, item)``, starting from ``seed``.
+def scan(accumulator: Callable[[R, T], R] = _ABSENT, seed: R = _ABSENT, *, name: str | None = None,
+         fn: Callable[[R, T], R] = _ABSENT) -> Operator:
+    """Emit the running accumulation ``acc = accumulator(acc, item)`` (also ``fn=``), starting
+    from ``seed``; without a seed the first item is the first accumulation, emitted as is.
 
         source:  -1-2-3-|
-        output:  -1-3-6-|        scan(operator.add, 0)
+        output:  -1-3-6-|        scan(operator.add, 0), and scan(operator.add) alike
 
     The seed itself is not emitted (one output per input). State is per subscription.
-    Demand: passed through exactly. Signals: ``fn`` raising → cancel upstream + ``on_error``;
-    ``fn`` returning None → ``TypeError``. Anchor: reactivex ``scan`` with a seed.
+    Demand: passed through exactly. Signals: ``accumulator`` raising → cancel upstream +
+    ``on_error``; returning None → ``TypeError``. Anchor: reactivex ``scan(accumulator,
+    seed=NotSet)``.
     """
+    fn = _required("scan", "accumulator", _either("scan", "accumulator", accumulator, "fn", fn))
     _check_callable("scan", fn)
     return lambda source: fuse(source, "scan", name, fn, seed)
 
 
-def take(n: int, *, name: str | None = None) -> Operator:
-    """Emit the first ``n`` items, then cancel upstream and complete.
+def take(count: int = _ABSENT, *, name: str | None = None, n: int = _ABSENT) -> Operator:
+    """Emit the first ``count`` items (also ``n=``), then cancel upstream and complete.
 
         source:  -a-b-c-d-
         output:  -a-(b|)         take(2): completes with b; upstream sees cancel right after b
@@ -128,12 +160,13 @@ def take(n: int, *, name: str | None = None) -> Operator:
     ``take(n, limitRequest=true)``); ``take(0)`` completes at once without subscribing upstream.
     Signals: ValueError for ``n < 0``. Anchor: Reactor ``take``.
     """
+    n = _required("take", "count", _either("take", "count", count, "n", n))
     _check_count("take", n)
     return lambda source: fuse(source, "take", name, None, n)
 
 
-def skip(n: int, *, name: str | None = None) -> Operator:
-    """Drop the first ``n`` items, then pass the rest.
+def skip(count: int = _ABSENT, *, name: str | None = None, n: int = _ABSENT) -> Operator:
+    """Drop the first ``count`` items (also ``n=``), then pass the rest.
 
         source:  -a-b-c-d-|
         output:  -----c-d-|      skip(2)
@@ -141,16 +174,22 @@ def skip(n: int, *, name: str | None = None) -> Operator:
     Demand: passed through; each skipped item asks upstream for one more (like ``filter``).
     Signals: ValueError for ``n < 0``. Anchor: Reactor ``skip``.
     """
+    n = _required("skip", "count", _either("skip", "count", count, "n", n))
     _check_count("skip", n)
     return lambda source: fuse(source, "skip", name, None, n)
 
 
 def tap(on_next: Callable[[T], Any] | None = None, on_error: Callable[[BaseException], Any] | None = None,
-        on_complete: Callable[[], Any] | None = None, *, name: str | None = None) -> Operator:
+        on_completed: Callable[[], Any] | None = None, *, name: str | None = None,
+        on_complete: Callable[[], Any] | None = _ABSENT) -> Operator:
     """Call side-effect callbacks for the signals passing through; items are unchanged.
 
         source:  -a-b-|
-        output:  -a-b-|          on_next(a), on_next(b), on_complete()
+        output:  -a-b-|          on_next(a), on_next(b), on_completed()
+
+    ``on_completed`` is reactivex's name, ``on_complete=`` rxpipe's (either). An observer
+    (anything with ``on_next``/``on_error``/``on_completed`` methods) as the first argument
+    taps all three, as reactivex's ``tap(observer)`` does.
 
     Demand: passed through exactly. Signals: ``on_next`` raising cancels upstream and signals the
     exception downstream; ``on_complete`` raising turns the completion into ``on_error``;
@@ -158,6 +197,13 @@ def tap(on_next: Callable[[T], Any] | None = None, on_error: Callable[[BaseExcep
     does not see the completion ``take`` makes (upstream is cancelled, not completed).
     Anchor: reactivex ``do_action``, Reactor ``doOnNext``/``doOnError``/``doOnComplete``.
     """
+    on_complete = _either("tap", "on_completed", on_completed, "on_complete", on_complete)
+    if on_next is not None and not callable(on_next) and callable(getattr(on_next, "on_next", None)):
+        observer: Any = on_next  # reactivex's tap(observer)
+        if on_error is not None or on_complete is not None:
+            raise TypeError("tap(observer) takes no other callbacks")
+        on_next, on_error = observer.on_next, getattr(observer, "on_error", None)
+        on_complete = getattr(observer, "on_completed", None) or getattr(observer, "on_complete", None)
     for label, fn in (("on_next", on_next), ("on_error", on_error), ("on_complete", on_complete)):
         if fn is not None and not callable(fn):
             raise TypeError(f"tap({label}=) needs a callable, got {fn!r}")
@@ -286,8 +332,9 @@ def batch(max_size: int, max_delay_s: float | None = None, *, weight: Callable[[
     """
     _check_int("batch", "max_size", max_size, 1)
     if max_delay_s is not None:
+        max_delay_s = as_seconds(max_delay_s)  # type: ignore[assignment]
         _check_positive("batch", "max_delay_s", max_delay_s)
-        max_delay_s = float(max_delay_s)
+        max_delay_s = float(max_delay_s)  # type: ignore[arg-type]
     if (weight is None) != (max_weight is None):
         raise ValueError("batch(weight=, max_weight=) go together: give both or neither")
     if weight is not None:
@@ -368,7 +415,8 @@ def map_async(fn: Callable[[T], Awaitable[R]], concurrency: int = 1, ordered: bo
     return map_async_stage(fn, concurrency, bool(ordered), retry, breaker, None, name=name)
 
 
-def timeout(seconds: float, mode: str = "idle", *, name: str | None = None) -> Operator:
+def timeout(duetime: float | timedelta = _ABSENT, mode: str = "idle", *, name: str | None = None,
+            seconds: float | timedelta = _ABSENT) -> Operator:
     """Signal ``TimeoutError`` when a requested item is late; upstream is then cancelled.
 
     seconds=5, one column = 1 s. Idle mode: ``TimeoutError`` 5 s after ``a``, ``b`` still wanted::
@@ -397,19 +445,25 @@ def timeout(seconds: float, mode: str = "idle", *, name: str | None = None) -> O
     ``TimeoutError`` inside the stage, where ``retry`` and ``breaker`` apply to it (the stage
     keeps ``map_async``'s name unless ``name`` is given). After anything else, every requested
     item must arrive within ``seconds`` of the ``request(n)`` that asked for it (under
-    ``UNBOUNDED`` demand that bounds the time to every item from the one request).
+    ``UNBOUNDED`` demand that bounds the time to every item from the one request). Demand that
+    came with the subscription (``to_list``, ``async for``, ``initial_request``) arms it as a
+    later ``request(n)`` does, whatever the upstream (``flat_map``'s included):
+    ``rx.never().pipe(timeout(0.2))`` fails after 0.2 s. The error names the stage and the wait.
     Demand: passed through exactly (no prefetch, no queue). Time: ``loop.time()`` and one timer
     per stage (``call_at``), never one per item, so the virtual clock drives it.
+    Args: duetime (seconds or ``datetime.timedelta``, > 0; also ``seconds=``, rxpipe's name);
+        mode ("idle" or "item").
     Signals: ValueError (raised here) for ``seconds <= 0`` or an unknown mode; ``TimeoutError``
     (the builtin, ``asyncio.TimeoutError``) downstream with upstream cancelled; upstream errors
     and completion pass through. Units: seconds.
     Anchor: Reactor ``timeout(Duration)`` (idle), Akka ``idleTimeout`` / ``completionTimeout``,
     Akka ``mapAsync`` with an ask timeout (item).
     """
-    _check_positive("timeout", "seconds", seconds)
+    wait: Any = as_seconds(_required("timeout", "duetime", _either("timeout", "duetime", duetime, "seconds", seconds)))
+    _check_positive("timeout", "seconds", wait)
     if mode not in TIMEOUT_MODES:
         raise ValueError(f"timeout(mode=) must be one of {', '.join(TIMEOUT_MODES)}; got {mode!r}")
-    seconds = float(seconds)
+    seconds = float(wait)
 
     def apply(source: Flowable[Any]) -> Flowable[Any]:
         if mode == "item":
@@ -475,9 +529,13 @@ def broadcast(n: int, *, name: str | None = None) -> Operator:
     return lambda source: BroadcastFlowable(source, n, name)
 
 
-def group_by(key: Callable[[T], Hashable], max_groups: int, *, prefetch: int = DEFAULT_PREFETCH,
-             name: str | None = None) -> Operator:
-    """Split items into groups by ``key(item)``; emits one ``GroupedFlowable`` (``.key``) per key.
+def group_by(key_mapper: Callable[[T], Hashable] = _ABSENT, element_mapper: Callable[[T], Any] | int | None = None,
+             *, max_groups: int = 1024, prefetch: int = DEFAULT_PREFETCH, name: str | None = None,
+             key: Callable[[T], Hashable] = _ABSENT) -> Operator:
+    """Split items into groups by ``key_mapper(item)`` (also ``key=``); emits one
+    ``GroupedFlowable`` (``.key``) per key, carrying ``element_mapper(item)`` if given (reactivex's
+    argument) or the item. An int second argument is ``max_groups`` (rxpipe's order:
+    ``group_by(key, 8)``).
 
         source:  -a1-b1-a2-c1-b2-|              key = first letter, max_groups=3
         main:    -A--B--------C-----|           A, B, C: GroupedFlowable, key "a", "b", "c"
@@ -508,11 +566,16 @@ def group_by(key: Callable[[T], Hashable], max_groups: int, *, prefetch: int = D
     Anchor: Reactor ``groupBy`` / ``GroupedFlux``; Akka ``groupBy(maxSubstreams, f)``
     (``TooManySubstreamsOpenException``).
     """
+    key = _required("group_by", "key_mapper", _either("group_by", "key_mapper", key_mapper, "key", key))
     if not callable(key):
         raise TypeError(f"group_by() needs a key callable, got {key!r}")
+    if isinstance(element_mapper, int) and not isinstance(element_mapper, bool):
+        max_groups, element_mapper = element_mapper, None
+    if element_mapper is not None and not callable(element_mapper):
+        raise TypeError(f"group_by(element_mapper=) needs a callable, got {element_mapper!r}")
     _check_int("group_by", "max_groups", max_groups, 1)
     _check_int("group_by", "prefetch", prefetch, 1)
-    return lambda source: GroupByFlowable(source, key, max_groups, prefetch, name)
+    return lambda source: GroupByFlowable(source, key, max_groups, prefetch, name, element_mapper)
 
 
 # -- second round: filters, reducers, take_until, start_with, catch, retry ---------------------------
@@ -698,7 +761,7 @@ def first(predicate: Callable[[T], Any] | None = None, *, name: str | None = Non
     return first_stage(predicate, name=name)
 
 
-def last(predicate: Callable[[T], Any] | None = None, *, prefetch: int = DEFAULT_PREFETCH,
+def last(predicate: Callable[[T], Any] | None = None, *, prefetch: int = 32,
          name: str | None = None) -> Operator:
     """Emit the last item (the last for which ``predicate`` holds) when upstream completes.
 
@@ -709,8 +772,9 @@ def last(predicate: Callable[[T], Any] | None = None, *, prefetch: int = DEFAULT
 
     Demand: a reducer — nothing is requested before downstream asks; then ``prefetch``, and
     ``prefetch - prefetch // 4`` more each time that many items were consumed (DESIGN §2).
-    Memory: one item.
-    Args: predicate (item -> bool, or None); prefetch (items, int >= 1, default 256).
+    Memory: one item; upstream outstanding stays <= ``prefetch`` (default 32: ``last`` reads a
+    whole stream to keep one item, so a small window bounds what it asks beyond downstream).
+    Args: predicate (item -> bool, or None); prefetch (items, int >= 1, default 32).
     Signals: TypeError/ValueError (raised here) for a non-callable or a bad prefetch; an empty
         (or unmatched) stream signals :class:`rxpipe.SequenceContainsNoElementsError`;
         ``predicate`` raising cancels upstream and signals the exception.
@@ -874,9 +938,12 @@ def _check_sources(op: str, others: tuple[Any, ...]) -> None:
             raise TypeError(f"{op}() needs Flowables, got {other!r}")
 
 
-def flat_map(fn: Callable[[T], Any], max_concurrency: int = 16, prefetch: int = DEFAULT_INNER_PREFETCH, *,
-             name: str | None = None) -> Operator:
-    """Map each item to a stream with ``fn`` and merge the streams, at most ``max_concurrency`` at a time.
+def flat_map(mapper: Callable[[T], Any] | None = _ABSENT, max_concurrency: int = 16,
+             prefetch: int = DEFAULT_INNER_PREFETCH, *, name: str | None = None, fn: Callable[[T], Any] = _ABSENT
+             ) -> Operator:
+    """Map each item to a stream with ``mapper`` (reactivex's name; ``fn`` below, also ``fn=``)
+    and merge the streams, at most ``max_concurrency`` at a time; ``None``: the items are the
+    streams (reactivex's ``merge_all``).
 
         source:   -abc-----|             max_concurrency=2; a, b, c: the streams fn returns,
         a:         x-----y|              drawn from the frame they are subscribed in
@@ -915,16 +982,20 @@ def flat_map(fn: Callable[[T], Any], max_concurrency: int = 16, prefetch: int = 
     Anchor: Reactor ``flatMap(mapper, concurrency, prefetch)`` (defaults 256/32), RxJava
         ``flatMap(maxConcurrency)``, Akka ``flatMapMerge(breadth)``; reactivex ``flat_map``.
     """
-    from ._flatten import flat_map_stage, mapper
+    from ._flatten import flat_map_stage
+    from ._flatten import mapper as inner_mapper
 
-    fn = mapper("flat_map", fn)
+    fn = _either("flat_map", "mapper", mapper, "fn", fn)
+    fn = inner_mapper("flat_map", _identity if fn is None else _required("flat_map", "mapper", fn))
     _check_int("flat_map", "max_concurrency", max_concurrency, 1)
     _check_int("flat_map", "prefetch", prefetch, 1)
     return flat_map_stage(fn, max_concurrency, prefetch, name=name)
 
 
-def concat_map(fn: Callable[[T], Any], prefetch: int = 1, *, name: str | None = None) -> Operator:
-    """Map each item to a stream with ``fn`` and emit the streams one after another, in order.
+def concat_map(project: Callable[[T], Any] = _ABSENT, prefetch: int = 1, *, name: str | None = None,
+               fn: Callable[[T], Any] = _ABSENT) -> Operator:
+    """Map each item to a stream with ``project`` (reactivex's name; ``fn`` below, also ``fn=``)
+    and emit the streams one after another, in order.
 
         source:   -ab------|             prefetch=1; a, b: the streams fn returns, drawn from the
         a:         x-y|                  frame they are subscribed in
@@ -951,14 +1022,17 @@ def concat_map(fn: Callable[[T], Any], prefetch: int = 1, *, name: str | None = 
     """
     from ._flatten import concat_map_stage
 
+    fn = _required("concat_map", "project", _either("concat_map", "project", project, "fn", fn))
     _check_callable("concat_map", fn)
     _check_int("concat_map", "prefetch", prefetch, 0)
     return concat_map_stage(fn, prefetch, name=name)
 
 
-def switch_map(fn: Callable[[T], Any] | None = None, *, name: str | None = None) -> Operator:
-    """Map each item to a stream with ``fn`` and emit only the latest one: a new item cancels the
-    stream before it (e.g. a generation, when the prompt changes).
+def switch_map(project: Callable[[T], Any] | None = None, *, name: str | None = None,
+               fn: Callable[[T], Any] | None = _ABSENT) -> Operator:
+    """Map each item to a stream with ``project`` (reactivex's name; ``fn`` below, also ``fn=``)
+    and emit only the latest one: a new item cancels the stream before it (e.g. a generation,
+    when the prompt changes).
 
         source:   -a--b----|             a, b: the streams fn returns, drawn from the frame they
         a:         x-y-z|                are subscribed in; a's is cancelled when b arrives
@@ -988,6 +1062,7 @@ def switch_map(fn: Callable[[T], Any] | None = None, *, name: str | None = None)
     """
     from ._flatten import switch_map_stage
 
+    fn = _either("switch_map", "project", project, "fn", fn)
     if fn is not None:
         _check_callable("switch_map", fn)
     return switch_map_stage(fn, name=name)
@@ -1042,9 +1117,10 @@ def combine_latest(*others: Flowable[Any], prefetch: int = DEFAULT_INNER_PREFETC
     source longer than ``prefetch`` the tuples interleave by rounds where reactivex (which reads
     each synchronous source to its end) pairs only the last values (raise ``prefetch`` to match).
     Signals: TypeError (raised here) for an argument that is not a Flowable; ValueError for
-    ``prefetch < 1``. Completes when every source completed and its items went out, or at once
-    when a source completes without ever emitting (no tuple can ever be made: the others are
-    cancelled; reactivex waits for the others there, emitting nothing either). An error from any
+    ``prefetch < 1``. Completes when every source completed and its items went out; a source
+    that completed without ever emitting ends nothing by itself (the others go on, as in
+    reactivex): the stream completes at the next item of the last source still running, or when
+    it ends (Reactor and RxJS would cancel the others at once). An error from any
     source cancels the others and is signalled at once. Cancel reaches every source.
     Anchor: Reactor ``Flux.combineLatest`` (prefetch 32), RxJS ``combineLatest``; reactivex
     ``combine_latest``.
@@ -1109,18 +1185,23 @@ def concat(*others: Flowable[Any], name: str | None = None) -> Operator:
     return concat_stage(others, name=name)
 # -- second round: time operators (debounce, sample, throttle_first, delay) -----------------------
 
-def _check_duration(op: str, arg: str, value: object, *, zero: bool = False) -> None:
-    """Seconds on the loop's clock: a finite int or float, > 0 (>= 0 with ``zero``)."""
+def _check_duration(op: str, arg: str, value: object, *, zero: bool = False) -> float:
+    """Seconds on the loop's clock: a finite int or float or a ``timedelta``, > 0 (>= 0 with
+    ``zero``); returned as a float of seconds."""
+    value = as_seconds(value)
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        hint = (" (seconds on the loop's clock: pass a number, e.g. td.total_seconds(); an absolute "
-                "datetime is not supported)") if hasattr(value, "total_seconds") or hasattr(value, "tzinfo") else ""
+        hint = (" (seconds on the loop's clock or a datetime.timedelta; an absolute datetime is not "
+                "supported: pass the delay)") if hasattr(value, "tzinfo") else ""
         raise TypeError(f"{op}({arg}) needs a number of seconds, got {value!r}{hint}")
     if not (0 <= value if zero else 0 < value) or not value < float("inf"):
         raise ValueError(f"{op}({arg}) needs a finite number of seconds {'>=' if zero else '>'} 0, got {value!r}")
+    return float(value)
 
 
-def debounce(duration_s: float, *, name: str | None = None) -> Operator:
-    """Emit an item only once ``duration_s`` seconds passed without a newer one.
+def debounce(duetime: float | timedelta = _ABSENT, *, name: str | None = None,
+             duration_s: float | timedelta = _ABSENT) -> Operator:
+    """Emit an item only once ``duetime`` seconds (also ``duration_s=``; or a ``timedelta``)
+    passed without a newer one.
 
         source:    -a-b------c--------d-|
         upstream:  ^*
@@ -1149,14 +1230,15 @@ def debounce(duration_s: float, *, name: str | None = None) -> Operator:
     """
     from ._time import debounce_stage
 
-    _check_duration("debounce", "duration_s", duration_s)
-    return debounce_stage(float(duration_s), name=name)
+    duration_s = _required("debounce", "duetime", _either("debounce", "duetime", duetime, "duration_s", duration_s))
+    return debounce_stage(_check_duration("debounce", "duetime", duration_s), name=name)
 
 
 def sample(interval_s: float | Flowable[Any] | None = None, *, sampler: Flowable[Any] | None = None,
            name: str | None = None) -> Operator:
     """Emit the newest item, if a new one came, every ``interval_s`` seconds (or at each item of
-    a ``sampler`` Flowable).
+    a ``sampler`` Flowable; ``sampler=`` also takes a duration, as reactivex's does; durations
+    may be ``timedelta``).
 
         source:    -ab---c--de------|
         upstream:  ^*
@@ -1199,17 +1281,20 @@ def sample(interval_s: float | Flowable[Any] | None = None, *, sampler: Flowable
     if sampler is not None:
         if interval_s is not None:
             raise TypeError("sample() takes interval_s or a sampler, not both")
+        if isinstance(sampler, (int, float, timedelta)) and not isinstance(sampler, bool):
+            return sample_stage(_check_duration("sample", "sampler", sampler), None, name=name)  # reactivex's
         if not isinstance(sampler, Publisher):
-            raise TypeError(f"sample(sampler=) needs a Flowable or Publisher, got {sampler!r}")
+            raise TypeError(f"sample(sampler=) needs a Flowable, a Publisher or a duration, got {sampler!r}")
         return sample_stage(None, sampler, name=name)
     if interval_s is None:
         raise TypeError("sample() needs interval_s (seconds) or a sampler Flowable")
-    _check_duration("sample", "interval_s", interval_s)
-    return sample_stage(float(interval_s), None, name=name)
+    return sample_stage(_check_duration("sample", "interval_s", interval_s), None, name=name)
 
 
-def throttle_first(window_s: float, *, name: str | None = None) -> Operator:
-    """Emit the first item of each window of ``window_s`` seconds; drop the others.
+def throttle_first(window_duration: float | timedelta = _ABSENT, *, name: str | None = None,
+                   window_s: float | timedelta = _ABSENT) -> Operator:
+    """Emit the first item of each window of ``window_duration`` seconds (also ``window_s=``; or
+    a ``timedelta``); drop the others.
 
         source:    -a-b-c-d--e----|
         upstream:  ^*
@@ -1237,12 +1322,15 @@ def throttle_first(window_s: float, *, name: str | None = None) -> Operator:
     """
     from ._time import throttle_first_stage
 
-    _check_duration("throttle_first", "window_s", window_s)
-    return throttle_first_stage(float(window_s), name=name)
+    window_s = _required("throttle_first", "window_duration",
+                         _either("throttle_first", "window_duration", window_duration, "window_s", window_s))
+    return throttle_first_stage(_check_duration("throttle_first", "window_duration", window_s), name=name)
 
 
-def delay(duration_s: float, *, name: str | None = None) -> Operator:
-    """Shift every item and the completion ``duration_s`` seconds later.
+def delay(duetime: float | timedelta = _ABSENT, *, name: str | None = None,
+          duration_s: float | timedelta = _ABSENT) -> Operator:
+    """Shift every item and the completion ``duetime`` seconds later (also ``duration_s=``; or a
+    ``timedelta``).
 
         source:    -a-b-c---|
         demand:    ^2     ^1
@@ -1267,8 +1355,8 @@ def delay(duration_s: float, *, name: str | None = None) -> Operator:
     """
     from ._time import delay_stage
 
-    _check_duration("delay", "duration_s", duration_s, zero=True)
-    return delay_stage(float(duration_s), name=name)
+    duration_s = _required("delay", "duetime", _either("delay", "duetime", duetime, "duration_s", duration_s))
+    return delay_stage(_check_duration("delay", "duetime", duration_s, zero=True), name=name)
 
 
 # -- the serving stages: rxpipe.serving's objects, under their operator names ---------------------------

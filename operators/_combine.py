@@ -146,6 +146,10 @@ class CombineLatest(_Sources):
         latest[position] = item
         if self.missing == 0:
             self.emit(tuple(latest))
+        elif all(ended for k, ended in enumerate(self.ended) if k != position):
+            # every other source ended and one of them never had a value: no tuple can come
+            # (reactivex completes here, on this item)
+            self.complete()
 
     def on_complete(self) -> None:
         self.source_ended(0)
@@ -155,9 +159,10 @@ class CombineLatest(_Sources):
 
     def source_ended(self, position: int) -> None:
         self.ended[position] = True
-        if not self.received[position] or all(self.ended):
-            # it never had a value: no tuple can ever be made (Reactor, RxJS); or every source
-            # ended: the tuples emitted go out first
+        if all(self.ended):
+            # every source ended: the tuples emitted go out first. A source that ended empty
+            # does not end the stream by itself (reactivex: the stream ends when all have, or
+            # at an item of the last one running, see arrive; Reactor and RxJS stop at once).
             self.complete()
 
 

@@ -179,12 +179,14 @@ class FlatMap(Stage):
     """One run of ``flat_map``. State: ``outer_done``; ``held`` = unfinished inners (their items
     wait for downstream demand in the kit's output queue)."""
 
+    held_bounds_credit = True  # held = calls/inners in flight: a concurrency bound, released by them
     replenish = 1  # one outer item per finished inner
     kind = "flat_map"
 
     def __init__(self, fn: Callable[[Any], Any], max_concurrency: int, prefetch: int) -> None:
         self.fn = fn
         self.prefetch = max_concurrency  # type: ignore[misc]  # this run's window: inner slots
+        self.max_held = max(Stage.max_held, max_concurrency)  # type: ignore[misc]  # the window bounds held
         self.inner_prefetch = prefetch
         self.outer_done = False
         self.held = 0
@@ -193,7 +195,8 @@ class FlatMap(Stage):
         source = _inner(self, self.fn, item, "flat_map")
         if source is not None:
             self.held += 1
-            self.open_input(source, prefetch=self.inner_prefetch)
+            # pulled at once: a synchronous inner runs before the next outer signal (reactivex)
+            self.pull(self.open_input(source, prefetch=self.inner_prefetch))
 
     def on_input_next(self, input: Input, item: Any) -> None:
         # Ready items go to the kit's output queue at once (arrival order): they wait there for
@@ -225,12 +228,14 @@ class ConcatMap(Stage):
     """One run of ``concat_map``. State: ``pending`` (outer items waiting for their turn),
     ``current`` (the running inner), ``outer_done``; ``held`` = pending + running."""
 
+    held_bounds_credit = True  # held = calls/inners in flight: a concurrency bound, released by them
     replenish = 1
     kind = "concat_map"
 
     def __init__(self, fn: Callable[[Any], Any], prefetch: int) -> None:
         self.fn = fn
         self.prefetch = prefetch + 1  # type: ignore[misc]  # the running inner's item + prefetch ahead
+        self.max_held = max(Stage.max_held, prefetch + 1)  # type: ignore[misc]  # the window bounds held
         self.pending: deque[Any] = deque()
         self.current: Input | None = None
         self.outer_done = False
@@ -246,6 +251,7 @@ class ConcatMap(Stage):
         source = _inner(self, self.fn, self.pending.popleft(), "concat_map")  # fn is called on its turn
         if source is not None:
             self.current = self.open_input(source, prefetch=None)
+            self.pull(self.current)  # a synchronous inner runs before the next outer signal
 
     def on_input_complete(self, input: Input) -> None:
         self.current = None
@@ -286,6 +292,9 @@ class SwitchMap(Stage):
             self.current.cancel()
             self.drop(self.current_item, "switched")
         self.current, self.current_item = self.open_input(source, prefetch=None), item
+        # pulled at once: a synchronous inner delivers its items before the next outer item
+        # switches it away (reactivex), and an asynchronous one is asked at once
+        self.pull(self.current)
 
     def on_input_next(self, input: Input, item: Any) -> None:
         if input is self.current:  # a replaced inner is silent

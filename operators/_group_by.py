@@ -28,10 +28,11 @@ class GroupByFlowable(Flowable[Any]):
     kind = "group_by"
 
     def __init__(self, source: Flowable[Any], key: Callable[[Any], Hashable], max_groups: int,
-                 prefetch: int, name: str | None) -> None:
+                 prefetch: int, name: str | None, element_mapper: Callable[[Any], Any] | None = None) -> None:
         super().__init__(name=name, upstreams=(source,))
         self.source = source
         self.key = key
+        self.element_mapper = element_mapper
         self.max_groups = max_groups
         self.prefetch = prefetch
 
@@ -132,12 +133,13 @@ class GroupByMain(QueueDrainSubscription, UpstreamLink):
     before is open (Reactor), and items of new keys are then dropped (reason ``"no_group"``).
     """
 
-    __slots__ = (*LINK_SLOTS, "stage", "key_fn", "max_groups", "groups")
+    __slots__ = (*LINK_SLOTS, "stage", "key_fn", "element_mapper", "max_groups", "groups")
 
     def __init__(self, downstream: Subscriber[Any], stage: GroupByFlowable) -> None:
         super().__init__(downstream)
         self.stage = stage
         self.key_fn = stage.key
+        self.element_mapper = stage.element_mapper
         self.max_groups = stage.max_groups
         self.groups: dict[Hashable, GroupSubscription] = {}
         self.link_upstream(stage.name, stage.prefetch)
@@ -150,6 +152,11 @@ class GroupByMain(QueueDrainSubscription, UpstreamLink):
         try:
             key = self.key_fn(item)
             group = self.groups.get(key)
+            if self.element_mapper is not None:  # reactivex's element_mapper: what the group carries
+                item = self.element_mapper(item)
+                if item is None:
+                    raise TypeError(f"stage {self.counters.stage!r}: element_mapper returned None; items "
+                                    f"are never None (Reactive Streams §2.13)")
         except Exception as error:  # the key function raised, or the key is unhashable
             self._stop(error)
             return

@@ -49,6 +49,7 @@ class MapAsync(Stage):
     unordered: the running calls), ``upstream_ended``; ``held`` = the number of calls.
     """
 
+    held_bounds_credit = True  # held = calls/inners in flight: a concurrency bound, released by them
     replenish = 1  # one more per result delivered, never in bursts
     kind = "map_async"
 
@@ -56,6 +57,7 @@ class MapAsync(Stage):
                  retry: Retry | None, breaker: CircuitBreaker | None, item_timeout_s: float | None) -> None:
         self.fn = fn
         self.prefetch = concurrency  # type: ignore[misc]  # this run's window: concurrency slots
+        self.max_held = max(Stage.max_held, concurrency)  # type: ignore[misc]  # the window bounds held
         self.ordered = ordered
         self.retry = retry
         self.breaker = breaker

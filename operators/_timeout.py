@@ -67,7 +67,7 @@ class Timeout(Stage):
     def on_next(self, item: Any) -> None:
         if self.idle:
             self.idle_since = self.now
-        else:
+        elif self.deadlines:  # (an item beyond the requests seen cannot be late: none was due)
             head = self.deadlines[0]
             head[1] -= 1
             if head[1] == 0:

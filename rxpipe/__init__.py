@@ -13,6 +13,24 @@ The protocol is Reactive Streams 1.0.4 (``request(n)`` demand; DESIGN §2). Oper
 from ._async_sources import from_async_iterable, interval
 from ._loop_sources import from_future, never, timer
 from ._protocol import UNBOUNDED, Processor, Publisher, Subscriber, Subscription
+from ._rx_sources import (
+    amb,
+    case,
+    create,
+    fork_join,
+    from_,
+    from_callable,
+    from_list,
+    generate,
+    if_then,
+    of,
+    on_error_resume_next,
+    repeat_value,
+    return_value,
+    start,
+    throw,
+    using,
+)
 from .errors import (
     BufferOverflowError,
     CircuitOpenError,
@@ -52,6 +70,9 @@ __all__ = [
     "interval",
     "from_publisher",
     "from_observable",
+    # reactivex's creation functions (DESIGN §3, the kit's third round)
+    "of", "from_", "from_list", "return_value", "throw", "create", "generate", "repeat_value",
+    "from_callable", "start", "amb", "fork_join", "case", "if_then", "using", "on_error_resume_next",
     "RxPipeError",
     "MissingBackpressureError",
     "BufferOverflowError",

@@ -188,14 +188,24 @@ class _IntervalFlowable(Flowable[int]):
         subscription.schedule()
 
 
-def interval(period_s: float, *, name: str | None = None) -> Flowable[int]:
+def interval(period_s: Any = None, *, name: str | None = None, period: Any = None) -> Flowable[int]:
     """Emit the tick number ``k`` (0, 1, 2, ...) at ``start + (k + 1) * period_s`` seconds.
 
     Ticks only while there is demand: a tick that finds no outstanding demand is skipped (its
     number is not emitted) and counted in the subscription's ``skipped``; nothing queues up
     (Akka's ``tick`` semantics, not Reactor's overflow error). Runs on ``loop.time()``/
     ``call_at``, so a virtual clock drives it exactly. Never completes; cancel to stop.
+    Args: period_s (seconds or ``datetime.timedelta``, > 0; also ``period=``, reactivex's name).
+    Anchor: reactivex ``interval(period)`` under unbounded demand; Akka ``Source.tick``.
     """
-    if not period_s > 0:
+    from ._durations import as_seconds, one_of
+
+    period_s = one_of("interval", "period_s", period_s, "period", period)
+    if period_s is None:
+        raise TypeError("interval() missing its argument 'period'")
+    period_s = as_seconds(period_s)
+    if isinstance(period_s, bool) or not isinstance(period_s, (int, float)):
+        raise TypeError(f"interval(period_s) needs a number of seconds or a timedelta, got {period_s!r}")
+    if not 0 < period_s < float("inf"):
         raise ValueError(f"interval(period_s) needs period_s > 0 seconds, got {period_s!r}")
     return _IntervalFlowable(float(period_s), name)

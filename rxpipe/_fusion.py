@@ -28,6 +28,7 @@ from typing import Any, Callable, Iterable, Iterator
 from ._demand import EMPTY_SUBSCRIPTION, DrainSubscription, log
 from ._link import LINK_SLOTS, UpstreamLink
 from ._protocol import UNBOUNDED, Subscriber, Subscription
+from ._stage_logic import NOTHING
 from .flowable import Flowable
 
 __all__ = ["Stage", "FusedFlowable", "SyncSource", "fuse"]
@@ -148,6 +149,11 @@ class Program:
                     lines += ["try:", f"    if not f{k}(x):{where}", f"        {drop}", *catch]
                 elif stage.kind == "tap" and stage.fn is not None:
                     lines += ["try:", f"    f{k}(x){where}", *catch]
+                elif stage.kind == "scan" and stage.arg is NOTHING:
+                    # reactivex's scan without a seed: the first item is the first accumulation
+                    lines += [f"if acc{k} is NOTHING:", f"    acc{k} = x", "else:",
+                              *("    " + line for line in ["try:", f"    x = acc{k} = f{k}(acc{k}, x){where}",
+                                                           *catch, *none])]
                 elif stage.kind == "scan":
                     lines += ["try:", f"    x = acc{k} = f{k}(acc{k}, x){where}", *catch, *none]
                 elif stage.kind == "skip":
@@ -188,7 +194,7 @@ class Program:
                       "    return on_next, run, run_items, run_into"]
         else:
             lines += ["    return on_next, run, run_items, None"]
-        namespace: dict[str, Any] = {"islice": itertools.islice}
+        namespace: dict[str, Any] = {"islice": itertools.islice, "NOTHING": NOTHING}
         source = "\n".join(lines) + "\n"
         filename = f"<rxpipe fused {'→'.join(s.name for s in self.stages)} #{next(_compiled)}>"
         exec(compile(source, filename, "exec"), namespace)

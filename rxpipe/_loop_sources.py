@@ -15,6 +15,7 @@ from typing import Any, Awaitable, TypeVar
 
 from ._async_sources import _IntervalSubscription
 from ._demand import EMPTY_SUBSCRIPTION, DrainSubscription, log
+from ._durations import as_seconds, one_of
 from ._protocol import Subscriber
 from .flowable import Flowable
 
@@ -97,20 +98,20 @@ class _TimerFlowable(Flowable[int]):
 
 
 def _check_seconds(arg: str, value: object, *, zero: bool) -> float:
+    value = as_seconds(value)
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         hint = ""
         if hasattr(value, "tzinfo"):
             hint = (" (an absolute datetime is not supported: rxpipe's time is the loop's clock; "
-                    "pass the delay, (when - datetime.now(when.tzinfo)).total_seconds())")
-        elif hasattr(value, "total_seconds"):
-            hint = " (pass td.total_seconds())"
+                    "pass the delay, when - datetime.now(when.tzinfo))")
         raise TypeError(f"timer({arg}) needs a number of seconds, got {value!r}{hint}")
     if not (0 <= value if zero else 0 < value) or not value < math.inf:
         raise ValueError(f"timer({arg}) needs a finite number of seconds {'>=' if zero else '>'} 0, got {value!r}")
     return float(value)
 
 
-def timer(duetime_s: float, period_s: float | None = None, *, name: str | None = None) -> Flowable[int]:
+def timer(duetime_s: Any = None, period_s: Any = None, *, name: str | None = None, duetime: Any = None,
+          period: Any = None) -> Flowable[int]:
     """Emit ``0`` after ``duetime_s`` seconds, then complete; or, with ``period_s``, the tick
     numbers ``0, 1, 2, ...`` every ``period_s`` seconds from ``duetime_s`` on.
 
@@ -128,15 +129,20 @@ def timer(duetime_s: float, period_s: float | None = None, *, name: str | None =
     queues up. It never completes; cancel to stop.
     Time: ``loop.time()`` / ``call_at`` only, so a virtual clock drives it exactly. Unlike
     reactivex, an absolute ``datetime`` is refused (TypeError): it would need the wall clock.
-    Args: duetime_s (seconds, >= 0); period_s (seconds, > 0, or None for one value).
+    Args: duetime_s (seconds or ``datetime.timedelta``, >= 0; also ``duetime=``, reactivex's
+        name); period_s (seconds or ``timedelta``, > 0, or None for one value; also ``period=``).
     Signals: TypeError/ValueError (raised here) for bad times; subscribing off a running event
         loop signals RuntimeError. Cancel stops the timer.
     Anchor: reactivex ``timer(duetime, period)`` (same values and times under unbounded
         demand); Akka ``Source.tick`` (skips a tick without demand).
     """
-    duetime = _check_seconds("duetime_s", duetime_s, zero=True)
-    period = None if period_s is None else _check_seconds("period_s", period_s, zero=False)
-    return _TimerFlowable(duetime, period, name)
+    duetime_s = one_of("timer", "duetime_s", duetime_s, "duetime", duetime)
+    period_s = one_of("timer", "period_s", period_s, "period", period)
+    if duetime_s is None:
+        raise TypeError("timer() missing its argument 'duetime'")
+    due = _check_seconds("duetime_s", duetime_s, zero=True)
+    every = None if period_s is None else _check_seconds("period_s", period_s, zero=False)
+    return _TimerFlowable(due, every, name)
 
 
 # -- never -------------------------------------------------------------------------------------------

@@ -63,13 +63,12 @@ class Stage:
     Upstream credit (class attribute ``prefetch``), kept topped up by the kit:
 
     - an int ``p >= 1`` (default 16): the window. Upstream outstanding + :attr:`held` + items
-      emitted and waiting for downstream demand stay <= ``p``; the kit requests ``p`` at start,
-      then what is free again each time at least ``replenish`` is (default ``p - p // 4``,
-      Reactor's ``limitRate``), and early, whatever is free, when downstream is owed items, none
-      waits and no upstream of the stage has anything outstanding (only that request can make
-      progress). An input that emitted
-      nothing frees its credit at once (a filter never stalls); outputs waiting for a slow
-      downstream pause upstream (memory stays bounded).
+      emitted and waiting for downstream demand stay <= ``p`` while the stream moves; the kit
+      requests ``p`` at start, then what is free again each time at least ``replenish`` is
+      (default ``p - p // 4``, Reactor's ``limitRate``), and early, whatever is free, when
+      downstream is owed items, none waits and no upstream of the stage has anything
+      outstanding. An input that emitted nothing frees its credit at once (a filter never
+      stalls); outputs waiting for a slow downstream pause upstream (memory stays bounded).
     - ``None``: demand-driven, no read-ahead: upstream is asked only for what downstream asked
       and is not yet covered (outstanding + held + waiting outputs <= downstream demand).
       A dropped item asks for one more. For filters and for stages that delay items.
@@ -77,27 +76,66 @@ class Stage:
       sample). Emit only while :attr:`demanded` > 0, or drop with :meth:`drop`: the kit cannot
       pause such an upstream.
 
+    **No stall by construction**: what a stage holds never closes its own window. When
+    downstream wants items, none waits in the output queue, no upstream or input of the stage
+    has anything outstanding and no timer of the stage is pending, the held items can only be
+    released by more input, so the kit requests the window again *beyond* :attr:`held` (the
+    window's ``p``; demand-driven: what downstream asked). :attr:`held` is bounded instead by
+    ``max_held`` (class or instance attribute, items, default 4096): past it the stage fails
+    with :class:`rxpipe.BufferOverflowError` naming the stage and the cap, never hangs. A
+    negative :attr:`held` fails it with ValueError. A stage whose held items are released by
+    something else (calls in flight ended through :meth:`invoke`, open inner streams: a
+    concurrency limit, as ``map_async`` and ``flat_map``) sets ``held_bounds_credit = True``:
+    then held counts against the window strictly and no request is made beyond it.
+
+    **A many-to-one stage** (lists, groups, aggregates: ``buffer_with_count``) keeps what it
+    has gathered and counts it in :attr:`held`; it emits when a group is full and what is
+    left at completion, and needs no credit arithmetic and no ``prefetch`` above the group
+    size::
+
+        class BufferWithCount(Stage):
+            def __init__(self, count):
+                self.count, self.group = count, []
+            def on_next(self, item):
+                self.group.append(item)
+                self.held = len(self.group)          # kept, not yet emitted
+                if len(self.group) == self.count:
+                    self.emit(self.group)
+                    self.group, self.held = [], 0
+            def on_complete(self):
+                if self.group:
+                    self.emit(self.group)
+                    self.group, self.held = [], 0
+                self.complete()
+
+    Check it with ``check_operator(..., emits_every_item=False)``: it emits fewer items than
+    it takes.
+
     ``lazy = True`` (default False) holds every upstream request back while downstream wants
     nothing the stage has not emitted yet (:attr:`demanded` is 0); once it does, the window
     above applies. For stages that emit at completion (reducers) or once (``first``): nothing
     is read before someone asks for the result (Akka's ``fold`` pulls only on downstream's pull).
 
-    :attr:`held` (int, default 0) is the number of upstream items the stage keeps and cannot
-    emit yet (items waiting on a timer or for a partner, open inner streams): keep it current, it
-    counts against the window. Items ready to go downstream belong in the output queue: ``emit``
-    them at once (they wait there for demand, count against every window, and make a slow
-    consumer cost upstream one request per round); hold only what is not ready.
+    :attr:`held` (int >= 0, default 0) is the number of upstream items the stage keeps and
+    cannot emit yet (items waiting on a timer or for a partner, a partial group, open inner
+    streams): keep it current; it counts against the window in normal rounds (memory stays
+    bounded) and against ``max_held`` always. Items ready to go downstream belong in the
+    output queue: ``emit`` them at once (they wait there for demand, count against every
+    window, and make a slow consumer cost upstream one request per round); hold only what is
+    not ready. An item consumed and neither emitted nor held is discarded: count it with
+    :meth:`drop` (``rxpipe_stage_dropped_total``) when the stage is lossy.
 
     Hooks (all optional but ``on_next``): :meth:`on_start`, :meth:`on_next`, :meth:`on_complete`,
     :meth:`on_error`, :meth:`on_cancel`, :meth:`on_stop`, :meth:`on_timer`, :meth:`on_request`, and for inputs
     opened with :meth:`open_input`: :meth:`on_input_next`, :meth:`on_input_complete`,
     :meth:`on_input_error`. Actions: :meth:`emit`, :meth:`complete`, :meth:`fail`, :meth:`drop`,
-    :meth:`start_timer`, :meth:`cancel_timer`, :meth:`open_input`, :meth:`invoke`. State: :attr:`demanded`,
-    :attr:`outstanding`, :attr:`now`, :attr:`stage_name`, :attr:`upstream_flowable`.
+    :meth:`start_timer`, :meth:`cancel_timer`, :meth:`open_input`, :meth:`pull`, :meth:`invoke`.
+    State: :attr:`demanded`, :attr:`outstanding`, :attr:`now`, :attr:`stage_name`, :attr:`upstream_flowable`.
 
     Class attributes: ``prefetch`` (above), ``replenish`` (items, None: ``p - p // 4``),
-    ``lazy`` (above), ``log_hook_errors`` (False: a hook's exception is signalled without a log
-    line, for hooks that call user functions), ``kind`` (the operator's name in graphs and
+    ``max_held`` and ``held_bounds_credit`` (above), ``lazy`` (above), ``log_hook_errors``
+    (False: a hook's exception is signalled without a log line, for hooks that call user
+    functions), ``kind`` (the operator's name in graphs and
     default stage names; None: the class name in snake_case), ``passes_capabilities`` (True for a
     stage whose items are its upstream's items,
     e.g. a filter: it shows the upstream's declared capabilities), ``inputs_first`` (True: the
@@ -105,7 +143,8 @@ class Stage:
     :meth:`graph_inputs`: the Flowables the stage will open, when its arguments name them.
 
     Anchor: Akka Streams ``GraphStageLogic`` (handlers, ``push``/``pull``,
-    ``TimerGraphStageLogic``); Reactive Streams 1.0.4 (what the kit enforces).
+    ``TimerGraphStageLogic``; a stage that holds keeps pulling); Reactive Streams 1.0.4 (what
+    the kit enforces).
     """
 
     __slots__ = ("_kit", "held")
@@ -118,6 +157,11 @@ class Stage:
     replenish: ClassVar[int | None] = None
     #: No upstream request while downstream wants nothing not yet emitted (see above).
     lazy: ClassVar[bool] = False
+    #: Items the stage may hold (``held``) before it fails with BufferOverflowError.
+    max_held: ClassVar[int] = 4096
+    #: Held items are released by something other than more input (calls, inner streams):
+    #: they bound upstream credit strictly (a concurrency limit), see above.
+    held_bounds_credit: ClassVar[bool] = False
     #: The operator's name (None: the class name in snake_case).
     kind: ClassVar[str | None] = None
     #: The stage's items are its upstream's items (it shows the upstream's capabilities).
@@ -171,7 +215,10 @@ class Stage:
         """The timer ``key`` fired (see :meth:`start_timer`). Default: nothing."""
 
     def on_request(self, n: int) -> None:
-        """Downstream asked for ``n`` more items (after the kit counted them). Default: nothing."""
+        """Downstream asked for ``n`` more items (after the kit counted them), before any of it
+        is passed upstream. Demand that came before the stage started (a downstream asking in
+        its ``on_subscribe``, as ``to_list`` and ``async for`` do) is heard once, right after
+        :meth:`on_start`, as ``on_request(that demand)``. Default: nothing."""
 
     def on_input_next(self, input: Input, item: Any) -> None:
         """An item from an input opened with :meth:`open_input`. Default: :meth:`emit` it."""
@@ -220,6 +267,7 @@ class Stage:
     def start_timer(self, key: Hashable, delay_s: float, *, interval_s: float | None = None) -> None:
         """Call :meth:`on_timer` with ``key`` after ``delay_s`` seconds of the loop's clock, then
         every ``interval_s`` seconds if given (fixed rate; ticks missed by a busy loop are skipped).
+        Both may be ``datetime.timedelta`` too.
 
         Starting a timer with a key in use replaces it. Timers end with the stage. Raises
         ValueError for a negative or non-finite delay, RuntimeError off an event loop.
@@ -248,6 +296,16 @@ class Stage:
         the stage terminated.
         """
         return self._kit.open_input(source, prefetch, key)
+
+    def pull(self, input: Input | None = None) -> None:
+        """Request now what the window of ``input`` (None: the main upstream) has free, even
+        inside a hook: a synchronous source then runs at once, and the signals it sends back
+        are handled right after the current hook, before the next upstream item (e.g. an inner
+        stream opened in :meth:`on_next` runs before the next outer item arrives, as reactivex's
+        ``flat_map`` and ``switch_map`` do). The kit's rounds rule otherwise requests after the
+        hook. The inputs opened before ``input`` are topped up first, in order (an older input
+        waiting for credit keeps its turn). Anchor: Akka ``GraphStageLogic.pull(in)``."""
+        self._kit.pull(input)
 
     def invoke(self, callback: Any, *args: Any) -> bool:
         """Run ``callback(*args)`` as a hook of this stage, for signals from outside the kit

@@ -9,6 +9,10 @@ hand-written operator gets wrong most often:
   for an ``inputs_first`` stage; ``prefetch`` rule in :class:`~rxpipe.stage.Stage`);
   emitted items waiting for downstream demand and the stage's ``held`` items count against it;
   a ``lazy`` stage asks nothing while downstream wants nothing it has not emitted.
+- *no stall*: when downstream wants, nothing is queued, nothing is outstanding anywhere and no
+  timer is pending, held items cannot close the window: the kit requests it again beyond
+  ``held`` (unless the stage declares ``held_bounds_credit``); ``held`` is checked after every
+  hook (never negative, never over ``max_held``: the stage fails loudly instead of hanging).
 - *serial hooks*: a hook is never entered while another runs (a signal arriving meanwhile, e.g.
   from an input subscribed inside a hook, is queued and run after it); emitted items are
   delivered after the hook returns (Reactive Streams §1.3, §3.3).
@@ -30,10 +34,11 @@ from collections import deque
 from typing import Any, Callable, Hashable
 
 from ._demand import QueueDrainSubscription, discard, log
+from ._durations import as_seconds
 from ._link import LINK_SLOTS, UpstreamLink, discard_all
 from ._protocol import UNBOUNDED, Publisher, Subscriber
 from ._stage_logic import Stage
-from .errors import MissingBackpressureError
+from .errors import BufferOverflowError, MissingBackpressureError
 from .flowable import Flowable, Operator
 from .metrics import StageStatistics
 
@@ -54,6 +59,12 @@ def _window(owner: str, prefetch: object) -> tuple[int | None, int]:
         raise ValueError(f"{owner}: prefetch must be an int >= 1 item, None (demand-driven) or "
                          f"rxpipe.UNBOUNDED, got {prefetch!r}")
     return prefetch, max(1, prefetch - prefetch // 4)
+
+
+def _max_held(owner: str, max_held: object) -> int:
+    if type(max_held) is not int or max_held < 1:
+        raise ValueError(f"{owner}: max_held must be an int >= 1 item, got {max_held!r}")
+    return max_held
 
 
 def _free(window: int | None, requested: int, outstanding: int, pending: int) -> int:
@@ -143,10 +154,19 @@ class Input(UpstreamLink):
         outstanding = self.upstream_outstanding
         if outstanding == UNBOUNDED:
             return
-        free = _free(self.window, requested, outstanding, self.held + queued)
-        # the rounds rule of StageRun.top_up, the early request included
-        if free > 0 and (free >= self.replenish_at or (
-                outstanding == 0 and queued == 0 and requested > 0 and self.run.nothing_coming(self))):
+        run = self.run
+        held = self.held
+        if not 0 <= held <= run.max_held:
+            run.bad_held(held, self)
+            return
+        free = _free(self.window, requested, outstanding, held + queued)
+        # the rounds rule of StageRun.top_up, the early request and the no-stall rule included
+        if outstanding == 0 and queued == 0 and requested > 0 and run.nothing_coming(self):
+            if free <= 0 and held and run.may_pass_held():
+                free = _free(self.window, requested, 0, 0)
+            if free > 0:
+                self.request_upstream(free)
+        elif free >= self.replenish_at:
             self.request_upstream(free)
 
     def __repr__(self) -> str:
@@ -163,7 +183,8 @@ class StageRun(QueueDrainSubscription, UpstreamLink):
 
     __slots__ = (*LINK_SLOTS, "logic", "flowable", "loop", "window", "replenish_at", "inputs", "timers",
                  "started", "closing", "in_hook", "deferred", "topping", "top_missed", "logged",
-                 "downstream_cancelled", "wants_requests", "on_next_hook", "try_next", "lazy")
+                 "downstream_cancelled", "wants_requests", "on_next_hook", "try_next", "lazy", "max_held",
+                 "strict_held")
 
     def __init__(self, downstream: Subscriber[Any], logic: Stage, flowable: StageFlowable,
                  loop: asyncio.AbstractEventLoop | None) -> None:
@@ -190,6 +211,8 @@ class StageRun(QueueDrainSubscription, UpstreamLink):
         self.downstream_cancelled = False
         self.wants_requests = cls.on_request is not Stage.on_request
         self.lazy = bool(logic.lazy)
+        self.max_held = _max_held(cls.__name__, logic.max_held)
+        self.strict_held = bool(logic.held_bounds_credit)
         logic._kit = self
         self.on_next_hook = logic.on_next
         #: a fused chain downstream takes items through try_on_next (a dropped one uses no demand)
@@ -252,7 +275,18 @@ class StageRun(QueueDrainSubscription, UpstreamLink):
     def _upstream_ready(self) -> None:
         # Nothing is requested before on_start ran, even if downstream asked in on_subscribe.
         self.started = True
-        self.call(self.logic.on_start)
+        requested = self.requested
+        if self.wants_requests and requested:
+            self.call(self._start_with_demand, requested)
+        else:
+            self.call(self.logic.on_start)
+
+    def _start_with_demand(self, requested: int) -> None:
+        """on_start, then on_request for the demand that came before the start (downstream asked
+        in on_subscribe: to_list, async for), before any of it is passed upstream."""
+        self._run_hook(self.logic.on_start, ())
+        if not (self.cancelled or self.closing):
+            self._run_hook(self.logic.on_request, (requested,))
 
     def on_next(self, item: Any) -> None:
         # The per-item path, inlined (accept, call, top_up's test): one hook call, one drain,
@@ -278,6 +312,10 @@ class StageRun(QueueDrainSubscription, UpstreamLink):
             if self.deferred:
                 self._run_deferred()
             self.in_hook = False
+        held = self.logic.held
+        if not 0 <= held <= self.max_held:  # checked per item: the cap is exact, even inside a burst
+            self.bad_held(held, None)
+            return
         self.drain()
         window = self.window
         if window is None or window == UNBOUNDED or self.top_missed or self.inputs:
@@ -285,7 +323,7 @@ class StageRun(QueueDrainSubscription, UpstreamLink):
         elif not self.upstream_done:
             outstanding = self.upstream_outstanding
             queued = len(self.queue)
-            if (window - outstanding - self.logic.held - queued >= self.replenish_at
+            if (window - outstanding - held - queued >= self.replenish_at
                     or (not outstanding and not queued and self.requested)):
                 self.top_up()
 
@@ -388,18 +426,27 @@ class StageRun(QueueDrainSubscription, UpstreamLink):
                     if self.cancelled or self.closing:
                         return
                 outstanding = self.upstream_outstanding
+                held = self.logic.held
+                if not 0 <= held <= self.max_held:
+                    self.bad_held(held, None)
+                    return
                 if not self.upstream_done and outstanding != UNBOUNDED:
-                    free = _free(self.window, self.requested, outstanding, self.logic.held + len(self.queue))
+                    queued = len(self.queue)
+                    free = _free(self.window, self.requested, outstanding, held + queued)
                     # Request in rounds of at least `replenish_at` (Reactor's limitRate), or
                     # early, whatever is free, when downstream is owed items, none waits in the
                     # queue and nothing is coming from any upstream: then only this request can
-                    # make progress (held items waiting for more of this upstream, e.g. a partial
-                    # group, could keep `free` below a round for ever: no stall). A slow consumer
-                    # draining the queue, or held items waiting for another input (zip's), cost
-                    # upstream one request per round, never one per item.
-                    queued = len(self.queue)
-                    if free > 0 and (free >= self.replenish_at or (
-                            outstanding == 0 and queued == 0 and self.requested > 0 and self.nothing_coming(None))):
+                    # make progress. If held items fill the window then (a partial group
+                    # waiting for more of this upstream), the window is requested again beyond
+                    # them: what a stage holds never closes its own window (held stays bounded
+                    # by max_held). A slow consumer draining the queue, or held items waiting
+                    # for another input (zip's), cost upstream one request per round.
+                    if outstanding == 0 and queued == 0 and self.requested > 0 and self.nothing_coming(None):
+                        if free <= 0 and held and self.may_pass_held():
+                            free = _free(self.window, self.requested, 0, 0)
+                        if free > 0:
+                            self.request_upstream(free)
+                    elif free >= self.replenish_at:
                         self.request_upstream(free)
                 if self.inputs and not inputs_first:
                     self._top_up_inputs()
@@ -416,6 +463,21 @@ class StageRun(QueueDrainSubscription, UpstreamLink):
             if inp is not asking and inp.upstream_outstanding and not inp.upstream_done:
                 return False
         return True
+
+    def may_pass_held(self) -> bool:
+        """Whether held items may be passed (requested beyond) in the stall state: not for a
+        ``held_bounds_credit`` stage, nor while a timer of the stage is pending (it may emit)."""
+        return not self.strict_held and not self.timers
+
+    def bad_held(self, held: object, inp: Input | None) -> None:
+        """``held`` is negative, not an int, or over ``max_held``: fail the stage loudly."""
+        owner = f"stage {self.counters.stage!r}" + ("" if inp is None else f" (input {inp.key!r})")
+        if type(held) is int and held > self.max_held:
+            self.fail(BufferOverflowError(
+                f"{owner} holds {held} items, over max_held={self.max_held} items: emit what is ready, "
+                f"drop() what is discarded, or raise max_held (class or instance attribute)"))
+        else:
+            self.fail(ValueError(f"{owner}: held must be an int >= 0 (the items the stage keeps), got {held!r}"))
 
     def _top_up_inputs(self) -> None:
         for inp in tuple(self.inputs):
@@ -475,7 +537,8 @@ class StageRun(QueueDrainSubscription, UpstreamLink):
                                f"(subscribe inside a coroutine)")
         return loop.time()
 
-    def start_timer(self, key: Hashable, delay_s: float, interval_s: float | None) -> None:
+    def start_timer(self, key: Hashable, delay_s: Any, interval_s: Any) -> None:
+        delay_s, interval_s = as_seconds(delay_s), as_seconds(interval_s)
         if isinstance(delay_s, bool) or not isinstance(delay_s, (int, float)) or not 0 <= delay_s < math.inf:
             raise ValueError(f"start_timer({key!r}): delay_s must be a finite number of seconds >= 0, got {delay_s!r}")
         if interval_s is not None and (isinstance(interval_s, bool) or not isinstance(interval_s, (int, float))
@@ -526,6 +589,21 @@ class StageRun(QueueDrainSubscription, UpstreamLink):
         self.inputs.append(inp)
         source._subscribe_safely(inp)
         return inp
+
+    def pull(self, inp: Input | None) -> None:
+        """``Stage.pull``: top up one upstream's credit now (inside a hook too)."""
+        if self.cancelled or self.closing:
+            return
+        if inp is None:
+            self.top_up()
+            return
+        # The inputs opened before it first, in order, as top_up does: a new input never takes
+        # credit ahead of an older one waiting for it (flat_map's inner streams keep their order).
+        for other in tuple(self.inputs):
+            if not other.upstream_done:
+                other.top_up(len(self.queue), self.requested)
+            if other is inp:
+                return
 
     def input_closed(self, inp: Input) -> None:
         try:
@@ -593,6 +671,7 @@ def operator(stage_class: type[Stage]) -> Callable[..., Operator]:
         raise TypeError(f"operator() needs a subclass of rxpipe.stage.Stage, got {stage_class!r}")
     kind = stage_class.kind or _snake(stage_class.__name__)
     _window(stage_class.__name__, stage_class.prefetch)  # a bad class attribute fails here, not at run time
+    _max_held(stage_class.__name__, stage_class.max_held)
 
     def factory(*args: Any, name: str | None = None, **kwargs: Any) -> Operator:
         stage_class(*args, **kwargs)  # check the arguments now (the instance is discarded)

@@ -31,7 +31,8 @@ class MissingBackpressureError(RxPipeError):
 
 
 class BufferOverflowError(RxPipeError):
-    """A bounded buffer with ``overflow="error"`` received an item while full."""
+    """A bounded buffer with ``overflow="error"`` received an item while full, or a Stage held more
+    items than its ``max_held`` (the message names the stage and the cap)."""
 
 
 class CircuitOpenError(RxPipeError):

@@ -63,19 +63,35 @@ class Flowable(Publisher[T], Generic[T]):
     @overload
     def subscribe(self, on_next: Callable[[T], Any] | None = None,
                   on_error: Callable[[BaseException], Any] | None = None,
-                  on_complete: Callable[[], Any] | None = None) -> LambdaSubscriber: ...
+                  on_complete: Callable[[], Any] | None = None, *,
+                  on_completed: Callable[[], Any] | None = None) -> LambdaSubscriber: ...
 
     def subscribe(self, subscriber: Any = None, on_error: Any = None, on_complete: Any = None, *,  # type: ignore[misc]
-                  on_next: Callable[[T], Any] | None = None) -> LambdaSubscriber | None:
+                  on_next: Callable[[T], Any] | None = None,
+                  on_completed: Callable[[], Any] | None = None) -> LambdaSubscriber | None:
         """Subscribe a :class:`~rxpipe.Subscriber`, or callbacks.
 
         ``subscribe(subscriber)``: the subscriber requests what it wants; it is wrapped in the
         strict boundary that enforces every Reactive Streams rule on its behalf. Returns None.
 
-        ``subscribe(on_next=, on_error=, on_complete=)`` (positionally too, like reactivex):
+        ``subscribe(on_next=, on_error=, on_complete=)`` (positionally too, like reactivex;
+        ``on_completed=`` is reactivex's name for ``on_complete``, and a reactivex observer —
+        ``on_next``/``on_error``/``on_completed`` methods — is taken as reactivex takes it):
         requests ``UNBOUNDED``; returns a handle whose ``cancel()`` (``dispose()``) stops it.
         Without ``on_error``, an error is logged on the ``rxpipe`` logger.
         """
+        if on_completed is not None:
+            if on_complete is not None:
+                raise TypeError("subscribe() got on_completed= and on_complete=, two names of one argument")
+            on_complete = on_completed
+        if (subscriber is not None and not callable(subscriber) and not isinstance(subscriber, Subscriber)
+                and callable(getattr(subscriber, "on_next", None))
+                and callable(getattr(subscriber, "on_completed", None))):
+            if on_error is not None or on_complete is not None or on_next is not None:
+                raise TypeError("subscribe(observer) takes no callbacks")
+            observer = subscriber  # a reactivex Observer
+            subscriber, on_complete = observer.on_next, observer.on_completed
+            on_error = getattr(observer, "on_error", None)
         if subscriber is not None and not callable(subscriber):
             if not isinstance(subscriber, Subscriber):
                 raise TypeError(f"subscribe() needs a Subscriber or callables, got {subscriber!r}")

@@ -17,6 +17,7 @@ import asyncio
 import random
 from typing import Any, Awaitable, Callable, TypeVar
 
+from ._durations import as_seconds
 from .errors import CircuitOpenError
 from .settings import check_int, check_number
 
@@ -65,6 +66,7 @@ class Retry:
                  retry_on: type[BaseException] | tuple[type[BaseException], ...] = Exception,
                  rng: random.Random | None = None) -> None:
         check_int(attempts, "Retry(attempts)", minimum=1)
+        base_s, cap_s = as_seconds(base_s), as_seconds(cap_s)  # type: ignore[assignment]  # timedelta too
         check_number(base_s, "Retry(base_s)", minimum=0)
         check_number(cap_s, "Retry(cap_s)", minimum=base_s)
         self.attempts = attempts
@@ -127,6 +129,7 @@ class CircuitBreaker:
     def __init__(self, failure_threshold: int, reset_timeout_s: float, *,
                  clock: Callable[[], float] | None = None) -> None:
         check_int(failure_threshold, "CircuitBreaker(failure_threshold)", minimum=1)
+        reset_timeout_s = as_seconds(reset_timeout_s)  # type: ignore[assignment]  # timedelta too
         check_number(reset_timeout_s, "CircuitBreaker(reset_timeout_s)", minimum=0)
         self.failure_threshold = failure_threshold
         self.reset_timeout_s = float(reset_timeout_s)

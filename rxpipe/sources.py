@@ -73,13 +73,14 @@ def error(exc: BaseException | Callable[[], BaseException], *, name: str | None 
 class _DeferFlowable(Flowable[Any]):
     kind = "defer"
 
-    def __init__(self, factory: Callable[[], Any], name: str | None) -> None:
+    def __init__(self, factory: Callable[..., Any], name: str | None) -> None:
         super().__init__(name=name)
         self.factory = factory
+        self.args: tuple[Any, ...] = (None,) if _takes_scheduler(factory) else ()
 
     def _subscribe(self, subscriber: Subscriber[Any]) -> None:
         try:
-            source = self.factory()
+            source = self.factory(*self.args)
             if not isinstance(source, Flowable):
                 source = _adapt(source)
         except Exception as exc:
@@ -89,20 +90,39 @@ class _DeferFlowable(Flowable[Any]):
         source._subscribe(subscriber)
 
 
+def _takes_scheduler(factory: Callable[..., Any]) -> bool:
+    """reactivex's ``defer(lambda scheduler: ...)``: a factory with one required positional
+    parameter gets None (rxpipe has no schedulers; the loop's clock is the time)."""
+    import inspect
+
+    try:
+        params = inspect.signature(factory).parameters.values()
+    except (TypeError, ValueError):
+        return False
+    required = [p for p in params if p.default is p.empty and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    return len(required) == 1
+
+
 def _adapt(source: Any) -> Flowable[Any]:
     if isinstance(source, Publisher):
         return from_publisher(source)
     if isinstance(source, Iterable):
         return from_iterable(source)
-    raise TypeError(f"defer(): the factory returned {source!r}, not a Flowable, Publisher or iterable")
+    if hasattr(source, "__await__"):  # a future or coroutine (reactivex's defer takes futures)
+        from ._loop_sources import from_future
+
+        return from_future(source)
+    raise TypeError(f"defer(): the factory returned {source!r}, not a Flowable, Publisher, iterable or awaitable")
 
 
-def defer(factory: Callable[[], Flowable[T] | Publisher[T] | Iterable[T]], *,
+def defer(factory: Callable[..., Flowable[T] | Publisher[T] | Iterable[T]], *,
           name: str | None = None) -> Flowable[T]:
     """Call ``factory()`` for each subscription and subscribe to what it returns.
 
-    The factory may return a Flowable, any Publisher (guarded like :func:`from_publisher`) or an
-    iterable. If it raises, the subscriber gets ``on_subscribe`` then ``on_error`` with it.
+    The factory may return a Flowable, any Publisher (guarded like :func:`from_publisher`), an
+    iterable or an awaitable (one item). A factory with one required parameter is reactivex's
+    ``defer(lambda scheduler: ...)`` and is called with None. If it raises, the subscriber gets
+    ``on_subscribe`` then ``on_error`` with it. Anchor: reactivex ``defer``, Reactor ``defer``.
     """
     if not callable(factory):
         raise TypeError(f"defer() needs a callable, got {factory!r}")

@@ -114,8 +114,8 @@ def test_timer_off_a_loop_signals_runtime_error() -> None:
     ((True,), TypeError),
     (("1",), TypeError),
     ((datetime.datetime(2030, 1, 1, tzinfo=datetime.UTC),), TypeError),
-    ((datetime.timedelta(seconds=1),), TypeError),
-    ((1.0, datetime.timedelta(seconds=1)), TypeError),
+    ((datetime.timedelta(seconds=-1),), ValueError),
+    ((1.0, datetime.timedelta(seconds=0)), ValueError),
 ])
 def test_timer_bad_arguments(args: tuple[Any, ...], error: type[Exception]) -> None:
     with pytest.raises(error):

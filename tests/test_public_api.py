@@ -46,6 +46,10 @@ DESIGN_3["rxpipe.operators"] |= {"debounce", "sample", "throttle_first", "delay"
 # -- layout, second round (DESIGN §1): the serving domain in its own package
 DESIGN_3["rxpipe.serving"] = {"CompletionRequest", "Completion", "TokenChunk", "CompletionResult", "Engine", "execute",
                               "edge_queue", "fair_queue", "balance", "prefix_affinity", "cache"}
+# -- the kit, third round (issue 33): reactivex's creation functions --
+DESIGN_3["rxpipe"] |= {"of", "from_", "from_list", "return_value", "throw", "create", "generate", "repeat_value",
+                       "from_callable", "start", "amb", "fork_join", "case", "if_then", "using",
+                       "on_error_resume_next"}
 
 
 def documented() -> dict[str, set[str]]:

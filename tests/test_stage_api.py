@@ -842,3 +842,25 @@ def test_a_user_function_raising_in_a_built_in_is_signalled_without_a_log_line(c
         ts = subscribe(rx.just(1, 0).pipe(op), initial=UNBOUNDED)
         assert isinstance(ts.error, ZeroDivisionError)
     assert [r for r in caplog.records if r.name.startswith("rxpipe")] == []
+
+
+def test_on_request_hears_the_demand_that_came_before_the_start_then_each_request() -> None:
+    heard: list[tuple[str, int, int]] = []
+
+    class Listens(Stage):
+        prefetch = None
+
+        def on_start(self) -> None:
+            heard.append(("start", self.demanded, self.outstanding))
+
+        def on_request(self, n: int) -> None:
+            heard.append(("request", n, self.outstanding))  # before the kit passes n upstream
+
+        def on_next(self, item: int) -> None:
+            self.emit(item)
+
+    pub = TestPublisher[int]()
+    ts = subscribe(pub.pipe(operator(Listens)()), initial=3)
+    assert heard == [("start", 3, 0), ("request", 3, 0)] and pub.requests == [3]
+    ts.request(2)
+    assert heard[-1] == ("request", 2, 3) and pub.requests == [3, 2]

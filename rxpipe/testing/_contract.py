@@ -301,6 +301,20 @@ class _Run:
                    for stats in [_stats(stage)] if stats is not None)
 
 
+def _missing_cause(run: _Run) -> str:
+    """Why fewer items came out than went in, from what the run shows (for a check's message)."""
+    dropped = run.dropped()
+    if dropped:
+        return (f"{dropped} of them were dropped (counted with drop()): a stage that discards items "
+                f"passes emits_every_item=False")
+    if any(isinstance(v, (list, tuple)) for v in run.sink.values):
+        return ("the stage emits fewer items than it takes (lists, groups): a many-to-one stage passes "
+                "emits_every_item=False")
+    return ("items were consumed without output and not counted: call `self.drop(item, reason)` for what "
+            "you discard, or count what you keep in `self.held` (and emit it at completion); a many-to-one "
+            "or filtering stage passes emits_every_item=False")
+
+
 def _stats(stage: Any) -> Any:
     try:
         return stage.statistics()
@@ -329,11 +343,13 @@ async def _check_demand(run: _Run, emits_every_item: bool, lossy: bool) -> None:
         if (wanted and len(run.sent) < 60 and run.pub.outstanding == 0 and not run.pub.cancelled
                 and not _live_timers(run.loop) and not lossy):
             run.fail("demand", f"stalled: downstream is owed {wanted} item(s), upstream has more, yet nothing "
-                     f"is requested of it and no timer is pending (a dropped item must be asked for again)")
+                     f"is requested of it and no timer is pending (a low-level stage must request again "
+                     f"for what it consumed without output; a Stage with held_bounds_credit=True must "
+                     f"release its held items, or not declare it)")
         if emits_every_item and not run.time_based and len(run.sink.values) < total and len(run.sent) < 60 \
                 and not run.pub.cancelled:
             run.fail("demand", f"downstream asked for {total} and got {len(run.sink.values)} while upstream "
-                     f"had items to give (emits_every_item=True)")
+                     f"had items to give ({len(run.sent)} sent; emits_every_item=True): {_missing_cause(run)}")
     run.sink.cancel()
 
 
@@ -389,8 +405,8 @@ async def _check_completion(run: _Run, emits_every_item: bool) -> None:
         got = f"error {run.sink.error!r}" if run.sink.error is not None else "nothing"
         run.fail("completion", f"after upstream completed and downstream asked for everything: {got}")
     if emits_every_item and len(run.sink.values) < len(run.sent):
-        run.fail("completion", f"{len(run.sent)} items in, {len(run.sink.values)} out: held items were lost "
-                 f"at completion (emits_every_item=True)")
+        run.fail("completion", f"{len(run.sent)} items in, {len(run.sink.values)} out at completion "
+                 f"(emits_every_item=True): {_missing_cause(run)}")
     run.no_timers("completion")
 
 

@@ -32,7 +32,7 @@ from rxpipe.testing import TestPublisher, run_virtual
 Note = tuple[Any, ...]
 
 __all__ = ["Case", "TimedCase", "Note", "cases", "timed_cases", "through_rxpipe", "through_reactivex",
-           "timed_through_rxpipe", "timed_through_reactivex", "note_of_error"]
+           "timed_through_rxpipe", "timed_through_reactivex", "note_of_error", "now", "now_error"]
 
 
 class SourceFailed(Exception):
@@ -74,6 +74,22 @@ def _items_then(case: Case) -> Iterator[Any]:
     yield from case.items
     if case.error is not None:
         raise case.error
+
+
+def now(*items: Any) -> reactivex.Observable[Any]:
+    """A reactivex stream that completes synchronously inside its subscribe (no trampoline of its
+    current-thread scheduler), as rxpipe's ``rx.just`` does: an inner stream of it delivers its
+    items before the next outer item (DESIGN §3, the kit's third round)."""
+    def subscribe(observer: Any, scheduler: Any = None) -> None:
+        for item in items:
+            observer.on_next(item)
+        observer.on_completed()
+    return reactivex.create(subscribe)
+
+
+def now_error(error: BaseException) -> reactivex.Observable[Any]:
+    """A reactivex stream that fails synchronously inside its subscribe."""
+    return reactivex.create(lambda observer, scheduler=None: observer.on_error(error))
 
 
 def rxpipe_source(case: Case) -> rx.Flowable[Any]:

@@ -55,6 +55,7 @@ BUILT_INS: dict[str, tuple[Callable[[], Operator], dict[str, Any]]] = {
     "map": (lambda: ops.map(lambda x: x * 2), {"max_held": 0}),
     "filter": (lambda: ops.filter(lambda x: x % 3 == 0), {"emits_every_item": False, "max_held": 0}),
     "scan": (lambda: ops.scan(lambda acc, x: acc + x, 0), {"max_held": 0}),
+    "scan/no_seed": (lambda: ops.scan(accumulator=lambda acc, x: acc + x), {"max_held": 0}),
     "take": (lambda: ops.take(1_000), {"max_held": 0}),
     "skip": (lambda: ops.skip(2), {"emits_every_item": False, "max_held": 0}),
     "tap": (lambda: ops.tap(lambda x: None), {"max_held": 0}),

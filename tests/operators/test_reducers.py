@@ -116,8 +116,8 @@ def subscribe(op: Any, initial: int = 0) -> tuple[TestPublisher[Any], TestSubscr
     return pub, ts
 
 
-@pytest.mark.parametrize("op", [ops.count, ops.to_list, ops.last, lambda: ops.reduce(lambda a, x: a + x)],
-                         ids=["count", "to_list", "last", "reduce"])
+@pytest.mark.parametrize("op", [ops.count, ops.to_list, lambda: ops.reduce(lambda a, x: a + x)],
+                         ids=["count", "to_list", "reduce"])
 def test_nothing_is_requested_before_downstream_asks_then_rounds_never_unbounded(op: Callable[[], Any]) -> None:
     pub, ts = subscribe(op())
     assert pub.requests == []
@@ -131,6 +131,20 @@ def test_nothing_is_requested_before_downstream_asks_then_rounds_never_unbounded
     assert pub.requests == [256] + [192] * 5 and pub.outstanding == 256 + 5 * 192 - 1000  # at 192, 384, ... 960
     pub.complete()
     assert ts.completed and len(ts.values) == 1 and UNBOUNDED not in pub.requests
+
+
+def test_last_asks_in_rounds_of_32_at_most_beyond_downstream() -> None:
+    # DESIGN §3 (the kit's third round): last's upstream bound is rounds, <= 32 beyond downstream
+    pub, ts = subscribe(ops.last())
+    assert pub.requests == []
+    ts.request(UNBOUNDED)
+    assert pub.requests == [32]
+    pub.emit(*range(24))  # 24 = 32 - 32 // 4 consumed: one round more
+    assert pub.requests == [32, 24] and pub.outstanding == 32
+    pub.emit(*range(24, 1000))
+    assert max(pub.requests) == 32 and pub.outstanding <= 32 and UNBOUNDED not in pub.requests
+    pub.complete()
+    assert ts.values == [999] and ts.completed
 
 
 def test_prefetch_sets_the_rounds() -> None:

@@ -516,7 +516,7 @@ def test_sample_with_a_sampler_keeps_the_contract() -> None:
     (lambda: ops.debounce(float("nan")), ValueError),
     (lambda: ops.debounce(True), TypeError),
     (lambda: ops.debounce("1"), TypeError),
-    (lambda: ops.debounce(datetime.timedelta(seconds=1)), TypeError),
+    (lambda: ops.debounce(datetime.timedelta(seconds=0)), ValueError),
     (lambda: ops.throttle_first(0.0), ValueError),
     (lambda: ops.sample(0), ValueError),
     (lambda: ops.sample(), TypeError),
@@ -531,9 +531,21 @@ def test_bad_arguments_are_refused_by_the_factory(make: Callable[[], Any], error
         make()
 
 
-def test_a_timedelta_gets_a_hint_in_the_error() -> None:
-    with pytest.raises(TypeError, match="total_seconds"):
-        ops.delay(datetime.timedelta(seconds=1))
+def test_an_absolute_datetime_gets_a_hint_in_the_error() -> None:
+    with pytest.raises(TypeError, match="an absolute datetime is not supported"):
+        ops.delay(datetime.datetime(2030, 1, 1, tzinfo=datetime.UTC))
+
+
+@pytest.mark.virtual
+async def test_durations_take_timedelta_as_reactivex_does(loop: asyncio.AbstractEventLoop) -> None:
+    ms = datetime.timedelta(milliseconds=1)
+    start = loop.time()
+    assert await rx.just(1, 2).pipe(ops.delay(duetime=30 * ms)).to_list() == [1, 2]
+    assert loop.time() - start == pytest.approx(0.03)
+    assert await rx.just(1, 2).pipe(ops.debounce(duetime=10 * ms)).to_list() == [2]
+    assert await rx.just(1, 2).pipe(ops.throttle_first(window_duration=10 * ms)).to_list() == [1]
+    assert await rx.interval(10 * ms).pipe(ops.take(2), ops.sample(sampler=5 * ms)).to_list() == [0, 1]
+    assert await rx.timer(duetime=10 * ms, period=10 * ms).pipe(ops.take(3)).to_list() == [0, 1, 2]
 
 
 @pytest.mark.virtual

@@ -198,3 +198,76 @@ def test_timeout_rejects_bad_arguments() -> None:
             ops.timeout(seconds)  # type: ignore[arg-type]
     with pytest.raises(ValueError):
         ops.timeout(1.0, mode="total")
+
+
+# demand that came at subscription (to_list, async for, initial_request) ------------------------------
+@pytest.mark.virtual
+@pytest.mark.parametrize("mode", ["idle", "item"])
+async def test_never_under_to_list_raises_timeout_error_naming_the_stage_and_the_wait(
+        loop: asyncio.AbstractEventLoop, mode: str) -> None:
+    with pytest.raises(TimeoutError) as failure:
+        await rx.never().pipe(ops.timeout(0.2, mode, name="llm_call")).to_list()
+    assert loop.time() == pytest.approx(0.2)
+    assert "within 0.2 s at stage 'llm_call'" in str(failure.value)
+
+
+@pytest.mark.virtual
+@pytest.mark.parametrize("mode", ["idle", "item"])
+async def test_never_under_async_for_raises_timeout_error(loop: asyncio.AbstractEventLoop, mode: str) -> None:
+    seen = []
+    with pytest.raises(TimeoutError):
+        async for x in rx.never().pipe(ops.timeout(0.2, mode)):
+            seen.append(x)
+    assert seen == [] and loop.time() == pytest.approx(0.2)
+
+
+@pytest.mark.virtual
+@pytest.mark.parametrize("mode", ["idle", "item"])
+async def test_an_initial_request_arms_the_timer_as_a_later_request_does(
+        loop: asyncio.AbstractEventLoop, mode: str) -> None:
+    pub = TestPublisher[str]()
+    ts = TestSubscriber[str](initial_request=2)  # requests inside on_subscribe, before upstream is linked
+    pub.pipe(ops.timeout(5.0, mode)).subscribe(ts)
+    assert pub.requests == [2]
+    await asyncio.sleep(1.0)
+    pub.emit("a")
+    await ts.await_done(100.0)
+    # idle: 5 s after a (t=6); item: both were due 5 s after the request (t=5)
+    assert loop.time() == (6.0 if mode == "idle" else 5.0)
+    assert isinstance(ts.error, TimeoutError) and ts.values == ["a"] and pub.cancelled
+
+
+async def _late(x: int) -> int:
+    await asyncio.sleep(3.0 if x == 2 else 0.1 * x)
+    return x
+
+
+@pytest.mark.virtual
+@pytest.mark.parametrize("mode", ["idle", "item"])
+async def test_after_flat_map_a_late_inner_item_times_out(loop: asyncio.AbstractEventLoop, mode: str) -> None:
+    ts = TestSubscriber[int](initial_request=UNBOUNDED)
+    rx.range(0, 4).pipe(ops.flat_map(lambda x: rx.from_future(_late(x))), ops.timeout(1.0, mode)).subscribe(ts)
+    await ts.await_done(100.0)
+    assert sorted(ts.values) == [0, 1, 3] and isinstance(ts.error, TimeoutError)
+    # idle: 1 s after the last item (3, at 0.3 s); item: 1 s after the one request
+    assert loop.time() == pytest.approx(1.3 if mode == "idle" else 1.0)
+
+
+@pytest.mark.virtual
+@pytest.mark.parametrize("mode", ["idle", "item"])
+async def test_after_flat_map_items_in_time_pass_and_complete(mode: str) -> None:
+    got = await rx.range(0, 40).pipe(ops.flat_map(lambda x: rx.range(0, x % 3)), ops.timeout(0.2, mode)).to_list()
+    assert sorted(got) == sorted(y for x in range(40) for y in range(x % 3))
+
+
+@pytest.mark.virtual
+async def test_item_mode_under_request_1_after_flat_map(loop: asyncio.AbstractEventLoop) -> None:
+    ts = TestSubscriber[int](initial_request=1)
+    rx.range(0, 3).pipe(ops.flat_map(lambda x: rx.from_future(_late(x))), ops.timeout(1.0, "item")).subscribe(ts)
+    await asyncio.sleep(0.5)
+    assert ts.values == [0] and ts.error is None
+    ts.request(1)  # 1 arrived at 0.1 and waited in flat_map's queue: delivered at once
+    assert ts.values == [0, 1]
+    ts.request(1)  # 2 arrives at 3.0: 1 s after this request it is late
+    await ts.await_done(100.0)
+    assert loop.time() == pytest.approx(1.5) and isinstance(ts.error, TimeoutError)
