@@ -8,7 +8,8 @@
 What lives here (DESIGN §1, "Layout, second round"): everything about serving completions that
 is neither an HTTP server, nor a broker, nor a backend:
 
-- records: :class:`CompletionRequest`, :class:`TokenChunk`, :class:`Completion` (``.tokens``
+- records: :class:`CompletionRequest`, :class:`TokenChunk` (:class:`DeltaChunk` when it carries
+  more than text), :class:`Completion` (``.tokens``
   with credit, awaitable ``.result``), :class:`CompletionResult`, :data:`FINISH_REASONS`,
   :func:`estimate_tokens` (:data:`PART_TOKENS` per content part that is not text);
 - :class:`Engine`: the interface the executor drives (``free_slots`` is the pipeline's demand)
@@ -40,6 +41,7 @@ from .records import (
     Completion,
     CompletionRequest,
     CompletionResult,
+    DeltaChunk,
     TokenChunk,
     estimate_tokens,
 )
@@ -47,6 +49,7 @@ from .records import (
 __all__ = [
     "CompletionRequest",
     "TokenChunk",
+    "DeltaChunk",
     "CompletionResult",
     "Completion",
     "FINISH_REASONS",

@@ -17,7 +17,7 @@ import math
 from collections import deque
 from dataclasses import dataclass, field
 from random import getrandbits as _getrandbits
-from typing import Any, Mapping, Protocol
+from typing import Any, ClassVar, Mapping, Protocol
 
 import orjson
 
@@ -26,7 +26,7 @@ from ..errors import DroppedError, ProtocolViolationError
 from ..flowable import Flowable
 from ..stage import EMPTY_SUBSCRIPTION, DrainSubscription
 
-__all__ = ["CompletionRequest", "TokenChunk", "CompletionResult", "Completion", "FINISH_REASONS",
+__all__ = ["CompletionRequest", "TokenChunk", "DeltaChunk", "CompletionResult", "Completion", "FINISH_REASONS",
            "estimate_tokens", "PART_TOKENS"]
 
 #: Why a completion ended. ``stop``: the model ended it (end of sequence); ``length``: it reached
@@ -241,19 +241,29 @@ class TokenChunk:
     de-duplication), ``text``, ``tokens`` (tokens in it; > 1 when coalesced or when the engine
     makes several tokens per step).
 
-    A chunk can carry more than text (:meth:`Completion.push_delta`; such a chunk is never
-    coalesced with another): ``delta``, the fields of the backend's choice delta besides
-    ``role`` and ``content``, as it sent them (``tool_calls`` fragments keyed by ``index``,
-    ``function_call``, ``refusal``, ``reasoning_content`` ...; for a Responses stream, the whole
-    event, ``type`` and all); ``logprobs``, the choice's log probabilities of this chunk, as sent.
-    None: plain text.
+    ``delta`` and ``logprobs`` are None: a chunk that carries more than text is a
+    :class:`DeltaChunk` (a TokenChunk too), made by :meth:`Completion.push_delta`. (Two fields
+    fewer to set on the plain chunk, made once per token on every path, keep it cheap.)
     """
 
     index: int
     text: str
     tokens: int
-    delta: Mapping[str, Any] | None = None
-    logprobs: Any = None
+    delta: ClassVar[Mapping[str, Any] | None] = None
+    logprobs: ClassVar[Any] = None
+
+
+@dataclass(frozen=True, slots=True)
+class DeltaChunk(TokenChunk):
+    """A :class:`TokenChunk` that carries more than text (:meth:`Completion.push_delta`; never
+    coalesced with another, one chunk of credit): ``delta``, the fields of the backend's choice
+    delta besides ``role`` and ``content``, as it sent them (``tool_calls`` fragments keyed by
+    ``index``, ``function_call``, ``refusal``, ``reasoning_content`` ...; for a Responses
+    stream, the whole event, ``type`` and all); ``logprobs``, the choice's log probabilities of
+    this chunk, as sent. ``text`` is the delta's content (maybe empty)."""
+
+    delta: Mapping[str, Any] | None = None  # type: ignore[misc]
+    logprobs: Any = None  # type: ignore[misc]
 
 
 @dataclass(frozen=True, slots=True)
@@ -437,7 +447,7 @@ class Completion:
                    logprobs: Any = None) -> None:
         """Add one chunk that carries more than text (``delta``: the choice delta's fields besides
         role and content, e.g. a ``tool_calls`` fragment; ``logprobs``): it is delivered as one
-        :class:`TokenChunk` of its own, in order with the text pushed before and after it, never
+        :class:`DeltaChunk` of its own, in order with the text pushed before and after it, never
         coalesced (credit counts it as one chunk). Chunks pushed while the consumer has no credit
         wait in order (an engine pushes them within its consumer's credit, as it does text).
         For engines."""
@@ -536,7 +546,7 @@ class _TokenSubscription(DrainSubscription):
         assert items is not None
         while items and self.requested:
             text, tokens, delta, logprobs = items.popleft()
-            chunk = TokenChunk(c._chunks, text, tokens, delta, logprobs)
+            chunk = DeltaChunk(c._chunks, text, tokens, delta, logprobs)
             c._chunks += 1
             if self.requested != UNBOUNDED:
                 self.requested -= 1
