@@ -330,3 +330,33 @@ def test_the_operator_list_names_every_public_operator_and_source() -> None:
     static = set(re.findall(r"`rx\.(\w+)", section))
     assert {"zip", "merge", "concat", "combine_latest", "timer", "never", "from_future"} <= static
     assert all(hasattr(rx, name) for name in static)
+
+
+def test_the_tools_example_runs_against_the_router(tmp_path: Path) -> None:
+    """README "Tools, JSON mode, images, embeddings": its script, as written, against the router in
+    front of the stub backend (which answers tools with tool calls)."""
+    import os
+
+    from tests.engines.openai_stub_server import StubServer
+    from tests.gateway.server import GatewayProcess
+
+    (block,) = python_blocks("## Tools, JSON mode, images, embeddings")
+    stub = StubServer(tmp_path)
+    try:
+        router = GatewayProcess(tmp_path, f"backends={stub.url}", "model=my-model", "cache_max_entries=0",
+                                file=ROOT / "pipelines" / "llm_router.py")
+        try:
+            script = tmp_path / "tools.py"
+            script.write_text(block)
+            out = tmp_path / "tools.out"
+            with out.open("wb") as stdout:
+                code = subprocess.run([sys.executable, str(script)], stdout=stdout, stderr=subprocess.STDOUT,
+                                      timeout=60, env={**os.environ, "OPENAI_BASE_URL": router.url + "/v1",
+                                                       "OPENAI_API_KEY": "unused"}).returncode
+        finally:
+            router.terminate()
+    finally:
+        stub.stop()
+    assert code == 0, out.read_text()
+    assert out.read_text() == 'tool_calls\nget_weather {"city": "city-1"}\n'
+    assert "docs/openai-surface.md" in README

@@ -169,7 +169,10 @@ def _messages(raw: Any, features: dict[str, str]) -> list[dict[str, Any]]:
         _check_content(message.get("content"), i, features)
         if role == "tool" or role == "function":
             features.setdefault("tools", f"messages[{i}]")
-        if len(message) == 2:
+            if role == "tool" and not isinstance(message.get("tool_call_id"), str):
+                raise _fail(f"messages[{i}]: a tool message needs a string 'tool_call_id'", "invalid_messages",
+                            f"messages[{i}].tool_call_id")
+        if len(message) == 2 and "content" in message:
             continue  # role and content only: the usual message
         name = message.get("name")
         if name is not None and not isinstance(name, str):
@@ -189,9 +192,6 @@ def _messages(raw: Any, features: dict[str, str]) -> list[dict[str, Any]]:
         if message.get("function_call") is not None:
             _check_function(message["function_call"], f"messages[{i}].function_call")
             features.setdefault("tools", f"messages[{i}].function_call")
-        if role == "tool" and not isinstance(message.get("tool_call_id"), str):
-            raise _fail(f"messages[{i}]: a tool message needs a string 'tool_call_id'", "invalid_messages",
-                        f"messages[{i}].tool_call_id")
     return raw
 
 

@@ -546,7 +546,8 @@ class _TokenSubscription(DrainSubscription):
         assert items is not None
         while items and self.requested:
             text, tokens, delta, logprobs = items.popleft()
-            chunk = DeltaChunk(c._chunks, text, tokens, delta, logprobs)
+            chunk = (TokenChunk(c._chunks, text, tokens) if delta is None and logprobs is None
+                     else DeltaChunk(c._chunks, text, tokens, delta, logprobs))  # the text pushed before a delta
             c._chunks += 1
             if self.requested != UNBOUNDED:
                 self.requested -= 1

@@ -12,6 +12,9 @@ Chat answers follow the request, as a model would:
 - the last message a tool result: the text ``" the tool said <its content>"``;
 - a user message containing ``[reason]``: three ``reasoning_content`` deltas before the text;
 - a user message containing ``[refuse]``: a refusal (``refusal`` deltas, content null);
+- ``response_format`` ``json_object``: the content is ``{"answer": "<the plain text>"}``;
+  ``json_schema``: an object of the schema's properties (as tool arguments are made), both in
+  pieces of :data:`ARGUMENT_PIECE` characters;
 - ``logprobs`` (chat: true, completions: an int): every text token carries its log probability
   and ``top_logprobs`` alternatives (chat's and completions' shapes).
 """
@@ -100,7 +103,13 @@ def plan(body: dict[str, Any], chat: bool, tokens: list[str]) -> Plan | None:
         answer.chunks = [({"refusal": piece}, None) for piece in REFUSAL]
         answer.message["refusal"] = "".join(REFUSAL)
         return answer
-    elif not (wants_logprobs or (chat and "[reason]" in users)):
+    fmt = body.get("response_format") or {}
+    if fmt.get("type") in ("json_object", "json_schema"):
+        schema = (fmt.get("json_schema") or {}).get("schema")
+        content = (_arguments({"function": {"parameters": schema}}) if fmt["type"] == "json_schema"
+                   else json.dumps({"answer": "".join(tokens).strip()}))
+        tokens = [content[i:i + ARGUMENT_PIECE] for i in range(0, len(content), ARGUMENT_PIECE)]
+    elif not (wants_logprobs or (chat and "[reason]" in users) or (chat and last.get("role") == "tool")):
         return None
     if chat and "[reason]" in users:
         answer.chunks += [({"reasoning_content": piece}, None) for piece in REASONING]

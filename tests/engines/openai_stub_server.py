@@ -237,7 +237,7 @@ def make_app(state: State) -> Any:
         tokens = len(rich.chunks)
         usage = {"prompt_tokens": 3, "completion_tokens": tokens, "total_tokens": 3 + tokens,
                  "completion_tokens_details": {"reasoning_tokens": 0}}
-        if not body.get("stream"):
+        if opts["plain"] or not (body.get("stream") or opts["always_sse"]):
             if chat:
                 choice: dict[str, Any] = {"index": 0, "message": rich.message, "logprobs": rich.logprobs,
                                           "finish_reason": rich.finish}
