@@ -16,8 +16,7 @@ from typing import Any, Mapping
 
 import orjson
 
-from ..serving import CompletionRequest, CompletionResult
-from ..serving._answers import OPENAI_FINISH_REASONS
+from ..serving import UNANSWERED_REASONS, CompletionRequest, CompletionResult
 from ._openai_request import InvalidRequest, parse_embeddings, parse_request, parse_responses
 
 __all__ = ["InvalidRequest", "parse_request", "parse_embeddings", "parse_responses", "completion_body",
@@ -35,7 +34,12 @@ def usage_of(result: CompletionResult) -> Mapping[str, Any]:
 
 
 def _finish_reason(result: CompletionResult) -> str:
-    return result.finish_reason if result.finish_reason in OPENAI_FINISH_REASONS else "stop"
+    """The model's finish reason as the engine gave it (never replaced by ``"stop"``). The edge
+    answers the reasons that are no answer (``UNANSWERED_REASONS``) before any body is built."""
+    reason = result.finish_reason
+    if reason in UNANSWERED_REASONS:
+        raise ValueError(f"finish reason {reason!r} is not an answer (the edge refuses it)")
+    return reason
 
 
 def completion_body(request: CompletionRequest, result: CompletionResult, *, chat: bool, created: int) -> bytes:

@@ -14,7 +14,7 @@ from aiohttp import web
 
 from .._protocol import Subscription
 from ..errors import BackendError, EngineError, EngineUnavailableError
-from ..serving import Completion, CompletionRequest, CompletionResult, TokenChunk
+from ..serving import UNANSWERED_REASONS, Completion, CompletionRequest, CompletionResult, TokenChunk
 from ..stage import InternalSubscriber
 from ._openai import (
     SSE_DONE,
@@ -254,6 +254,7 @@ async def stream_error(response: web.StreamResponse, message: str, type: str, co
 async def stream_answer(edge: Edge, loop: asyncio.AbstractEventLoop, request: web.Request, item: CompletionRequest,
                         completion: Completion, *, chat: bool,
                         failed: Callable[[CompletionRequest, EngineError], web.Response],
+                        unanswered: Callable[[CompletionRequest, str], web.Response],
                         responses: bool = False) -> web.StreamResponse:
     """The SSE answer to a streamed request the engine took (OpenAI's ``chat.completion.chunk``
     events, then ``data: [DONE]``; with ``responses``, the backend's Responses events as it sent
@@ -262,8 +263,11 @@ async def stream_answer(edge: Edge, loop: asyncio.AbstractEventLoop, request: we
     ahead, and ``stream_buffer_bytes`` in the socket's buffers), so a slow reader stalls its own
     sequence, never the engine. Each chunk is one event: a tool-call fragment or a delta of
     reasoning is one, as the backend sent it. The status line waits for the first chunk (or the
-    end): an engine error before it is answered by ``failed`` with its own status; after it, as
-    an error event. A reader that goes away cancels the completion (its slot is freed)."""
+    end): an engine error before it is answered by ``failed`` with its own status, an end
+    without an answer before it (one of ``UNANSWERED_REASONS``: past its deadline in a worker's
+    queue, say) by ``unanswered`` (429 ``deadline``, 503), never as a 200 with an empty "stop";
+    after it, as an error event. A reader that goes away cancels the completion (its slot is
+    freed)."""
     response = web.StreamResponse(status=200, headers={
         "Content-Type": "text/event-stream", "Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
     # Subscribe before the first await, so the sequence has its credit for the first step.
@@ -295,8 +299,11 @@ async def stream_answer(edge: Edge, loop: asyncio.AbstractEventLoop, request: we
         # request (its 4xx, a 503) gets its own status to the client, not a 200 then an error event.
         while not writer.pending and not writer.done:
             await writer.wait()
-        if not writer.pending and isinstance(writer.error, EngineError):
-            return failed(item, writer.error)
+        if not writer.pending:
+            if isinstance(writer.error, EngineError):
+                return failed(item, writer.error)
+            if completion.finish_reason in UNANSWERED_REASONS:
+                return unanswered(item, completion.finish_reason)
         bound_socket_buffers(request, edge.config.stream_buffer_bytes)
         answer_headers(request, response, edge.draining)
         await response.prepare(request)
@@ -342,10 +349,11 @@ async def stream_answer(edge: Edge, loop: asyncio.AbstractEventLoop, request: we
                                    "unavailable" if unavailable else "engine_error", sent)
             return response
         request[RESULT] = result
-        if result.finish_reason == "cancelled":
+        if result.finish_reason in UNANSWERED_REASONS:  # after the status line: an error event
             reason = "draining" if edge.draining else "unavailable"
-            await stream_error(response, "the request was cancelled by the server", "overloaded_error", reason,
-                               writer.structured if responses else None)
+            await stream_error(response, "the request was cancelled by the server" if result.finish_reason
+                               == "cancelled" else f"the request ended {result.finish_reason} on the server",
+                               "overloaded_error", reason, writer.structured if responses else None)
             return response
         observe_ttft(result)
         edge.policy.meter.record_service(result.e2e_s - result.queue_time_s)

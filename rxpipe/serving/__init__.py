@@ -38,6 +38,7 @@ from .engine import Engine
 from .records import (
     FINISH_REASONS,
     PART_TOKENS,
+    UNANSWERED_REASONS,
     Completion,
     CompletionRequest,
     CompletionResult,
@@ -53,6 +54,7 @@ __all__ = [
     "CompletionResult",
     "Completion",
     "FINISH_REASONS",
+    "UNANSWERED_REASONS",
     "estimate_tokens",
     "PART_TOKENS",
     "Engine",

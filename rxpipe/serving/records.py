@@ -27,7 +27,7 @@ from ..flowable import Flowable
 from ..stage import EMPTY_SUBSCRIPTION, DrainSubscription
 
 __all__ = ["CompletionRequest", "TokenChunk", "DeltaChunk", "CompletionResult", "Completion", "FINISH_REASONS",
-           "estimate_tokens", "PART_TOKENS"]
+           "UNANSWERED_REASONS", "estimate_tokens", "PART_TOKENS"]
 
 #: Why a completion ended. ``stop``: the model ended it (end of sequence); ``length``: it reached
 #: ``max_tokens``; ``stalled``: its streaming consumer gave no credit for ``stall_timeout_s``;
@@ -38,6 +38,13 @@ __all__ = ["CompletionRequest", "TokenChunk", "DeltaChunk", "CompletionResult", 
 #: ``result`` raises.
 FINISH_REASONS = ("stop", "length", "stalled", "cancelled", "deadline", "tool_calls", "function_call",
                   "content_filter")
+#: The finish reasons that are not an answer, the same on every path from an engine (local, or a
+#: worker's behind a broker) to the client: the edge turns each into a refusal or an error, never
+#: into a ``finish_reason`` a client reads (``deadline``: 429 ``deadline``; ``cancelled``: 503, or
+#: an error event once the stream started; ``stalled``: the connection is closed). Any other reason
+#: is the model's (``stop``, ``length``, ``tool_calls``, or one an engine of its own gives, e.g.
+#: ``content_filter``) and reaches the client as it is, never replaced by ``stop``.
+UNANSWERED_REASONS = ("stalled", "cancelled", "deadline")
 
 #: Prompt tokens counted for one content part that is not text (``image_url``, ``input_audio``,
 #: ``file``, or another type) by :func:`estimate_tokens`: OpenAI's cost of one image at detail
