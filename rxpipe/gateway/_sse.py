@@ -272,6 +272,7 @@ async def stream_answer(edge: Edge, loop: asyncio.AbstractEventLoop, request: we
         "Content-Type": "text/event-stream", "Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
     # Subscribe before the first await, so the sequence has its credit for the first step.
     created = now_created()
+    limit = edge.config.stream_buffer_bytes
 
     def frame(chunk: TokenChunk) -> bytes:
         if responses:
@@ -281,7 +282,7 @@ async def stream_answer(edge: Edge, loop: asyncio.AbstractEventLoop, request: we
 
     writer = EventWriter(loop, edge.config.stream_window,
                           *token_event_template(item, chat=chat, created=created),
-                          flush_bytes=edge.config.stream_buffer_bytes, frame=frame)
+                          flush_bytes=limit, frame=frame)
     completion.tokens.subscribe(writer)
     result_future = completion.result
     transport = request.transport
@@ -304,7 +305,7 @@ async def stream_answer(edge: Edge, loop: asyncio.AbstractEventLoop, request: we
                 return failed(item, writer.error)
             if completion.finish_reason in UNANSWERED_REASONS:
                 return unanswered(item, completion.finish_reason)
-        bound_socket_buffers(request, edge.config.stream_buffer_bytes)
+        bound_socket_buffers(request, limit)
         answer_headers(request, response, edge.draining)
         await response.prepare(request)
         try:
@@ -313,17 +314,26 @@ async def stream_answer(edge: Edge, loop: asyncio.AbstractEventLoop, request: we
             pending = writer.pending
             while True:
                 if pending:
-                    # What arrived while the writer could not write itself (before this
-                    # point, during this task's own write, or while the socket is over its
-                    # high-water mark): one write of whole events, then as much credit back.
-                    n = len(pending)
-                    data = b"".join(pending)
-                    pending.clear()
+                    # What arrived while the writer could not write itself (before this point,
+                    # during this task's own write, or while the socket is over its high-water
+                    # mark): the socket first — a paused transport is waited for before anything
+                    # more is written to it (aiohttp drains only past 64 KiB of its own) — then
+                    # one write of the whole events that fit under stream_buffer_bytes (at least
+                    # one), and as much credit back. The rest stays here, within the credit
+                    # window: a slow reader's socket holds at most stream_buffer_bytes plus one
+                    # event, and the gateway at most one credit window more.
+                    protocol = request.protocol
+                    if protocol is not None and protocol.writing_paused:
+                        await protocol._drain_helper()
+                    transport = request.transport
+                    room = limit - (transport.get_write_buffer_size() if transport is not None else 0)
+                    n, size = 1, len(pending[0])
+                    while n < len(pending) and size + len(pending[n]) <= room:
+                        size += len(pending[n])
+                        n += 1
+                    data = pending[0] if n == 1 else b"".join(pending[:n])
+                    del pending[:n]
                     await response.write(data)
-                    if request.protocol is not None and request.protocol.writing_paused:
-                        # aiohttp drains only past 64 KiB of its own: wait for the socket here,
-                        # so a slow reader holds at most stream_buffer_bytes (plus this write)
-                        await request.protocol._drain_helper()
                     writer.grant(n)
                     continue
                 if writer.broken:

@@ -1,5 +1,5 @@
 """What a request may ask of its engine beyond text generation, and what an engine declares it
-serves (DESIGN §5, "Edge, third round: never silently ignored").
+serves (DESIGN §5, "Edge, third round").
 
 The edge names each feature a request asks for, with the field that asks it
 (:attr:`~rxpipe.serving.CompletionRequest.features`); an engine declares the features it serves
