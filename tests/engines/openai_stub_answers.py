@@ -10,6 +10,8 @@ Chat answers follow the request, as a model would:
   streamed as OpenAI does: per call a first fragment with ``id``, ``type`` and the name, then the
   arguments in pieces of :data:`ARGUMENT_PIECE` characters; ``finish_reason`` ``"tool_calls"``;
 - the last message a tool result: the text ``" the tool said <its content>"``;
+- legacy ``functions`` (no ``tools``): a ``function_call`` of the first, its name in the first
+  fragment, the arguments in pieces of :data:`ARGUMENT_PIECE`; ``finish_reason`` ``"function_call"``;
 - a user message containing ``[reason]``: three ``reasoning_content`` deltas before the text;
 - a user message containing ``[refuse]``: a refusal (``refusal`` deltas, content null);
 - ``response_format`` ``json_object``: the content is ``{"answer": "<the plain text>"}``;
@@ -98,6 +100,16 @@ def plan(body: dict[str, Any], chat: bool, tokens: list[str]) -> Plan | None:
                 answer.chunks.append(({"tool_calls": [{"index": i, "function": {"arguments": piece}}]}, None))
         answer.message["tool_calls"] = calls
         answer.finish = "tool_calls"
+        return answer
+    elif chat and body.get("functions"):
+        function = body["functions"][0]
+        name = function.get("name", "function0")
+        arguments = _arguments({"function": function})
+        answer.chunks.append(({"function_call": {"name": name, "arguments": ""}}, None))
+        for start in range(0, len(arguments), ARGUMENT_PIECE):
+            answer.chunks.append(({"function_call": {"arguments": arguments[start:start + ARGUMENT_PIECE]}}, None))
+        answer.message["function_call"] = {"name": name, "arguments": arguments}
+        answer.finish = "function_call"
         return answer
     elif chat and "[refuse]" in users:
         answer.chunks = [({"refusal": piece}, None) for piece in REFUSAL]

@@ -130,6 +130,29 @@ async def test_streamed_tool_calls_are_the_backends_deltas_one_for_one(stub: Stu
     assert sdk_chunks[-1].choices[0].finish_reason == "tool_calls"
 
 
+async def test_a_legacy_function_call_streamed_and_not(stub: StubServer) -> None:
+    functions = [WEATHER["function"]]
+    plan = answers.plan({"messages": ASK, "functions": functions}, True, [])
+    assert plan is not None and plan.finish == "function_call"
+    async with router(stub) as (url, _):
+        async with openai.AsyncOpenAI(base_url=url + "/v1", api_key="unused", max_retries=0) as client:
+            whole = await client.chat.completions.create(model="m", messages=ASK,  # type: ignore
+                                                         functions=functions, function_call={"name": "get_weather"})
+        status, _, lines = await sse_events(url, "/v1/chat/completions", {
+            "model": "m", "messages": ASK, "functions": functions, "stream": True})
+    [choice] = whole.choices
+    assert choice.finish_reason == "function_call" and choice.message.content is None
+    assert choice.message.function_call.model_dump() == {"name": "get_weather",
+                                                         "arguments": '{"city": "city-1", "days": 1}'}
+    assert stub.state()["bodies"][0]["body"]["function_call"] == {"name": "get_weather"}  # forwarded as sent
+    assert status == 200 and lines[-1] == b"data: [DONE]"
+    events = [orjson.loads(line[6:]) for line in lines[:-1]]
+    deltas = [e["choices"][0]["delta"] for e in events[1:-1]]
+    assert deltas == [delta for delta, _ in plan.chunks] and len(deltas) == 7  # the name, six argument fragments
+    assert "".join(d["function_call"]["arguments"] for d in deltas) == '{"city": "city-1", "days": 1}'
+    assert events[-1]["choices"][0]["finish_reason"] == "function_call"
+
+
 async def test_a_multi_turn_tool_conversation_round_trips_unchanged(stub: StubServer) -> None:
     async with router(stub) as (url, _):
         async with openai.AsyncOpenAI(base_url=url + "/v1", api_key="unused", max_retries=0) as client:
