@@ -131,6 +131,8 @@ class EventWriter(InternalSubscriber):
 
     def _on_structured(self, chunk: TokenChunk) -> None:
         """A chunk with more than text: its event from ``frame``, written or queued as a token's."""
+        # The write below repeats on_next's rather than sharing a helper: on_next is the per-token
+        # path of every plain stream and takes no extra call for it.
         self.structured += 1
         if self.frame is None:
             raise TypeError("EventWriter got a chunk with a delta or logprobs and has no frame for it")
