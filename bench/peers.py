@@ -2,6 +2,7 @@
 
     .venv/bin/python bench/peers.py [--arms rxpipe,smg,vllm-router,litellm] [--rounds 5] [--duration-s 5]
         [--seq-rounds 7] [--seq-requests 25] [--streams 64] [--stream-tokens 256] [--work-dir /tmp/rxpipe-peers]
+        [--baseline /work/main]
 
 What runs. One mock backend (``bench/serving_servers.py backend``: every completion answered at
 once with exactly ``max_tokens`` tokens of ``"tok "``, as JSON with ``usage`` or as one SSE chunk per
@@ -20,6 +21,9 @@ lines (rxpipe's default; ``--log-level warn`` for the Rust routers, ``LITELLM_LO
                  (LiteLLM proxy, Python; optional: drop it from ``--arms``)
     direct       no gateway: the same load straight at the mock (the baseline of the latency
                  column, and the proof that the mock and the load are not what limits an arm)
+    baseline     with ``--baseline CHECKOUT``: rxpipe's arm from another checkout (its
+                 ``pipelines/llm_router.py`` run by its own ``.venv/bin/rxpipe``), e.g. main's, for a
+                 paired A/B of a branch in one run: rotated with the others each round
 
 The anchors are installed from PyPI on first use, each in its own venv under ``--work-dir``
 (``bench/anchors.py``); an arm that cannot be installed or started is reported with its error and
@@ -144,8 +148,9 @@ class Arm:
     pid: int
 
 
-def start_arm(name: str, mock: Proc, work: Path, logs: Path) -> Arm:
-    """Start ``name``'s gateway on core 0 in front of ``mock``; RuntimeError when it does not come up."""
+def start_arm(name: str, mock: Proc, work: Path, logs: Path, baseline: Path | None = None) -> Arm:
+    """Start ``name``'s gateway on core 0 in front of ``mock``; RuntimeError when it does not come up.
+    ``baseline``: the checkout of the ``baseline`` arm (rxpipe's router from there)."""
     if name == "direct":
         check_answers(mock.url, timeout_s=10.0)
         return Arm(name, None, mock.url, mock.proc.pid)
@@ -153,8 +158,11 @@ def start_arm(name: str, mock: Proc, work: Path, logs: Path) -> Arm:
     url = f"http://127.0.0.1:{port}"
     env = None
     timeout_s = 60.0
-    if name == "rxpipe":
-        args = [RXPIPE, "run", str(ROOT / "pipelines" / "llm_router.py"), "--port", str(port),
+    if name in ("rxpipe", "baseline"):
+        checkout = ROOT if name == "rxpipe" else baseline
+        assert checkout is not None, "the baseline arm needs --baseline CHECKOUT"
+        binary = RXPIPE if name == "rxpipe" else str(checkout / ".venv" / "bin" / "rxpipe")
+        args = [binary, "run", str(checkout / "pipelines" / "llm_router.py"), "--port", str(port),
                 "--set", f"backends={mock.url}", "--set", f"model={MODEL}", "--set", "max_in_flight=256",
                 "--set", "queue_capacity=256", "--set", "cache_max_entries=0", "--set", "routing=round_robin"]
         ready = "/health"
@@ -434,7 +442,8 @@ def _paired(ours: list[Sample], theirs: list[Sample], key: str) -> str:
 def table(results: Results, names: list[str], connections: int, streams: int) -> str:
     direct_ms = statistics.median(results.seq_ms["direct"])
     labels = {"rxpipe": "rxpipe `llm_router.py`", "smg": "`smg` (SGLang model gateway, Rust)",
-              "vllm-router": "`vllm-router` (Rust)", "litellm": "LiteLLM proxy", "direct": "direct to the mock"}
+              "vllm-router": "`vllm-router` (Rust)", "litellm": "LiteLLM proxy", "direct": "direct to the mock",
+              "baseline": "rxpipe `llm_router.py` (baseline checkout)"}
     lines = [f"| through | sequential added latency | req/s at c={connections} | CPU per request | "
              f"tokens/s, {streams} streams | CPU per token |", "|---|---:|---:|---:|---:|---:|"]
     added: dict[str, float] = {}
@@ -462,6 +471,14 @@ def table(results: Results, names: list[str], connections: int, streams: int) ->
                          f"{_paired(results.requests[name], smg_requests, 'cpu_us')} | "
                          f"{_paired(results.streams[name], smg_streams, 'rate')} | "
                          f"{_paired(results.streams[name], smg_streams, 'cpu_us')} |")
+    if "baseline" in results.requests and "rxpipe" in results.requests:
+        base_requests, base_streams = results.requests["baseline"], results.streams["baseline"]
+        lines += ["", "| rxpipe / baseline, paired per round | req/s | CPU per request | tokens/s | CPU per token |",
+                  "|---|---:|---:|---:|---:|",
+                  f"| this checkout / baseline | {_paired(results.requests['rxpipe'], base_requests, 'rate')} | "
+                  f"{_paired(results.requests['rxpipe'], base_requests, 'cpu_us')} | "
+                  f"{_paired(results.streams['rxpipe'], base_streams, 'rate')} | "
+                  f"{_paired(results.streams['rxpipe'], base_streams, 'cpu_us')} |"]
     return "\n".join(lines)
 
 
@@ -481,6 +498,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--client", choices=("auto", "wrk", "aiohttp"), default="auto",
                         help="the req/s run's load generator (auto: wrk when installed)")
     parser.add_argument("--work-dir", default=os.path.join(tempfile.gettempdir(), "rxpipe-peers"))
+    parser.add_argument("--baseline", type=Path, default=None,
+                        help="another checkout (with its .venv) whose rxpipe router runs as the arm 'baseline'")
     args = parser.parse_args(argv)
     names = [a.strip() for a in args.arms.split(",") if a.strip()]
     unknown = [n for n in names if n not in ARMS]
@@ -497,11 +516,11 @@ def main(argv: list[str] | None = None) -> int:
                 f"http://127.0.0.1:{port}", "/health")
     arms: list[Arm] = []
     try:
-        for name in ["direct"] + names:
+        for name in ["direct"] + names + (["baseline"] if args.baseline is not None else []):
             if name in failed:
                 continue
             try:
-                arms.append(start_arm(name, mock, work, logs))
+                arms.append(start_arm(name, mock, work, logs, args.baseline))
             except RuntimeError as error:
                 if name == "direct":
                     raise  # without the mock nothing can be measured

@@ -108,16 +108,19 @@ class BackendError(EngineError):
 
 class UnsupportedRequestError(EngineError, ValueError):
     """An engine cannot serve a request of this shape: chat messages sent to an engine that
-    serves only ``/v1/completions``, or neither prompt nor messages. ``Engine.submit`` raises it
+    serves only ``/v1/completions``, neither prompt nor messages, or a feature the engine does
+    not declare (``tools`` to a SimulatedEngine, say: ``param`` names the field). ``Engine.submit`` raises it
     (from ``prepare``) before anything is queued or sent; the gateway answers 400
     ``invalid_request_error`` with ``code`` ``"unsupported_request"`` and ``client_message``
     (DESIGN §4: bad input gets a 4xx). ``str()`` names the engine and its backend, for the log;
     ``client_message`` has no address. A ValueError too, as ``prepare`` documents.
     """
 
-    def __init__(self, message: str, *, client_message: str) -> None:
+    def __init__(self, message: str, *, client_message: str, param: str | None = None) -> None:
         super().__init__(message)
         self.client_message = client_message
+        #: the request field the engine cannot serve (OpenAI's error ``param``), if one is to blame
+        self.param = param
 
 
 class DroppedError(RxPipeError):

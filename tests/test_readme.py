@@ -381,6 +381,7 @@ RUN_BY = {
     ("docs/tutorials/gateway.md", 0): "test_the_openai_client_example_talks_to_a_gateway",
     ("docs/tutorials/operator.md", 0): "test_write_your_own_operator_example_passes",
     ("docs/tutorials/operator.md", 1): "test_write_your_own_operator_example_passes",
+    **{("docs/openai-surface.md", k): "test_the_openai_surface_examples_run_against_the_router" for k in range(7)},
 }
 
 
@@ -431,3 +432,49 @@ def test_the_openai_client_example_talks_to_a_gateway(tmp_path: Path) -> None:
     assert code == 0, output
     first, second = output.splitlines()
     assert first.strip() and second.strip()  # 16 simulated tokens, unary then streamed
+
+
+#: what each example of docs/openai-surface.md prints against the stub backend (deterministic answers)
+OPENAI_SURFACE_OUTPUT = [
+    "the model calls get_weather for city-1\nanswer:  the tool said {\"city\": \"city-1\", \"sky\": \"clear\"}\n"
+    "usage: 3 + 4 tokens\n",
+    "usage: 5 completion tokens\n0 get_weather {\"city\": \"city-1\"}\n",
+    "{'city': 'city-1', 'population': 1}\n",
+    "".join(f" t{i}" for i in range(100)) + "\n",
+    "' t0' -0.25 [' t0', ' alt0']\n' t1' -0.26 [' t1', ' alt0']\n' t2' -0.27 [' t2', ' alt0']\n"
+    "' t3' -0.28 [' t3', ' alt0']\n",
+    "2 vectors of 4 dimensions; 8 prompt tokens\n",
+    " w0 w1 w2 w3 w4 w5 w6 w7\n" + "".join(f"{t}\n" for t in [
+        "response.created", "response.in_progress", "response.output_item.added", "response.content_part.added",
+        *["response.output_text.delta"] * 8, "response.output_text.done", "response.content_part.done",
+        "response.output_item.done", "response.completed"]),
+]
+
+
+@pytest.mark.timeout(240)
+def test_the_openai_surface_examples_run_against_the_router(tmp_path: Path) -> None:
+    """docs/openai-surface.md: each script as written (the ``openai`` SDK, configured by
+    ``OPENAI_BASE_URL`` and ``OPENAI_API_KEY`` as the page says) against ``rxpipe run llm_router``
+    in front of the stub backend, printing what the stub's answers say."""
+    import os
+
+    from tests.engines.openai_stub_server import StubServer
+    from tests.gateway.server import GatewayProcess
+
+    blocks = python_blocks("docs/openai-surface.md")
+    assert len(blocks) == len(OPENAI_SURFACE_OUTPUT) == 7
+    assert all("from openai import OpenAI" in block and "OpenAI()" in block for block in blocks)
+    stub = StubServer(tmp_path)
+    try:
+        router = GatewayProcess(tmp_path, f"backends={stub.url}", "model=my-model", "max_in_flight=4",
+                                "cache_max_entries=0", file=ROOT / "pipelines" / "llm_router.py")
+        env = {**os.environ, "OPENAI_BASE_URL": router.url + "/v1", "OPENAI_API_KEY": "unused"}
+        try:
+            for n, (block, expected) in enumerate(zip(blocks, OPENAI_SURFACE_OUTPUT, strict=True)):
+                proc = subprocess.run([sys.executable, "-c", block], cwd=tmp_path, env=env, capture_output=True,
+                                      text=True, timeout=60)
+                assert (n, proc.returncode, proc.stdout) == (n, 0, expected), proc.stderr
+        finally:
+            router.terminate()
+    finally:
+        stub.stop()

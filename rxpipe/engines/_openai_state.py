@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any, Mapping
 import aiohttp
 
 from ..resilience import CircuitBreaker
+from ..serving._answers import AnswerBuilder
 from ..serving.engine import Engine
 from ..serving.records import Completion
 from ._concurrency import ConcurrencyLimit
@@ -22,14 +23,30 @@ _WAITING, _RUNNING, _DONE = 0, 1, 2
 class _Call:
     """The engine's state of one admitted request."""
 
-    __slots__ = ("completion", "request", "chat", "state", "task", "response", "parts", "tokens", "started_s",
+    __slots__ = ("completion", "request", "chat", "path", "endpoint", "rich", "answer_fields", "answer",
+                 "fingerprint", "estimated", "state", "task", "response", "parts", "tokens", "started_s",
                  "first_token_s", "throttles", "trial", "settled", "waiter", "finish_reason", "usage",
                  "not_before", "asked_s", "expires_s", "timed_out", "stall_s")
 
-    def __init__(self, completion: Completion, chat: bool) -> None:
+    def __init__(self, completion: Completion, path: str) -> None:
         self.completion = completion
-        self.request = completion.request
-        self.chat = chat
+        request = self.request = completion.request
+        #: the backend's route (``/chat/completions``, ``/completions``, ``/embeddings``,
+        #: ``/responses``); chat: it is the first; endpoint: the request's (embeddings, responses)
+        self.path = path
+        self.chat = path == "/chat/completions"
+        self.endpoint = request.endpoint
+        #: the request asked for log probabilities: every event of its stream may carry them
+        self.rich = request.features is not None and "logprobs" in request.features
+        #: the answer's message fields and log probabilities, folded from its deltas or taken
+        #: whole (None until the first); answer: a whole answer object passed on (embeddings,
+        #: Responses); fingerprint: its system_fingerprint
+        self.answer_fields: AnswerBuilder | None = None
+        self.answer: dict[str, Any] | None = None
+        self.fingerprint: str | None = None
+        #: its backend sends no usage at all: the completion tokens are the estimate of the
+        #: answer, streamed or not (see OpenAIEngine's include_usage)
+        self.estimated = False
         self.state = _WAITING
         self.task: asyncio.Task[None] | None = None
         self.response: BackendResponse | None = None
@@ -100,6 +117,9 @@ class _OpenAIState(Engine):
     _limit: ConcurrencyLimit
     _calls: set[_Call]
     _own_request_id: bool
+    #: the backend answered without usage where it had to say it (a non-streamed answer, the
+    #: prompt count's probe): it sends none at all, and answers are counted by the estimate
+    _usage_never: bool
 
     if TYPE_CHECKING:  # defined by OpenAIEngine and its mixins
         def _body(self, call: _Call) -> bytes: ...
@@ -114,3 +134,10 @@ class _OpenAIState(Engine):
         def _throttled(self, call: _Call, status: int, headers: Mapping[str, str]) -> bool: ...
         def _arm_deadline(self, when: float) -> None: ...
         def _fail_held(self, error: BaseException) -> None: ...
+        async def _read_json(self, call: _Call, response: BackendResponse) -> Any: ...
+        def _take_rich(self, call: _Call, event: dict[str, Any], choice: dict[str, Any], part: Any,
+                       text: Any) -> None: ...
+        def _take_event(self, call: _Call, event: Any) -> None: ...
+        def _whole_answer(self, call: _Call, answer: dict[str, Any], choice: dict[str, Any], text: str) -> None: ...
+        async def _read_object(self, call: _Call, response: BackendResponse) -> None: ...
+        def _answer_of(self, call: _Call, text: str) -> tuple[int, int, Any, Any, Any, str | None, Any]: ...

@@ -11,6 +11,11 @@ template sees what it saw) and ``max_tokens: 1``, after the stream, when the ser
 evaluated that prompt (llama.cpp reuses it: a prefix-cache hit). Counts are kept per prompt
 (``usage_cache_entries``, least recently used out), so a repeated prompt costs nothing more; a
 probe that fails leaves the estimate.
+
+A backend that sends no usage at all, streamed or not (the probe's answer has none either, or
+a non-streamed answer came without it), is counted the same way both ways: the prompt by the
+estimate and the answer by its estimate (1 token per 4 UTF-8 bytes of its text and tool calls),
+as its non-streamed answer is; the engine then probes no more.
 """
 
 from __future__ import annotations
@@ -51,8 +56,12 @@ class _UsageProbe(_OpenAIState):
         return orjson.dumps(body, option=orjson.OPT_SORT_KEYS)
 
     async def _count_prompt(self, call: _Call) -> None:
-        """Set ``call.usage["prompt_tokens"]`` of a streamed answer that ended without usage."""
+        """Set ``call.usage["prompt_tokens"]`` of a streamed answer that ended without usage (or,
+        the backend sending none at all, have it counted by the estimate: ``call.estimated``)."""
         self.usage_missing += 1
+        if self._usage_never:
+            call.estimated = True
+            return
         body = self._probe_body(call)
         key = hashlib.blake2b(body, digest_size=16).digest()
         counts = self._prompt_counts
@@ -60,6 +69,10 @@ class _UsageProbe(_OpenAIState):
         if count is None:
             count = await self._probe(call, body)
             if count is None:
+                return
+            if count < 0:  # answered without usage: the backend says none, streamed or not
+                self._usage_never = True
+                call.estimated = True
                 return
             counts[key] = count
             if len(counts) > self.usage_cache_entries:
@@ -69,11 +82,13 @@ class _UsageProbe(_OpenAIState):
         call.usage = {"prompt_tokens": count}
 
     async def _probe(self, call: _Call, body: bytes) -> int | None:
+        """The backend's prompt-token count of ``call``'s prompt; None when the probe failed;
+        -1 when it answered without usage."""
         session = self._session
         if session is None:
             return None
         self.usage_probes += 1
-        url = self.base_url + ("/chat/completions" if call.chat else "/completions")
+        url = self.base_url + call.path
         headers = self._answer_headers
         if self._own_request_id:
             headers = {**headers, "X-Request-Id": wire_request_id(call.request.id + ":usage")}
@@ -91,6 +106,8 @@ class _UsageProbe(_OpenAIState):
             log.debug("%s: the prompt-token count of %s failed: %r", self.base_url, call.request.id, error)
             return None
         usage: Any = answer.get("usage") if isinstance(answer, dict) else None
+        if isinstance(answer, dict) and isinstance(answer.get("choices"), list) and usage is None:
+            return -1
         count = usage.get("prompt_tokens") if isinstance(usage, dict) else None
         if not isinstance(count, int) or isinstance(count, bool) or count < 0:
             return None

@@ -15,8 +15,8 @@ import aiohttp
 import orjson
 
 from ..errors import EngineUnavailableError
+from ..serving._answers import finish_reason_of
 from ..serving._ids import uuid4_hex_suffix
-from ..serving.records import estimate_tokens
 from ._http1 import BackendResponse
 from ._openai_errors import backend_error, broken_answer
 from ._openai_state import _Call, _OpenAIState
@@ -44,7 +44,7 @@ _VARIANT = {d: "89ab"[int(d, 16) & 3] for d in "0123456789abcdef"}
 
 # sampling fields the engine sets itself (or that are the gateway's own): never passed through
 _RESERVED = frozenset({"model", "prompt", "messages", "stream", "stream_options", "n", "max_tokens",
-                       "include_usage"})
+                       "max_completion_tokens", "include_usage"})
 
 _ERROR_BODY_BYTES = 4096
 
@@ -140,7 +140,7 @@ class _HTTPCall(_OpenAIState):
         """Make the call and stream its answer; True when it must be retried after a pause."""
         request = call.request
         completion = call.completion
-        url = self.base_url + ("/chat/completions" if call.chat else "/completions")
+        url = self.base_url + call.path
         session = self._session
         assert session is not None
         try:
@@ -165,7 +165,9 @@ class _HTTPCall(_OpenAIState):
             return False
         self._streak = 0
         try:
-            if request.stream:
+            if call.endpoint is not None and response.content_type != "text/event-stream":
+                await self._read_object(call, response)  # embeddings, a whole Response
+            elif request.stream:
                 if response.content_type == "application/json":  # a server that ignored "stream": true
                     await self._read_answer(call, response)
                 else:
@@ -194,7 +196,7 @@ class _HTTPCall(_OpenAIState):
         # once the body's last bytes arrive (aiohttp's: at once if they have, else closed)
         call.response = None
         response.release()
-        if request.stream and response.content_type != "application/json" and not (
+        if request.stream and call.endpoint is None and response.content_type != "application/json" and not (
                 call.usage and isinstance(call.usage.get("prompt_tokens"), int)):
             # a stream without usage (llama-cpp-python's server): count its prompt as a
             # non-streamed answer does (see _openai_usage)
@@ -208,26 +210,40 @@ class _HTTPCall(_OpenAIState):
         if call.started_s is not None:
             self._limit.on_success(self._loop.time() - call.started_s, call.tokens,  # type: ignore[union-attr]
                                    len(self._calls))
-        self._end(call, "length" if call.finish_reason == "length" else "stop")
+        self._end(call, finish_reason_of(call.finish_reason))
         return False
 
     def _body(self, call: _Call) -> bytes:
+        """The backend's request body: the client's fields as it sent them (messages whole, tool
+        definitions, a vendor's fields ...), with the engine's ``model`` and its own ``stream``
+        and ``stream_options.include_usage`` (the client's other stream options kept)."""
         request = call.request
+        sampling = request.sampling
         body: dict[str, Any] = {"model": self.model}
+        if call.endpoint is not None:  # embeddings, Responses: every field as sent
+            for key, value in sampling.items():
+                if key != "model":
+                    body[key] = value
+            if call.endpoint == "responses":
+                body["stream"] = request.stream
+            return orjson.dumps(body)
         if call.chat:
             body["messages"] = (request.messages if request.messages is not None
                                 else [{"role": "user", "content": request.prompt}])
         else:
             body["prompt"] = request.prompt
         if request.max_tokens is not None:
-            body["max_tokens"] = request.max_tokens
-        for key, value in request.sampling.items():
+            body[request.max_tokens_field] = request.max_tokens
+        for key, value in sampling.items():
             if key not in _RESERVED:
                 body[key] = value
+        options = sampling.get("stream_options")
         if request.stream:
             body["stream"] = True
             if self.include_usage:
-                body["stream_options"] = {"include_usage": True}
+                body["stream_options"] = {**options, "include_usage": True} if options else {"include_usage": True}
+            elif options:
+                body["stream_options"] = options
         else:
             body["stream"] = False  # one JSON body, its usage included (OpenAI: stream_options only with stream)
         return orjson.dumps(body)
@@ -256,6 +272,7 @@ class _HTTPCall(_OpenAIState):
         cap = self.max_answer_bytes
         rest = b""
         events = False
+        take = self._take if call.endpoint is None else self._take_event  # a Responses stream's events
         while True:
             # Credit: read nothing while the consumer cannot take a chunk (TCP backpressure).
             if credit and not completion.credit and not await self._await_credit(call):
@@ -282,7 +299,7 @@ class _HTTPCall(_OpenAIState):
                 if payload == b"[DONE]":
                     return
                 if payload:
-                    self._take(call, orjson.loads(payload))
+                    take(call, orjson.loads(payload))
             if not data:
                 return
 
@@ -290,10 +307,23 @@ class _HTTPCall(_OpenAIState):
         """A whole (non-streamed) answer: one JSON body, read at once and parsed once.
 
         Its text is pushed as one chunk of ``usage.completion_tokens`` tokens (without usage: the
-        documented estimate, 1 token per 4 UTF-8 bytes, as for prompts). Not an OpenAI answer —
-        a body that is not JSON (an HTML page, a truncated body) or an object without ``choices``
-        — raises ValueError; an ``error`` object too.
+        documented estimate, 1 token per 4 UTF-8 bytes of the answer, as for prompts); its
+        message's other fields (tool calls ...), log probabilities and system fingerprint go to
+        the result as they are (to a streamed request that got this whole answer: its text, then
+        one chunk per other field, :meth:`_whole_answer`). Not an OpenAI answer — a body that is
+        not JSON (an HTML page, a truncated body) or an object without ``choices`` — raises
+        ValueError; an ``error`` object too.
         """
+        answer = await self._read_json(call, response)
+        choices = self._open(call, answer)
+        if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
+            raise ValueError(f"not an OpenAI answer: a {response.content_type} body without choices")
+        text = self._choice_text(call, choices[0], "message")
+        self._whole_answer(call, answer, choices[0], text if isinstance(text, str) else "")
+
+    async def _read_json(self, call: _Call, response: BackendResponse) -> Any:
+        """The JSON body of an answer (at most ``max_answer_bytes``; ValueError beyond, and for a
+        body that is not JSON)."""
         cap = self.max_answer_bytes
         length = response.content_length
         if length is not None and length > cap:
@@ -305,23 +335,9 @@ class _HTTPCall(_OpenAIState):
             if len(raw) > cap:
                 raise ValueError(f"an answer over max_answer_bytes={cap} bytes")
         try:
-            answer = orjson.loads(raw)
+            return orjson.loads(raw)
         except orjson.JSONDecodeError:
             raise ValueError(f"not an OpenAI answer: a {response.content_type} body that is not JSON") from None
-        choices = self._open(call, answer)
-        if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
-            raise ValueError(f"not an OpenAI answer: a {response.content_type} body without choices")
-        text = self._choice_text(call, choices[0], "message")
-        usage = answer.get("usage")
-        if not isinstance(text, str) or not text:
-            return
-        tokens = usage.get("completion_tokens") if isinstance(usage, dict) else None
-        if not isinstance(tokens, int) or isinstance(tokens, bool) or tokens < 0:
-            tokens = estimate_tokens(text)
-        call.first_token_s = self._loop.time()  # type: ignore[union-attr]
-        call.tokens = tokens
-        call.parts.append(text)
-        call.completion.push(text, tokens)
 
     @staticmethod
     def _open(call: _Call, answer: Any) -> Any:
@@ -356,8 +372,9 @@ class _HTTPCall(_OpenAIState):
     def _take(self, call: _Call, event: Any) -> None:
         """Apply one SSE event (the JSON of one ``data:`` line): its text as one token, its
         finish reason and usage onto ``call``; ValueError for an ``error`` object or a non-object.
-        A plain token event (a dict without ``error`` or ``usage``) is read inline, the rest
-        through :meth:`_open` and :meth:`_choice_text` as a whole answer is."""
+        A plain token event (a dict without ``error`` or ``usage`` whose delta is its content
+        alone) is read inline; any other (the opening role, tool calls, reasoning, log
+        probabilities, the closing finish reason) by :meth:`_take_rich`."""
         if type(event) is dict and "usage" not in event and not event.get("error"):
             choices = event.get("choices")
         else:
@@ -368,23 +385,29 @@ class _HTTPCall(_OpenAIState):
         if call.chat:
             part = choice.get("delta")
             text = part.get("content") if type(part) is dict else None
+            if text is None or len(part) != 1 or call.rich:  # type: ignore[arg-type]
+                self._take_rich(call, event, choice, part, text)
+                return
         else:
             text = choice.get("text")
+            if call.rich:
+                self._take_rich(call, event, choice, None, text)
+                return
         reason = choice.get("finish_reason")
         if reason:
-            call.finish_reason = reason
+            self._take_rich(call, event, choice, None, text)
+            return
         if text:
             if call.first_token_s is None:
                 call.first_token_s = self._loop.time()  # type: ignore[union-attr]
             call.tokens += 1
             call.parts.append(text)
             call.completion.push(text, 1)
-        elif isinstance(text, str) and not reason and not (call.chat and "role" in (choice.get("delta") or {})):
+        elif isinstance(text, str):
             # A streamed token whose text is empty (llama.cpp sends those for the bytes of a
             # multi-byte character split across tokens): still one token generated, and pushed
             # as such, so the consumer's count is the server's (mid-stream failover continues
-            # from it). The final chunk (finish_reason, empty text) is none; without usage these
-            # counts are used. Nor is a chat stream's opening delta (its role, and empty content).
+            # from it). Without usage these counts are used.
             call.tokens += 1
             call.completion.push("", 1)
 

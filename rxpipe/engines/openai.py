@@ -38,11 +38,13 @@ import aiohttp
 
 from ..errors import CircuitOpenError, EngineUnavailableError, UnsupportedRequestError
 from ..resilience import CircuitBreaker
+from ..serving._features import ALL_FEATURES
 from ..serving.records import Completion, CompletionRequest, CompletionResult
 from ..settings import SettingError
 from ..stage import SerialLoop
 from ._concurrency import ConcurrencyLimit
 from ._http1 import HTTP1Pool
+from ._openai_answers import _Answers
 from ._openai_backoff import _Backoff
 from ._openai_state import _DONE, _RUNNING, _WAITING, _Call, _wake
 from ._openai_usage import _UsageProbe
@@ -62,7 +64,7 @@ def _arg(name: str, value: Any) -> Any:
     return OPENAI_SETTINGS.check(name, value, f"OpenAIEngine({name}=)")
 
 
-class OpenAIEngine(_HTTPCall, _Backoff, _UsageProbe):
+class OpenAIEngine(_HTTPCall, _Answers, _Backoff, _UsageProbe):
     """An OpenAI-compatible server behind the executor (``execute(OpenAIEngine(...))``).
 
     Args:
@@ -142,6 +144,19 @@ class OpenAIEngine(_HTTPCall, _Backoff, _UsageProbe):
     request not streamed to its client is its ``e2e_s`` (its client gets every token at once,
     with the answer); of a streamed one, the time its first token arrived.
 
+    The whole OpenAI surface passes through (``features = ALL_FEATURES``: the backend decides,
+    and its 4xx reaches the client): the request's fields as the client sent them (messages
+    whole, tools, content parts, a vendor's fields; ``max_completion_tokens`` under that name);
+    the answer's tool calls, function call, refusal, reasoning, log probabilities, finish reason,
+    usage object and system fingerprint as the backend sent them (``CompletionResult``'s
+    ``message``, ``logprobs``, ``usage``, ``system_fingerprint``). Streamed, every event beyond a
+    plain token of text (a ``tool_calls`` fragment, a reasoning delta, a token with log
+    probabilities) is one chunk of its own, in order (``TokenChunk.delta``, ``.logprobs``), and
+    the result has the whole message folded from them (:mod:`~rxpipe.engines._openai_answers`).
+    ``POST /v1/embeddings`` and ``/v1/responses`` requests (``request.endpoint``) are sent to the
+    backend's same route with every field as sent; their answer object is the result's
+    ``answer`` (a streamed Response: each event one chunk, as it came).
+
     Errors (``await completion.result`` raises, the token stream signals): connection failures,
     no answer within ``total_timeout_s`` and a 429/503 past ``throttle_retries`` →
     ``EngineUnavailableError`` (the gateway's 503 with Retry-After); other non-2xx answers, a
@@ -163,6 +178,9 @@ class OpenAIEngine(_HTTPCall, _Backoff, _UsageProbe):
     the running calls, never one per call; a call past it fails with ``EngineError`` and its
     connection is closed). Call :meth:`aclose` when done (it closes the session it made).
     """
+
+    #: every feature: the backend decides what it serves (its 400 reaches the client)
+    features = ALL_FEATURES
 
     def __init__(self, base_url: str, model: str, max_in_flight: int | Literal["auto"], api_key: str | None = None, *,
                  chat: bool | None = None, connect_timeout_s: float | None = 5.0,
@@ -248,6 +266,7 @@ class OpenAIEngine(_HTTPCall, _Backoff, _UsageProbe):
         self._paused_since: float | None = None
         self._prompt_counts = OrderedDict()
         self.usage_missing = self.usage_probes = 0
+        self._usage_never = False
         #: 429/503 answers received; pauses started; calls that completed with a 2xx stream
         self.throttled = 0
         self.pauses = 0
@@ -325,11 +344,14 @@ class OpenAIEngine(_HTTPCall, _Backoff, _UsageProbe):
             wait = max(wait, self.breaker.retry_after or 0.0)
         return wait
 
-    def prepare(self, request: CompletionRequest) -> bool:
-        """The endpoint of ``request``: True for ``/v1/chat/completions``, False for
-        ``/v1/completions`` (see ``chat``). Raises :class:`~rxpipe.errors.UnsupportedRequestError`
-        (a ValueError; the gateway's 400) for a request this engine cannot map: neither prompt
-        nor messages, or messages with ``chat=False``."""
+    def prepare(self, request: CompletionRequest) -> str:
+        """The backend route of ``request``: ``/embeddings`` and ``/responses`` for those
+        requests; ``/chat/completions`` or ``/completions`` for a completion (see ``chat``).
+        Raises :class:`~rxpipe.errors.UnsupportedRequestError` (a ValueError; the gateway's 400)
+        for a completion this engine cannot map: neither prompt nor messages, or messages with
+        ``chat=False``."""
+        if request.endpoint is not None:
+            return "/" + request.endpoint
         if request.messages is None and request.prompt is None:
             raise UnsupportedRequestError(f"request {request.id} has neither prompt nor messages",
                                           client_message="the request has neither a prompt nor messages")
@@ -340,12 +362,12 @@ class OpenAIEngine(_HTTPCall, _Backoff, _UsageProbe):
                 "serves /v1/completions",
                 client_message="this model is served by a completions-only backend: send a prompt to "
                                "/v1/completions, not chat messages")
-        return chat
+        return "/chat/completions" if chat else "/completions"
 
     def start(self, completion: Completion, now_s: float) -> None:
         """Queue the admitted ``completion``'s HTTP call; it starts at once when a slot is free
         (see :class:`OpenAIEngine`)."""
-        call = _Call(completion, completion.engine_state)  # engine_state: prepare's chat flag
+        call = _Call(completion, completion.engine_state)  # engine_state: prepare's route
         completion.engine_state = call
         self._waiting.append(call)
         self._n_waiting += 1
@@ -601,19 +623,16 @@ class OpenAIEngine(_HTTPCall, _Backoff, _UsageProbe):
         request = call.request
         now = loop.time()
         arrival = request.arrival_s if request.arrival_s is not None else now
-        usage = call.usage or {}
-        prompt_tokens = usage.get("prompt_tokens")
-        completion_tokens = usage.get("completion_tokens")
+        text = "".join(call.parts)
+        prompt_tokens, completion_tokens, message, logprobs, usage, fingerprint, answer = self._answer_of(call, text)
         started = call.started_s
         first = call.first_token_s
         if first is not None and not request.stream:
             first = now  # not streamed: its client gets the first token with the whole answer
         completion.finish(CompletionResult(
-            "".join(call.parts), reason,
-            prompt_tokens if isinstance(prompt_tokens, int) else request.prompt_tokens,
-            completion_tokens if isinstance(completion_tokens, int) else call.tokens,
+            text, reason, prompt_tokens, completion_tokens,
             (now if started is None else started) - arrival, None if first is None else first - arrival,
-            now - arrival))
+            now - arrival, message, logprobs, usage, fingerprint, answer))
 
     @property
     def unavailable_reason(self) -> str:

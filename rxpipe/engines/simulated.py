@@ -119,11 +119,19 @@ class SimulatedEngine(_ContinuousBatching, _PerRequestService):
     two, then the answer's own), so the same prompt gives the same text, and a prompt extended
     by the start of an answer continues that answer exactly; ``stop`` (a
     string or a list of them) ends the output, finish reason ``"stop"``, before the first token
-    in which a stop string begins; the others are accepted and ignored. A ``max_tokens`` the
+    in which a stop string begins; the fields that only shape sampling (``top_p``,
+    the penalties, ``logit_bias`` ...) are accepted and ignored. It serves none of the
+    features of :data:`~rxpipe.serving.FEATURES` (``features`` is empty): a request for tool
+    calling, log probabilities, structured output, images, embeddings ... is refused with
+    :class:`~rxpipe.errors.UnsupportedRequestError` naming the field (the gateway's 400
+    ``unsupported_request``), never answered as if it had not asked. A ``max_tokens`` the
     edge filled in (``max_tokens_defaulted``) caps the drawn length instead of fixing it.
     Driven by ``loop.time()``/``call_at`` only, so the test kit's virtual clock runs it exactly
     and instantly.
     """
+
+    #: no feature beyond text (see the class docstring)
+    features: frozenset[str] = frozenset()
 
     def __init__(self, max_num_seqs: int = 256, max_num_batched_tokens: int = 8192, tokens_per_step: int = 1,
                  step_overhead_s: float = 0.006, prefill_s_per_token: float = 0.00005,

@@ -1,6 +1,7 @@
-"""The completion routes of the edge: ``POST /v1/completions`` and ``POST /v1/chat/completions``
-(DESIGN §5): authenticate, refuse early, read and check the body, admit into the graph by its
-demand, then answer — JSON, or an SSE stream (:func:`~rxpipe.gateway._sse.stream_answer`)."""
+"""The model routes of the edge: ``POST /v1/completions``, ``POST /v1/chat/completions``,
+``POST /v1/embeddings`` and ``POST /v1/responses`` (DESIGN §5): authenticate, refuse early, read
+and check the body, refuse what the engine cannot serve, admit into the graph by its demand,
+then answer — JSON, or an SSE stream (:func:`~rxpipe.gateway._sse.stream_answer`)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import asyncio
 import logging
 import time
 
+import orjson
 from aiohttp import web
 from aiohttp.http_exceptions import ContentEncodingError
 
@@ -15,7 +17,15 @@ from ..errors import BackendError, DroppedError, EngineError, EngineUnavailableE
 from ..serving import UNANSWERED_REASONS, Completion, CompletionRequest
 from ._edge import Edge
 from ._metrics import REQUEST_DURATION, count_request
-from ._openai import InvalidRequest, completion_body, now_created, parse_request
+from ._openai import (
+    InvalidRequest,
+    completion_body,
+    embeddings_body,
+    now_created,
+    parse_embeddings,
+    parse_request,
+    parse_responses,
+)
 from ._policy import Refusal
 from ._responses import (
     ITEM,
@@ -39,11 +49,14 @@ from ._responses import (
 from ._sse import stream_answer
 from ._tenants import TENANT_HEADER
 
-__all__ = ["CompletionRoutes", "COMPLETIONS", "CHAT"]
+__all__ = ["CompletionRoutes", "COMPLETIONS", "CHAT", "EMBEDDINGS", "RESPONSES", "MODEL_ROUTES"]
 
 log = logging.getLogger("rxpipe.gateway")
 
 COMPLETIONS, CHAT = "/v1/completions", "/v1/chat/completions"
+EMBEDDINGS, RESPONSES = "/v1/embeddings", "/v1/responses"
+#: the routes whose requests are admitted into the graph (each a POST)
+MODEL_ROUTES = (COMPLETIONS, CHAT, EMBEDDINGS, RESPONSES)
 
 
 class CompletionRoutes:
@@ -61,17 +74,15 @@ class CompletionRoutes:
         return self.edge.policy.retry_after_queue(self.loop.time())
 
     # -- OpenAI endpoints ----------------------------------------------------------------------
-    async def serve(self, request: web.Request, *, chat: bool) -> web.StreamResponse:
-        """``POST /v1/completions`` (``chat=False``) and ``/v1/chat/completions`` (``chat=True``):
-        the answer, counted by route and code and timed. The edge runs no aiohttp middleware and
-        no response signal (each costs coroutine layers on every request): this is the one
-        wrapper of the completion routes, and :func:`answer_headers` sets the headers every
-        answer carries."""
+    async def serve(self, request: web.Request, *, route: str) -> web.StreamResponse:
+        """``POST`` on one of :data:`MODEL_ROUTES`: the answer, counted by route and code and
+        timed. The edge runs no aiohttp middleware and no response signal (each costs coroutine
+        layers on every request): this is the one wrapper of the model routes, and
+        :func:`answer_headers` sets the headers every answer carries."""
         started = time.perf_counter()
-        route = CHAT if chat else COMPLETIONS
         clear_answer_state(request)
         try:
-            response = await self._complete(request, chat=chat)
+            response = await self._complete(request, route)
         except asyncio.CancelledError:
             count_request(route, 499)  # client closed the request (nginx's convention)
             if self.edge.access_log:
@@ -88,7 +99,7 @@ class CompletionRoutes:
             access_line(self.edge, request, route, response, elapsed)
         return response
 
-    async def _complete(self, request: web.Request, *, chat: bool) -> web.StreamResponse:
+    async def _complete(self, request: web.Request, route: str) -> web.StreamResponse:
         edge = self.edge
         loop = self.loop
         now = loop.time()
@@ -132,14 +143,16 @@ class CompletionRoutes:
                 408, f"the request body did not arrive within {self.config.body_timeout_s:g} s",
                 "invalid_request_error", "request_timeout"))
         try:
-            item = parse_request(body, chat=chat, default_model=self.config.model,
-                                 max_tokens_limit=self.config.max_tokens_limit,
-                                 max_model_len=self.config.max_model_len,
-                                 default_max_tokens=self.config.default_max_tokens)
+            item = self._parse(body, route)
         except InvalidRequest as error:
             return error_response(error.status, str(error), error.type, error.code, error.param)
         if item.model != self.config.model:
             return model_not_found(item.model)
+        if item.features is not None:
+            unsupported = edge.unsupported(item)
+            if unsupported is not None:  # never admitted, never answered as if it had not asked
+                return error_response(400, unsupported.client_message, "invalid_request_error",
+                                      "unsupported_request", unsupported.param)
         item.api_key_id = key_id
         item.tenant = tenant
         if waited:  # the edge may have changed while the body arrived: check it again
@@ -155,9 +168,19 @@ class CompletionRoutes:
         if tenancy is not None:
             request[RATELIMIT] = tenancy.admitted_headers(item)
         try:
-            return await self._answer(request, item, chat=chat)
+            return await self._answer(request, item, route)
         finally:
             edge.leave(item)
+
+    def _parse(self, body: bytes, route: str) -> CompletionRequest:
+        config = self.config
+        if route == EMBEDDINGS:
+            return parse_embeddings(body, default_model=config.model)
+        if route == RESPONSES:
+            return parse_responses(body, default_model=config.model, max_tokens_limit=config.max_tokens_limit)
+        return parse_request(body, chat=route == CHAT, default_model=config.model,
+                             max_tokens_limit=config.max_tokens_limit, max_model_len=config.max_model_len,
+                             default_max_tokens=config.default_max_tokens)
 
     def _refuse(self, refusal: Refusal, tenant: str | None = None) -> web.Response:
         """Count ``refusal`` (per tenant too, given its tenant) and answer it."""
@@ -183,7 +206,8 @@ class CompletionRoutes:
             return self._unavailable(item, error)
         if isinstance(error, UnsupportedRequestError):  # the request's shape: the client's fault
             log.debug("request %s: %s", item.id, error)
-            return error_response(400, error.client_message, "invalid_request_error", "unsupported_request")
+            return error_response(400, error.client_message, "invalid_request_error", "unsupported_request",
+                                  error.param)
         if isinstance(error, BackendError):
             # a client's 4xx is no incident: the log says it at DEBUG (the access log has the status)
             log.log(logging.DEBUG if error.client_fault else logging.WARNING, "request %s: %s", item.id, error)
@@ -224,7 +248,7 @@ class CompletionRoutes:
                                         "the server shut down before the request finished; retry elsewhere"), tenant)
         return self._refuse(Refusal(503, "unavailable", self.retry_after_queue(), reason), tenant)
 
-    async def _answer(self, request: web.Request, item: CompletionRequest, *, chat: bool) -> web.StreamResponse:
+    async def _answer(self, request: web.Request, item: CompletionRequest, route: str) -> web.StreamResponse:
         edge = self.edge
         loop = self.loop
         reply = item.reply
@@ -270,8 +294,9 @@ class CompletionRoutes:
             if completion.finish_reason in UNANSWERED_REASONS:
                 return self._unanswered(item, completion.finish_reason)
             if item.stream:
-                return await stream_answer(self.edge, self.loop, request, item, completion, chat=chat,
-                                           failed=self._failed, unanswered=self._unanswered)
+                return await stream_answer(self.edge, self.loop, request, item, completion, chat=route == CHAT,
+                                           failed=self._failed, unanswered=self._unanswered,
+                                           responses=route == RESPONSES)
             try:
                 result = await result_of(completion)  # done already: no wait
             except EngineUnavailableError as error:
@@ -281,7 +306,11 @@ class CompletionRoutes:
                 return self._unanswered(item, result.finish_reason)
             observe_ttft(result)
             self.edge.policy.meter.record_service(result.e2e_s - result.queue_time_s)
-            return json_response(200, completion_body(item, result, chat=chat, created=now_created()))
+            if route == EMBEDDINGS:
+                return json_response(200, embeddings_body(item, result))
+            if route == RESPONSES:  # the backend's Response object as it is (its id names it there)
+                return json_response(200, orjson.dumps(result.answer or {}))
+            return json_response(200, completion_body(item, result, chat=route == CHAT, created=now_created()))
         except asyncio.CancelledError:
             item.cancel()  # the client left: a queued request never starts, a running one stops
             reply.add_done_callback(retrieve)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
+from ..errors import UnsupportedRequestError
 from ..serving import Completion, CompletionRequest
 from ..view import PipelineView
 from ._admission import AdmissionPolicy
@@ -42,6 +43,9 @@ class Edge(Protocol):
 
     def early_refusal(self, now: float) -> Refusal | None:
         """The refusal a request gets before its body is read (draining, unavailable, no demand)."""
+
+    def unsupported(self, request: CompletionRequest) -> UnsupportedRequestError | None:
+        """The refusal of a request asking for a feature its engines do not declare, or None."""
 
     def admit(self, request: CompletionRequest, now: float) -> Refusal | None:
         """Emit ``request`` into the graph, or the refusal."""

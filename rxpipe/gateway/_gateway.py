@@ -18,12 +18,13 @@ from collections.abc import Hashable
 from typing import TYPE_CHECKING, Any
 
 from .._protocol import UNBOUNDED, Subscriber
-from ..errors import EngineUnavailableError, RxPipeError
+from ..errors import EngineUnavailableError, RxPipeError, UnsupportedRequestError
 from ..flowable import Flowable
 from ..logs import event
 from ..metrics import StageCounters, StageStatistics, track
 from ..runtime import Service
 from ..serving import AdmissionQueue, Completion, CompletionRequest, ReplyFuture, count_finished, outcome_of
+from ..serving._features import common_features, describe_feature, unsupported_feature
 from ..stage import EMPTY_SUBSCRIPTION, DrainSubscription
 from ..view import PipelineView
 from ._admission import AdmissionPolicy
@@ -329,6 +330,29 @@ class Gateway(Flowable[CompletionRequest], Service):
     def policy_refusal(self, key_id: str, now: float) -> Refusal | None:
         """Per-key token bucket (``rate_limited``) and latency budget (``deadline``)."""
         return self.policy.policy(key_id, now)
+
+    @property
+    def features(self) -> frozenset[str] | None:
+        """What every engine of the pipeline serves (``Engine.features``; a balance's replicas:
+        what each of them does), or None when the gateway knows no engine (not attached)."""
+        engines = self.policy.engines
+        return common_features(engine.features for engine in engines) if engines else None
+
+    def unsupported(self, request: CompletionRequest) -> UnsupportedRequestError | None:
+        """The refusal (400 ``unsupported_request``, ``param`` the field) of a request asking for
+        a feature (``request.features``) the pipeline's engines do not declare, decided before
+        admission; None when they serve it, or when the gateway knows no engine (an engine then
+        refuses it itself at ``submit``)."""
+        if request.features is None:
+            return None
+        supported = self.features
+        missing = None if supported is None else unsupported_feature(request.features, supported)
+        if missing is None:
+            return None
+        feature, param = missing
+        message = (f"model {self.config.model!r} does not support {describe_feature(feature)}: "
+                   f"{param!r} cannot be served")
+        return UnsupportedRequestError(f"request {request.id}: {message}", client_message=message, param=param)
 
     def admit(self, request: CompletionRequest, now: float) -> Refusal | None:
         """Emit ``request`` into the graph, or return the refusal (429 ``queue_full``; with

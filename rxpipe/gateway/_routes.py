@@ -15,7 +15,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
 
 from ..view import PATHS as VIEW_PATHS
 from ..view import ViewRoutes
-from ._completions import CHAT, COMPLETIONS, CompletionRoutes
+from ._completions import CHAT, COMPLETIONS, EMBEDDINGS, RESPONSES, CompletionRoutes
 from ._edge import Edge
 from ._metrics import count_request
 from ._responses import (
@@ -44,7 +44,8 @@ _MODEL_PATH = re.compile(r"/v1/models/[^{}/]+")
 _GET = ("GET", "HEAD")
 #: the fixed paths the edge serves: an answer on one of them is counted under its path (a 405
 #: too), any other under "other" (the route label stays a bounded set)
-_ROUTES = frozenset({COMPLETIONS, CHAT, "/v1/models", "/metrics", "/health", "/healthz", "/readyz", *VIEW_PATHS})
+_ROUTES = frozenset({COMPLETIONS, CHAT, EMBEDDINGS, RESPONSES, "/v1/models", "/metrics", "/health", "/healthz",
+                     "/readyz", *VIEW_PATHS})
 
 
 class _Operational:
@@ -194,17 +195,18 @@ def make_app(edge: Edge, loop: asyncio.AbstractEventLoop) -> EdgeApp:
     (method, percent-encoded path) to the routes of the edge (no router, no middleware),
     and the body limit ``config.max_body_bytes``.
 
-    Routes: ``POST /v1/completions``, ``POST /v1/chat/completions``; ``GET`` (and ``HEAD``)
-    ``/v1/models``, ``/v1/models/{model}``, ``/metrics``, ``/health``, ``/healthz``, ``/readyz``,
-    and the live view's ``/pipeline.json``, ``/pipeline`` and (``GET``) ``/pipeline/events``.
+    Routes: ``POST /v1/completions``, ``/v1/chat/completions``, ``/v1/embeddings``,
+    ``/v1/responses``; ``GET`` (and ``HEAD``) ``/v1/models``, ``/v1/models/{model}``, ``/metrics``,
+    ``/health``, ``/healthz``, ``/readyz``, and the live view's ``/pipeline.json``, ``/pipeline`` and
+    (``GET``) ``/pipeline/events``.
     Anything else: 404 ``unknown_route``, or 405 ``method_not_allowed`` with ``Allow`` on a known
     path (:func:`_unrouted`). A request with ``Expect`` is answered as :func:`_expect` says."""
     completions = CompletionRoutes(edge, loop)
     operational = _Operational(edge)
     by_path: dict[str, dict[str, Handler]] = {
         # partials of one coroutine function: called straight, no wrapper layer
-        COMPLETIONS: {"POST": functools.partial(completions.serve, chat=False)},
-        CHAT: {"POST": functools.partial(completions.serve, chat=True)},
+        route: {"POST": functools.partial(completions.serve, route=route)}
+        for route in (COMPLETIONS, CHAT, EMBEDDINGS, RESPONSES)
     }
     for path, handler in ((_MODELS, operational.models), ("/metrics", operational.metrics),
                           ("/health", operational.healthz),  # vLLM's name for the liveness probe

@@ -14,9 +14,18 @@ from aiohttp import web
 
 from .._protocol import Subscription
 from ..errors import BackendError, EngineError, EngineUnavailableError
-from ..serving import UNANSWERED_REASONS, Completion, CompletionRequest, CompletionResult
+from ..serving import UNANSWERED_REASONS, Completion, CompletionRequest, CompletionResult, TokenChunk
 from ..stage import InternalSubscriber
-from ._openai import SSE_DONE, chunk_body, error_body, now_created, sse, token_event_template
+from ._openai import (
+    SSE_DONE,
+    chunk_body,
+    error_body,
+    now_created,
+    responses_error_event,
+    responses_event,
+    sse,
+    token_event_template,
+)
 from ._responses import RESULT, answer_headers, observe_ttft, result_of
 
 if TYPE_CHECKING:
@@ -43,17 +52,23 @@ class EventWriter(InternalSubscriber):
     subscribe), so what is outstanding upstream plus ``pending`` stays within
     ``stream_window``. The writes made here bypass aiohttp's payload writer, so its byte
     counters (``body_length``, access-log sizes) do not include them; the edge runs without an
-    access log."""
+    access log.
+
+    A chunk with more than text (a ``delta`` or ``logprobs``: a tool-call fragment, a Responses
+    event) is one event too, made by ``frame(chunk)`` (the whole SSE event's bytes), under the
+    same credit; ``structured`` counts them."""
 
     __slots__ = ("loop", "window", "subscription", "pending", "prefix", "suffix", "fixed_bytes", "transport",
                  "protocol", "live", "done", "broken", "error", "waiter", "batch", "batch_bytes", "flush_bytes",
-                 "flush_handle")
+                 "flush_handle", "frame", "structured")
 
     def __init__(self, loop: asyncio.AbstractEventLoop, window: int, prefix: bytes, suffix: bytes,
-                 flush_bytes: int = 16384) -> None:
+                 flush_bytes: int = 16384, frame: Callable[[TokenChunk], bytes] | None = None) -> None:
         if flush_bytes < 1:
             raise ValueError(f"flush_bytes must be >= 1, not {flush_bytes!r}")
         self.loop = loop
+        self.frame = frame
+        self.structured = 0
         self.window = window
         #: framed events written to the socket by :meth:`flush` (one write), ``batch_bytes`` long
         self.batch: list[bytes] = []
@@ -90,6 +105,9 @@ class EventWriter(InternalSubscriber):
         subscription.request(self.window)
 
     def on_next(self, chunk: Any) -> None:
+        if chunk.delta is not None or chunk.logprobs is not None:
+            self._on_structured(chunk)
+            return
         text = orjson.dumps(chunk.text)
         transport = self.transport
         if self.live and transport is not None and not self.protocol.writing_paused:
@@ -109,6 +127,32 @@ class EventWriter(InternalSubscriber):
             return
         else:
             self.pending.append(self.prefix + text + self.suffix)
+        self._wake()
+
+    def _on_structured(self, chunk: TokenChunk) -> None:
+        """A chunk with more than text: its event from ``frame``, written or queued as a token's."""
+        # The write below repeats on_next's rather than sharing a helper: on_next is the per-token
+        # path of every plain stream and takes no extra call for it.
+        self.structured += 1
+        if self.frame is None:
+            raise TypeError("EventWriter got a chunk with a delta or logprobs and has no frame for it")
+        event = self.frame(chunk)
+        transport = self.transport
+        if self.live and transport is not None and not self.protocol.writing_paused:
+            if transport.is_closing():
+                self.broken = True
+                self._wake()
+                return
+            framed = b"%x\r\n%b\r\n" % (len(event), event)
+            self.batch.append(framed)
+            self.batch_bytes += len(framed)
+            if self.batch_bytes + transport.get_write_buffer_size() >= self.flush_bytes:
+                self.flush()
+            elif self.flush_handle is None:
+                self.flush_handle = self.loop.call_soon(self.flush)
+            self.subscription.request(1)  # type: ignore[union-attr]
+            return
+        self.pending.append(event)
         self._wake()
 
     def flush(self) -> None:
@@ -194,11 +238,16 @@ def bound_socket_buffers(request: web.Request, limit: int) -> None:
             pass
 
 
-async def stream_error(response: web.StreamResponse, message: str, type: str, code: str) -> None:
-    """End an SSE stream with an error event and ``[DONE]`` (as vLLM does), if the client is there."""
+async def stream_error(response: web.StreamResponse, message: str, type: str, code: str,
+                       responses: int | None = None) -> None:
+    """End an SSE stream with an error event and ``[DONE]`` (as vLLM does), if the client is there;
+    a Responses stream (``responses``: the events sent) with its ``error`` event instead."""
     try:
-        await response.write(sse(error_body(message, type, code)))
-        await response.write(SSE_DONE)
+        if responses is not None:
+            await response.write(responses_error_event(message, code, responses))
+        else:
+            await response.write(sse(error_body(message, type, code)))
+            await response.write(SSE_DONE)
         await response.write_eof()
     except ConnectionError:
         pass
@@ -207,23 +256,35 @@ async def stream_error(response: web.StreamResponse, message: str, type: str, co
 async def stream_answer(edge: Edge, loop: asyncio.AbstractEventLoop, request: web.Request, item: CompletionRequest,
                         completion: Completion, *, chat: bool,
                         failed: Callable[[CompletionRequest, EngineError], web.Response],
-                        unanswered: Callable[[CompletionRequest, str], web.Response]) -> web.StreamResponse:
+                        unanswered: Callable[[CompletionRequest, str], web.Response],
+                        responses: bool = False) -> web.StreamResponse:
     """The SSE answer to a streamed request the engine took (OpenAI's ``chat.completion.chunk``
-    events, then ``data: [DONE]``), with credit toward the reader: the token stream is
-    requested only as events leave for the socket (at most ``stream_window`` chunks ahead, and
-    ``stream_buffer_bytes`` in the socket's buffers), so a slow reader stalls its own sequence,
-    never the engine. The status line waits for the first token (or the end): an engine error
-    before it is answered by ``failed`` with its own status, an end without an answer before it
-    (one of ``UNANSWERED_REASONS``: past its deadline in a worker's queue, say) by ``unanswered``
-    (429 ``deadline``, 503), never as a 200 with an empty "stop"; after it, as an error event. A
-    reader that goes away cancels the completion (its slot is freed)."""
+    events, then ``data: [DONE]``; with ``responses``, the backend's Responses events as it sent
+    them, in order, each ``event:`` and ``data:``), with credit toward the reader: the token
+    stream is requested only as events leave for the socket (at most ``stream_window`` chunks
+    ahead, and ``stream_buffer_bytes`` in the socket's buffers), so a slow reader stalls its own
+    sequence, never the engine. Each chunk is one event: a tool-call fragment or a delta of
+    reasoning is one, as the backend sent it. The status line waits for the first chunk (or the
+    end): an engine error before it is answered by ``failed`` with its own status, an end
+    without an answer before it (one of ``UNANSWERED_REASONS``: past its deadline in a worker's
+    queue, say) by ``unanswered`` (429 ``deadline``, 503), never as a 200 with an empty "stop";
+    after it, as an error event. A reader that goes away cancels the completion (its slot is
+    freed)."""
     response = web.StreamResponse(status=200, headers={
         "Content-Type": "text/event-stream", "Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
     # Subscribe before the first await, so the sequence has its credit for the first step.
     created = now_created()
     limit = edge.config.stream_buffer_bytes
+
+    def frame(chunk: TokenChunk) -> bytes:
+        if responses:
+            return responses_event(chunk.delta or {})
+        return sse(chunk_body(item, chat=chat, created=created, text=chunk.text, delta=chunk.delta,
+                              logprobs=chunk.logprobs))
+
     writer = EventWriter(loop, edge.config.stream_window,
-                          *token_event_template(item, chat=chat, created=created), flush_bytes=limit)
+                          *token_event_template(item, chat=chat, created=created),
+                          flush_bytes=limit, frame=frame)
     completion.tokens.subscribe(writer)
     result_future = completion.result
     transport = request.transport
@@ -250,7 +311,7 @@ async def stream_answer(edge: Edge, loop: asyncio.AbstractEventLoop, request: we
         answer_headers(request, response, edge.draining)
         await response.prepare(request)
         try:
-            if chat:
+            if chat and not responses:
                 await response.write(sse(chunk_body(item, chat=True, created=created, text="", role=True)))
             pending = writer.pending
             while True:
@@ -290,23 +351,27 @@ async def stream_answer(edge: Edge, loop: asyncio.AbstractEventLoop, request: we
             # The status line is sent: the failure goes in the stream, as an error event
             # (its detail only in the log: it may name the backend).
             log.warning("request %s failed in the engine mid-stream: %r", item.id, error)
+            sent = writer.structured if responses else None
             if isinstance(error, BackendError):
-                await stream_error(response, error.client_message, error.type, error.code or "backend_error")
+                await stream_error(response, error.client_message, error.type, error.code or "backend_error", sent)
             else:
                 unavailable = isinstance(error, EngineUnavailableError)
                 await stream_error(response, "the model backend is unavailable" if unavailable
                                    else "the model backend failed the request", "server_error",
-                                   "unavailable" if unavailable else "engine_error")
+                                   "unavailable" if unavailable else "engine_error", sent)
             return response
         request[RESULT] = result
         if result.finish_reason in UNANSWERED_REASONS:  # after the status line: an error event
             reason = "draining" if edge.draining else "unavailable"
             await stream_error(response, "the request was cancelled by the server" if result.finish_reason
                                == "cancelled" else f"the request ended {result.finish_reason} on the server",
-                               "overloaded_error", reason)
+                               "overloaded_error", reason, writer.structured if responses else None)
             return response
         observe_ttft(result)
         edge.policy.meter.record_service(result.e2e_s - result.queue_time_s)
+        if responses:  # the backend's own events said it all, its last one included
+            await response.write_eof()
+            return response
         # the final chunk, the usage chunk and [DONE] end the stream in one write
         tail = sse(chunk_body(item, chat=chat, created=created, result=result))
         if item.sampling.get("include_usage"):

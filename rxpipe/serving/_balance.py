@@ -34,6 +34,7 @@ from rxpipe.stage import EMPTY_SUBSCRIPTION, LINK_SLOTS, QueueDrainSubscription,
 
 from ._affinity import RoutingPolicy
 from ._failover import Failover
+from ._features import common_features
 from .records import CompletionRequest
 
 __all__ = ["BalanceFlowable", "BalanceRun", "PortSubscription", "Replicas"]
@@ -43,11 +44,13 @@ class Replicas:
     """The engines of a balance's branches seen as one, for the edge (``stage.engine``).
 
     ``available``: True while any replica is (the edge answers 503 only when none is);
-    ``retry_after_s``: seconds until the first replica takes work again (0.0 when one does).
+    ``retry_after_s``: seconds until the first replica takes work again (0.0 when one does);
+    ``features``: what every replica serves (a request may go to any of them).
     """
 
     def __init__(self, engines: list[Any]) -> None:
         self.engines = engines
+        self.features = common_features(engine.features for engine in engines)
 
     @property
     def available(self) -> bool:

@@ -4,18 +4,24 @@
 upstream for ``request(n)`` downstream) except the :class:`~rxpipe.engines.CompletionRequest`
 items it answers itself; for each of those it asks upstream for one more.
 
-A request is *cacheable* when it is deterministic — ``temperature == 0`` or a ``seed`` in its
-sampling fields — and has a reply slot. Its key is the exact request: model, prompt or
-messages, ``max_tokens`` and every sampling field (orjson, sorted keys). Streaming or not is not
-part of the key: a hit replays the text either way.
+A request is *cacheable* when it is a completion (chat or not; not embeddings, not Responses),
+deterministic — ``temperature == 0`` or a ``seed`` in its sampling fields — and has a reply
+slot. Its key is the exact request as the backend would be sent it: model, prompt or messages
+(whole: tool calls, tool results, content parts), ``max_tokens`` and the name it came by, and
+every other field (tools, response_format, logprobs, a vendor's own ..., orjson, sorted keys).
+Streaming or not is not part of the key (nor ``stream_options``): a hit replays the answer
+either way.
 
-- *hit* (a fresh entry): answered here with a Completion replaying the cached text, one chunk
-  per word as the consumer gives credit; ``request.cache = "hit"``.
+- *hit* (a fresh entry): answered here with a Completion replaying the cached answer as the
+  consumer gives credit: its text one chunk per word (per token when it has log probabilities,
+  each with its own), reasoning before it and each tool call after it as a chunk of its own;
+  not streamed, the whole answer (tool calls, log probabilities, usage ... as the backend
+  said them); ``request.cache = "hit"``.
 - *coalesced* (an identical request is running): it waits for that one (Go's ``singleflight``:
   duplicates wait and share the result) and is answered like a hit; if the leader fails, its
   error. ``request.cache = "hit"``.
 - *miss*: passed downstream (``request.cache = "miss"``); its result is stored when it finishes
-  with ``stop`` or ``length``.
+  with one of OpenAI's finish reasons (``stop``, ``length``, ``tool_calls`` ...).
 
 Memory: at most ``max_entries`` entries (least recently used evicted first), each expiring
 ``ttl_s`` after it was stored (loop clock); expired entries are dropped when met and when
@@ -25,6 +31,7 @@ evicting. Requests waiting on a leader are bounded by the requests in flight.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import re
 from collections import OrderedDict
 from typing import Any
@@ -37,6 +44,7 @@ from rxpipe.flowable import Flowable
 from rxpipe.metrics import StageStatistics
 from rxpipe.stage import LINK_SLOTS, QueueDrainSubscription, UpstreamLink
 
+from ._answers import OPENAI_FINISH_REASONS, replay_pieces
 from .records import Completion, CompletionRequest, CompletionResult
 
 __all__ = ["CacheFlowable", "ResponseCache", "cache_key", "CACHE_HITS", "CACHE_MISSES"]
@@ -46,17 +54,20 @@ CACHE_MISSES = Counter("rxpipe_cache_misses", "Cacheable requests the response c
 
 _WORDS = re.compile(r"\s*\S+|\s+")
 
+#: fields that say how the answer is delivered, not what it is: not part of the key
+_DELIVERY = frozenset({"include_usage", "stream_options"})
+
 
 def cache_key(request: CompletionRequest) -> str | None:
-    """The exact-match key of a deterministic request, or None when it is not cacheable."""
+    """The exact-match key of a deterministic completion, or None when it is not cacheable."""
     sampling = request.sampling
     temperature = sampling.get("temperature")
     deterministic = temperature == 0 or sampling.get("seed") is not None
-    if not deterministic:
+    if not deterministic or request.endpoint is not None:
         return None
     try:
         return orjson.dumps([request.model, request.prompt, request.messages, request.max_tokens,
-                             {k: v for k, v in sampling.items() if k != "include_usage"}],
+                             request.max_tokens_field, {k: v for k, v in sampling.items() if k not in _DELIVERY}],
                             option=orjson.OPT_SORT_KEYS).decode()
     except TypeError:
         return None
@@ -91,23 +102,29 @@ class ResponseCache:
 
 
 class _Replay:
-    """Owner of a Completion that replays a cached result, one word per chunk of credit."""
+    """Owner of a Completion that replays a cached result, one piece per chunk of credit."""
 
     def __init__(self, request: CompletionRequest, result: CompletionResult, loop: asyncio.AbstractEventLoop) -> None:
         self.result = result
-        self.pieces = _WORDS.findall(result.text)
+        self.pieces = replay_pieces(result, _WORDS.findall(result.text))
         self.next = 0
         self.busy = False
         self.completion = Completion(request, self, loop)
         request.completion = self.completion
         if not request.stream:
-            self.pieces = [result.text] if result.text else []
+            self.pieces = [(result.text, None, None)] if result.text else []
             self._push_all()
 
+    def _push(self, piece: tuple[str, Any, Any]) -> None:
+        text, delta, logprobs = piece
+        if delta is None and logprobs is None:
+            self.completion.push(text, 1)
+        else:
+            self.completion.push_delta(text, 1, delta, logprobs)
+
     def _push_all(self) -> None:
-        completion = self.completion
         for piece in self.pieces[self.next:]:
-            completion.push(piece, 1)
+            self._push(piece)
         self.next = len(self.pieces)
         self._finish()
 
@@ -115,8 +132,9 @@ class _Replay:
         r = self.result
         now = self.completion._loop.time()
         arrival = self.completion.request.arrival_s or now
-        self.completion.finish(CompletionResult(r.text, r.finish_reason, r.prompt_tokens, r.completion_tokens,
-                                                now - arrival, now - arrival if r.text else None, now - arrival))
+        answered = r.text or r.message
+        self.completion.finish(dataclasses.replace(r, queue_time_s=now - arrival,
+                                                   ttft_s=now - arrival if answered else None, e2e_s=now - arrival))
 
     def credit_granted(self, completion: Completion) -> None:
         if self.busy:
@@ -125,7 +143,7 @@ class _Replay:
         try:
             while completion.credit and not completion.done:
                 if self.next < len(self.pieces):
-                    completion.push(self.pieces[self.next], 1)
+                    self._push(self.pieces[self.next])
                     self.next += 1
                 else:
                     self._finish()
@@ -222,7 +240,7 @@ class CacheSubscription(QueueDrainSubscription, UpstreamLink):
             self._release_waiters(key, None, error)
             return
         result = future.result()
-        if result.finish_reason in ("stop", "length"):
+        if result.finish_reason in OPENAI_FINISH_REASONS:
             self.store.put(key, result, future.get_loop().time())
             self._release_waiters(key, result, None)
         else:

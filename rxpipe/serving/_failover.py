@@ -20,8 +20,12 @@ whose prompt is the prompt plus the text already relayed (chat: the messages plu
 ``assistant`` message holding that text, with vLLM's ``continue_final_message`` and
 ``add_generation_prompt`` fields so the backend continues that message instead of starting a
 new one) and whose ``max_tokens`` is what was left. The relay keeps its Completion: the client's
-stream simply goes on, and its result is the whole answer's (text and ``completion_tokens``
-over every attempt; prompt tokens, queue time and time to first token of the first).
+stream simply goes on, and its result is the whole answer's (text, log probabilities and
+``completion_tokens`` over every attempt; prompt tokens, queue time and time to first token of
+the first). A stream is continued only while all it relayed was text (log probabilities
+included): one that already sent the client a chunk of more than text — a tool-call fragment, a
+function call, reasoning, a refusal — or that is not a completion (a Responses stream) ends with
+the error instead (the edge's error event), so no tool call is ever repeated or split.
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ from rxpipe._protocol import UNBOUNDED, Subscription
 from rxpipe.errors import EngineError
 from rxpipe.stage import InternalSubscriber
 
+from ._answers import merge_logprobs
 from .records import Completion, CompletionRequest, CompletionResult, TokenChunk
 
 __all__ = ["Failover", "AttemptReply"]
@@ -184,6 +189,10 @@ class _Relay(InternalSubscriber):
         self.before_text = ""
         self.first_token_s: float | None = None
         self.started_s: float | None = None
+        #: streamed: a chunk of more than text was relayed (no continuation then); the log
+        #: probabilities relayed over every attempt
+        self.structured = False
+        self.logprobs: Any = None
 
     def follow(self, source: Completion, port: int) -> None:
         if self.started_s is None:
@@ -208,16 +217,26 @@ class _Relay(InternalSubscriber):
             if self.first_token_s is None:
                 self.first_token_s = self.failover.loop.time()
             self.sent.append(chunk.text)
-            self.completion.push(chunk.text, chunk.tokens)
+            if chunk.delta is None and chunk.logprobs is None:
+                self.completion.push(chunk.text, chunk.tokens)
+                return
+            if chunk.delta is not None:
+                self.structured = True
+            if chunk.logprobs is not None:
+                self.logprobs = merge_logprobs(self.logprobs, chunk.logprobs)
+            self.completion.push_delta(chunk.text, chunk.tokens, chunk.delta, chunk.logprobs)
         else:
             self.parts.append(chunk.text)
             self.tokens += chunk.tokens
 
     def on_error(self, error: BaseException) -> None:
         completion = self.completion
-        relayed = self.failover.request.stream and completion.generated_tokens > 0
+        request = self.failover.request
+        relayed = request.stream and bool(self.sent)  # a chunk reached the client (a Responses event: 0 tokens)
         if completion.cancel_requested:
             completion.fail(error)
+        elif relayed and (self.structured or request.endpoint is not None):
+            completion.fail(error)  # never a tool call (or an event) twice or in pieces: the error ends it
         elif relayed:
             text = "".join(self.sent)
             self.sent = [text]
@@ -253,7 +272,9 @@ class _Relay(InternalSubscriber):
             self.before_text + (outcome.text if outcome is not None else ""),
             outcome.finish_reason if outcome is not None else "length", request.prompt_tokens,
             self.before_tokens + (outcome.completion_tokens if outcome is not None else 0),
-            max(0.0, started - arrival), None if first is None else first - arrival, now - arrival))
+            max(0.0, started - arrival), None if first is None else first - arrival, now - arrival,
+            outcome.message if outcome is not None else None, self.logprobs, None,
+            outcome.system_fingerprint if outcome is not None else None))
 
     def _forward_credit(self) -> None:
         sub = self.subscription

@@ -14,8 +14,9 @@ import threading
 from abc import ABC, abstractmethod
 from typing import Any, Callable
 
-from ..errors import EngineUnavailableError
+from ..errors import EngineUnavailableError, UnsupportedRequestError
 from . import _engine_metrics as _metrics
+from ._features import describe_feature, unsupported_feature
 from .records import Completion, CompletionRequest, CompletionResult
 
 __all__ = ["Engine"]
@@ -45,11 +46,20 @@ class Engine(ABC):
 
     ``name`` is the value of the ``engine`` label on the engine's metric series (DESIGN §7);
     it defaults to the model id: set it to tell replicas of one model apart.
+
+    ``features`` declares what the engine serves beyond text generation (names of
+    :data:`~rxpipe.serving.FEATURES`: ``"tools"``, ``"logprobs"``, ``"image_url"``,
+    ``"embeddings"`` ...; :data:`~rxpipe.serving.ALL_FEATURES` for an engine that forwards every
+    request to a backend that decides). The default is none: a request that asks for a feature
+    its engine does not declare is refused (:meth:`submit`, and the edge before admission), never
+    served as if it had not asked (DESIGN §5, "never silently ignored").
     """
 
     model: str
     max_num_seqs: int
     name: str
+    #: the features this engine serves (class attribute; see the class docstring)
+    features: frozenset[str] = frozenset()
 
     def __init__(self, *, model: str, max_num_seqs: int) -> None:
         if isinstance(max_num_seqs, bool) or not isinstance(max_num_seqs, int) or max_num_seqs < 1:
@@ -105,7 +115,9 @@ class Engine(ABC):
         1. not :attr:`available` → ``EngineUnavailableError`` ("engine 'm' is
            <:attr:`unavailable_reason`>");
         2. ``request.completion`` already set → ValueError (a request is submitted once);
-        3. :meth:`prepare` (the engine's checks: what it raises reaches the caller);
+        3. a feature of ``request.features`` the engine does not declare in :attr:`features` →
+           :class:`~rxpipe.errors.UnsupportedRequestError` (``param``: the field asking for it);
+           then :meth:`prepare` (the engine's checks: what it raises reaches the caller);
         4. the engine binds to the running event loop (:attr:`loop`; :meth:`bind_loop` when it
            is a new one; RuntimeError without a running loop);
         5. ``request.arrival_s`` = ``loop.time()`` if None; a new Completion is set as
@@ -124,6 +136,8 @@ class Engine(ABC):
             raise EngineUnavailableError(f"engine {self.model!r} is {self.unavailable_reason}")
         if request.completion is not None:
             raise ValueError(f"request {request.id} was already submitted")
+        if request.features is not None:
+            self.check_features(request)
         prepared = self.prepare(request)
         loop = self._loop
         # Fast path, once bound: our loop runs in this thread, so it is the running loop (one per
@@ -146,6 +160,15 @@ class Engine(ABC):
             completion.engine_state = prepared
         self.start(completion, now)
         return completion
+
+    def check_features(self, request: CompletionRequest) -> None:
+        """Raise :class:`~rxpipe.errors.UnsupportedRequestError` (``param``: the field) when
+        ``request`` asks for a feature this engine does not declare in :attr:`features`."""
+        missing = unsupported_feature(request.features, self.features)
+        if missing is not None:
+            feature, param = missing
+            message = f"model {self.model!r} does not support {describe_feature(feature)}: {param!r} cannot be served"
+            raise UnsupportedRequestError(f"request {request.id}: {message}", client_message=message, param=param)
 
     def _bind(self) -> asyncio.AbstractEventLoop:
         """The slow path of :meth:`submit`'s binding: the running loop, accepted by :meth:`bind_loop`."""

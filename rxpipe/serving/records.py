@@ -14,31 +14,43 @@ from __future__ import annotations
 
 import asyncio
 import math
+from collections import deque
 from dataclasses import dataclass, field
 from random import getrandbits as _getrandbits
-from typing import Any, Protocol
+from typing import Any, ClassVar, Mapping, Protocol
+
+import orjson
 
 from .._protocol import UNBOUNDED, Subscriber
 from ..errors import DroppedError, ProtocolViolationError
 from ..flowable import Flowable
 from ..stage import EMPTY_SUBSCRIPTION, DrainSubscription
 
-__all__ = ["CompletionRequest", "TokenChunk", "CompletionResult", "Completion", "FINISH_REASONS",
-           "UNANSWERED_REASONS",
-           "estimate_tokens"]
+__all__ = ["CompletionRequest", "TokenChunk", "DeltaChunk", "CompletionResult", "Completion", "FINISH_REASONS",
+           "UNANSWERED_REASONS", "estimate_tokens", "PART_TOKENS"]
 
 #: Why a completion ended. ``stop``: the model ended it (end of sequence); ``length``: it reached
 #: ``max_tokens``; ``stalled``: its streaming consumer gave no credit for ``stall_timeout_s``;
 #: ``cancelled``: cancelled (client gone) or the engine closed; ``deadline``: ``deadline_s`` passed
-#: before it could start (it never ran). Engine failures are not a finish reason: ``result`` raises.
-FINISH_REASONS = ("stop", "length", "stalled", "cancelled", "deadline")
+#: before it could start (it never ran); and a backend's own (OpenAI's finish reasons):
+#: ``tool_calls`` (the answer is tool calls), ``function_call`` (the legacy function call),
+#: ``content_filter`` (the backend withheld content). Engine failures are not a finish reason:
+#: ``result`` raises.
+FINISH_REASONS = ("stop", "length", "stalled", "cancelled", "deadline", "tool_calls", "function_call",
+                  "content_filter")
 #: The finish reasons that are not an answer, the same on every path from an engine (local, or a
 #: worker's behind a broker) to the client: the edge turns each into a refusal or an error, never
 #: into a ``finish_reason`` a client reads (``deadline``: 429 ``deadline``; ``cancelled``: 503, or
 #: an error event once the stream started; ``stalled``: the connection is closed). Any other reason
-#: is the model's (``stop``, ``length``, or one an engine of its own gives, e.g. ``content_filter``)
-#: and reaches the client as it is, never replaced by ``stop``.
+#: is the model's (``stop``, ``length``, ``tool_calls``, or one an engine of its own gives, e.g.
+#: ``content_filter``) and reaches the client as it is, never replaced by ``stop``.
 UNANSWERED_REASONS = ("stalled", "cancelled", "deadline")
+
+#: Prompt tokens counted for one content part that is not text (``image_url``, ``input_audio``,
+#: ``file``, or another type) by :func:`estimate_tokens`: OpenAI's cost of one image at detail
+#: ``"low"``. Only an estimate for admission (context length, quotas) until the backend's usage,
+#: which says the real count, settles it.
+PART_TOKENS = 85
 
 
 def _new_id() -> str:
@@ -48,26 +60,81 @@ def _new_id() -> str:
 
 
 def estimate_tokens(prompt: str | None, messages: list[dict[str, Any]] | None = None) -> int:
-    """The default prompt-token estimate: ``max(1, ceil(utf8 bytes / 4))``.
+    """The default prompt-token estimate: ``max(1, ceil(utf8 bytes / 4))``, plus
+    :data:`PART_TOKENS` per content part that is not text.
 
-    Counts ``prompt``, or else the text of every message's ``content`` (a string, or a list of
-    ``{"type": "text", "text": ...}`` parts). Four bytes per token is OpenAI's rule of thumb for
-    English text with its BPE tokenizers.
+    Counts ``prompt``, or else every message's text: its ``content`` (a string, or the ``text``
+    of ``{"type": "text"}`` parts and the ``refusal`` of ``{"type": "refusal"}`` ones), and the
+    ``function.name`` and ``function.arguments`` of an assistant message's ``tool_calls`` (and of
+    its legacy ``function_call``). Any other part (an image, audio, a file) costs
+    :data:`PART_TOKENS`. Four bytes per token is OpenAI's rule of thumb for English text with its
+    BPE tokenizers; the backend's usage gives the real count.
     """
     size = 0
+    parts = 0
     if prompt is not None:
         size = len(prompt.encode("utf-8"))
     elif messages:
         for message in messages:
-            content = message.get("content") if isinstance(message, dict) else None
+            if not isinstance(message, dict):
+                continue
+            content = message.get("content")
             if isinstance(content, str):
                 size += len(content.encode("utf-8"))
             elif isinstance(content, list):
                 for part in content:
-                    text = part.get("text") if isinstance(part, dict) else None
+                    if not isinstance(part, dict):
+                        continue
+                    text = part.get("text") if part.get("type", "text") == "text" else part.get("refusal")
                     if isinstance(text, str):
                         size += len(text.encode("utf-8"))
-    return max(1, math.ceil(size / 4))
+                    else:
+                        parts += 1
+            calls = message.get("tool_calls")
+            functions = [c.get("function") for c in calls if isinstance(c, dict)] if isinstance(calls, list) else []
+            if isinstance(message.get("function_call"), dict):
+                functions.append(message["function_call"])
+            for function in functions:
+                if isinstance(function, dict):
+                    for key in ("name", "arguments"):
+                        value = function.get(key)
+                        if isinstance(value, str):
+                            size += len(value.encode("utf-8"))
+    return max(1, math.ceil(size / 4)) + parts * PART_TOKENS
+
+
+def _input_size(value: Any) -> tuple[int, int]:
+    """``(utf8 bytes, token ids)`` of an embeddings or Responses ``input``: a string, token ids,
+    or a list of strings, token-id lists or Responses input items (their text and content)."""
+    if isinstance(value, str):
+        return len(value.encode("utf-8")), 0
+    if isinstance(value, int) and not isinstance(value, bool):
+        return 0, 1
+    size = ids = 0
+    if isinstance(value, list):
+        for item in value:
+            if isinstance(item, dict):
+                item = item.get("content", item.get("text", item.get("output")))
+            b, i = _input_size(item)
+            size += b
+            ids += i
+    return size, ids
+
+
+def _request_tokens(request: CompletionRequest) -> int:
+    """:attr:`CompletionRequest.prompt_tokens` (see there)."""
+    sampling = request.sampling
+    if request.endpoint is not None:  # embeddings, Responses: their input (and instructions)
+        size, ids = _input_size(sampling.get("input"))
+        instructions = sampling.get("instructions")
+        if isinstance(instructions, str):
+            size += len(instructions.encode("utf-8"))
+        return max(1, math.ceil(size / 4) + ids)
+    n = estimate_tokens(request.prompt, request.messages)
+    tools = sampling.get("tools") or sampling.get("functions")
+    if tools:  # a chat template renders the tool definitions into the prompt
+        n += math.ceil(len(orjson.dumps(tools)) / 4)
+    return n
 
 
 @dataclass(eq=False)
@@ -83,7 +150,9 @@ class CompletionRequest:
         model: the model id served (``"sim"`` by default).
         stream: True: the token stream is credit-governed (the engine steps the sequence only
             while its consumer has credit); False: it runs freely and ``result`` carries the text.
-        sampling: temperature, top_p, stop, seed, ... passed through to the engine untouched.
+        sampling: every other field of the request as the client sent it (temperature, top_p,
+            stop, seed, tools, response_format, a vendor's own fields ...): passed through to
+            the engine untouched.
         api_key_id: a bounded identifier of the caller's key (never the raw key).
         id: ``"cmpl-<24 hex>"`` unless given.
         arrival_s: ``loop.time()`` when the edge accepted it; ``execute`` fills it if None.
@@ -93,6 +162,14 @@ class CompletionRequest:
             fails with the stage's error; ``EngineUnavailableError`` when the engine is down).
         tenant: the caller's configured tenant name when the edge has tenants (DESIGN §5,
             "Many tenants"), else None; ``fair_queue`` keys its flows by it.
+        endpoint: None for a completion (chat when it has ``messages``), else the OpenAI route
+            it came by: ``"embeddings"`` or ``"responses"`` (their body's fields are in
+            ``sampling``, ``input`` among them).
+        features: what the request asks of its engine beyond text generation, each feature
+            (:data:`~rxpipe.serving.FEATURES`) with the request field that asks for it (the
+            ``param`` of the 400 when the engine lacks it); None: nothing. The edge fills it in.
+        max_tokens_field: the name the client gave ``max_tokens`` (``"max_completion_tokens"``
+            or ``"max_tokens"``): a backend is sent the same.
         cancelled: set by :meth:`cancel`. completion: set on admission.
 
     Behind a :class:`~rxpipe.gateway.Gateway`, ``reply`` and ``completion`` go back to None once
@@ -115,6 +192,9 @@ class CompletionRequest:
     reply: asyncio.Future[Completion] | None = field(default=None, repr=False)
     max_tokens_defaulted: bool = False
     tenant: str | None = None
+    endpoint: str | None = None
+    features: dict[str, str] | None = None
+    max_tokens_field: str = "max_tokens"
     cancelled: bool = field(default=False, init=False)
     completion: Completion | None = field(default=None, init=False, repr=False)
     _prompt_tokens: int | None = field(default=None, init=False, repr=False)
@@ -128,10 +208,13 @@ class CompletionRequest:
 
     @property
     def prompt_tokens(self) -> int:
-        """Prompt tokens, estimated with :func:`estimate_tokens` (computed once)."""
+        """Prompt tokens, estimated (computed once): :func:`estimate_tokens` of the prompt or
+        messages, plus the JSON of ``tools`` (or ``functions``) at 4 bytes a token (a chat
+        template renders them into the prompt); of an embeddings or Responses request, its
+        ``input`` (and ``instructions``): 4 bytes a token of text, one per token id."""
         n = self._prompt_tokens
         if n is None:
-            n = self._prompt_tokens = estimate_tokens(self.prompt, self.messages)
+            n = self._prompt_tokens = _request_tokens(self)
         return n
 
     def on_discard(self, reason: str) -> None:
@@ -163,11 +246,31 @@ class CompletionRequest:
 class TokenChunk:
     """A piece of generated text: ``index`` (0, 1, 2, ... per completion: the chunk number, for
     de-duplication), ``text``, ``tokens`` (tokens in it; > 1 when coalesced or when the engine
-    makes several tokens per step)."""
+    makes several tokens per step).
+
+    ``delta`` and ``logprobs`` are None: a chunk that carries more than text is a
+    :class:`DeltaChunk` (a TokenChunk too), made by :meth:`Completion.push_delta`. (Two fields
+    fewer to set on the plain chunk, made once per token on every path, keep it cheap.)
+    """
 
     index: int
     text: str
     tokens: int
+    delta: ClassVar[Mapping[str, Any] | None] = None
+    logprobs: ClassVar[Any] = None
+
+
+@dataclass(frozen=True, slots=True)
+class DeltaChunk(TokenChunk):
+    """A :class:`TokenChunk` that carries more than text (:meth:`Completion.push_delta`; never
+    coalesced with another, one chunk of credit): ``delta``, the fields of the backend's choice
+    delta besides ``role`` and ``content``, as it sent them (``tool_calls`` fragments keyed by
+    ``index``, ``function_call``, ``refusal``, ``reasoning_content`` ...; for a Responses
+    stream, the whole event, ``type`` and all); ``logprobs``, the choice's log probabilities of
+    this chunk, as sent. ``text`` is the delta's content (maybe empty)."""
+
+    delta: Mapping[str, Any] | None = None  # type: ignore[misc]
+    logprobs: Any = None  # type: ignore[misc]
 
 
 @dataclass(frozen=True, slots=True)
@@ -178,6 +281,15 @@ class CompletionResult:
     prompt_tokens / completion_tokens: token counts. Times are seconds on the loop clock measured
     from the request's ``arrival_s``: queue_time_s until it first ran (or ended, if it never ran),
     ttft_s until its first token was generated (None: no token), e2e_s until it finished.
+
+    What a backend said beyond text (None when it said nothing of it), passed on unchanged:
+    ``message``, the answer's message fields besides ``role`` and ``content`` (``tool_calls``,
+    ``function_call``, ``refusal``, ``reasoning_content`` ...; ``content`` itself only when the
+    backend's was null), assembled from the deltas of a streamed answer; ``logprobs``, the
+    choice's log probabilities (a streamed answer's lists concatenated); ``usage``, the backend's
+    own usage object (with its details), whose counts are ``prompt_tokens`` and
+    ``completion_tokens``; ``system_fingerprint``; ``answer``, the whole answer object of a
+    route whose answer is passed on as it is (embeddings, Responses).
     """
 
     text: str
@@ -187,6 +299,11 @@ class CompletionResult:
     queue_time_s: float
     ttft_s: float | None
     e2e_s: float
+    message: Mapping[str, Any] | None = None
+    logprobs: Any = None
+    usage: Mapping[str, Any] | None = None
+    system_fingerprint: str | None = None
+    answer: Mapping[str, Any] | None = None
 
 
 class CompletionOwner(Protocol):
@@ -221,12 +338,13 @@ class Completion:
         ``"cancelled"``); a waiting one never starts, a running one frees its slot within one
         engine step.
 
-    Engine side: :meth:`push` generated text, :meth:`finish`, :meth:`fail`, read :attr:`credit`.
+    Engine side: :meth:`push` generated text (or :meth:`push_delta` a chunk with more than
+    text), :meth:`finish`, :meth:`fail`, read :attr:`credit`.
     """
 
     __slots__ = ("request", "done", "cancel_requested", "engine_state", "_owner", "_loop", "_outcome",
                  "_error", "_future", "_subscription", "_parts", "_pending_tokens", "_chunks",
-                 "_generated", "__weakref__")
+                 "_generated", "_items", "__weakref__")
 
     def __init__(self, request: CompletionRequest, owner: CompletionOwner,
                  loop: asyncio.AbstractEventLoop) -> None:
@@ -249,6 +367,8 @@ class Completion:
         self._pending_tokens = 0
         self._chunks = 0
         self._generated = 0
+        #: chunks with more than text, pending in order (None until the first): never coalesced
+        self._items: deque[tuple[str, int, Mapping[str, Any] | None, Any]] | None = None
 
     # -- consumer side -------------------------------------------------------------------------
     @property
@@ -330,6 +450,30 @@ class Completion:
         if sub is not None:
             sub.drain()
 
+    def push_delta(self, text: str, tokens: int, delta: Mapping[str, Any] | None = None,
+                   logprobs: Any = None) -> None:
+        """Add one chunk that carries more than text (``delta``: the choice delta's fields besides
+        role and content, e.g. a ``tool_calls`` fragment; ``logprobs``): it is delivered as one
+        :class:`DeltaChunk` of its own, in order with the text pushed before and after it, never
+        coalesced (credit counts it as one chunk). Chunks pushed while the consumer has no credit
+        wait in order (an engine pushes them within its consumer's credit, as it does text).
+        For engines."""
+        if self.done:
+            return
+        self._generated += tokens
+        items = self._items
+        if items is None:
+            items = self._items = deque()
+        if self._pending_tokens or self._parts:  # the text pushed before it goes first
+            parts = self._parts
+            items.append((parts[0] if len(parts) == 1 else "".join(parts), self._pending_tokens, None, None))
+            parts.clear()
+            self._pending_tokens = 0
+        items.append((text, tokens, delta, logprobs))
+        sub = self._subscription
+        if sub is not None:
+            sub.drain()
+
     def finish(self, result: CompletionResult) -> None:
         """Finish with ``result``; the token stream completes after its pending chunk. For engines."""
         if self.done:
@@ -373,6 +517,8 @@ class _TokenSubscription(DrainSubscription):
 
     def _drain(self) -> None:
         c = self.completion
+        if c._items and not self._drain_items(c):
+            return  # chunks of more than text still wait for credit: what follows them waits too
         pending = c._pending_tokens
         if pending and self.requested:
             parts = c._parts
@@ -400,6 +546,24 @@ class _TokenSubscription(DrainSubscription):
             else:
                 self._complete()
 
+    def _drain_items(self, c: Completion) -> bool:
+        """Deliver the pending chunks of more than text, in order, within credit; True once none
+        is left (False: out of credit, or cancelled)."""
+        items = c._items
+        assert items is not None
+        while items and self.requested:
+            text, tokens, delta, logprobs = items.popleft()
+            chunk = (TokenChunk(c._chunks, text, tokens) if delta is None and logprobs is None
+                     else DeltaChunk(c._chunks, text, tokens, delta, logprobs))  # the text pushed before a delta
+            c._chunks += 1
+            if self.requested != UNBOUNDED:
+                self.requested -= 1
+            self.emitted += 1
+            self.downstream.on_next(chunk)
+            if self.cancelled:
+                return False
+        return not items
+
     def _on_request(self, n: int) -> None:
         c = self.completion
         if not c.done:
@@ -411,6 +575,7 @@ class _TokenSubscription(DrainSubscription):
             c.cancel()  # the consumer went away: free the slot
         c._parts.clear()
         c._pending_tokens = 0
+        c._items = None
         c._subscription = _ENDED  # no cycle left: the Completion is freed by reference counting
 
 

@@ -1,17 +1,22 @@
 """What crosses the broker: requests, replies and control messages, one orjson object each.
 
 A request: ``{"id", "prompt", "messages", "max_tokens", "max_tokens_defaulted", "model",
-"stream", "sampling", "api_key_id", "reply_to", "budget_s", "credit"}``. ``budget_s`` is the time left
+"stream", "sampling", "api_key_id", "reply_to", "budget_s", "credit", "endpoint", "features",
+"max_tokens_field"}`` (the last three: :class:`~rxpipe.serving.CompletionRequest`'s fields of the
+same names, the request's route and what it asks of the engine). ``budget_s`` is the time left
 before the request's deadline when it was queued (None: no deadline): a relative time, so the
 worker measures the time spent in the queue on the broker's clock, never on a host's.
 
 A reply (on the ``reply_to`` channel of one gateway): ``{"id", "k", ...}`` where ``k`` is
 ``"start"`` (a worker's engine admitted it; ``w``: the worker's consumer name), ``"chunk"``
-(``i``: sequence number of the chunk, 0, 1, ... per attempt; ``t``: text; ``n``: tokens),
-``"done"`` (``r``: the result's fields) or ``"error"`` (``e``: message; ``u``: true when the
-engine was unavailable; ``b``: a backend's error the gateway passes on as it is — its client's
-status and OpenAI error fields, see :class:`~rxpipe.BackendError` — so a 4xx of a worker's backend
-reaches the client with its status and message, over every broker).
+(``i``: sequence number of the chunk, 0, 1, ... per attempt; ``t``: text; ``n``: tokens; a chunk
+of more than text also ``d``: its delta, ``l``: its log probabilities), ``"done"`` (``r``: the
+result's fields, what the backend said beyond text among them) or ``"error"`` (``e``: message;
+``u``: true when the engine was unavailable; ``b``: a backend's error the gateway passes on as it
+is — its client's status and OpenAI error fields, see :class:`~rxpipe.BackendError` — so a 4xx of
+a worker's backend reaches the client with its status and message, over every broker; ``x``: a
+request the worker's engine cannot serve, :class:`~rxpipe.errors.UnsupportedRequestError`'s
+client message and param, the gateway's 400).
 
 A control message (gateway to every worker): ``{"k": "cancel", "id", "g"}`` (the client left;
 ``g``: seconds it spent at the gateway before being written) or ``{"k": "credit", "c": {id:
@@ -25,7 +30,7 @@ from typing import Any
 
 import orjson
 
-from ..errors import BackendError, EngineError, EngineUnavailableError
+from ..errors import BackendError, EngineError, EngineUnavailableError, UnsupportedRequestError
 from ..serving import CompletionRequest, CompletionResult, TokenChunk
 
 __all__ = ["encode_request", "decode_request", "start_payload", "chunk_payload", "done_payload", "error_payload",
@@ -42,7 +47,8 @@ def encode_request(request: CompletionRequest, reply_to: str, now_loop_s: float,
         "id": request.id, "prompt": request.prompt, "messages": request.messages,
         "max_tokens": request.max_tokens, "max_tokens_defaulted": request.max_tokens_defaulted,
         "model": request.model, "stream": request.stream, "sampling": request.sampling,
-        "api_key_id": request.api_key_id, "reply_to": reply_to, "budget_s": budget})
+        "api_key_id": request.api_key_id, "reply_to": reply_to, "budget_s": budget, "endpoint": request.endpoint,
+        "features": request.features, "max_tokens_field": request.max_tokens_field})
 
 
 def decode_request(raw: bytes | None) -> dict[str, Any]:
@@ -60,24 +66,39 @@ def start_payload(request_id: str, worker: str = "") -> bytes:
 
 
 def chunk_payload(request_id: str, chunk: TokenChunk) -> bytes:
-    return orjson.dumps({"id": request_id, "k": "chunk", "i": chunk.index, "t": chunk.text, "n": chunk.tokens})
+    if chunk.delta is None and chunk.logprobs is None:
+        return orjson.dumps({"id": request_id, "k": "chunk", "i": chunk.index, "t": chunk.text, "n": chunk.tokens})
+    return orjson.dumps({"id": request_id, "k": "chunk", "i": chunk.index, "t": chunk.text, "n": chunk.tokens,
+                         "d": chunk.delta, "l": chunk.logprobs})
+
+
+#: the result's fields of what a backend said beyond text, sent when set
+_ANSWER_FIELDS = ("message", "logprobs", "usage", "system_fingerprint", "answer")
 
 
 def done_payload(request_id: str, result: CompletionResult) -> bytes:
-    return orjson.dumps({"id": request_id, "k": "done", "r": {
-        "text": result.text, "finish_reason": result.finish_reason, "prompt_tokens": result.prompt_tokens,
-        "completion_tokens": result.completion_tokens, "queue_time_s": result.queue_time_s,
-        "ttft_s": result.ttft_s, "e2e_s": result.e2e_s}})
+    fields = {"text": result.text, "finish_reason": result.finish_reason, "prompt_tokens": result.prompt_tokens,
+              "completion_tokens": result.completion_tokens, "queue_time_s": result.queue_time_s,
+              "ttft_s": result.ttft_s, "e2e_s": result.e2e_s}
+    for name in _ANSWER_FIELDS:
+        value = getattr(result, name)
+        if value is not None:
+            fields[name] = value
+    return orjson.dumps({"id": request_id, "k": "done", "r": fields})
 
 
-def error_payload(request_id: str, message: str, *, unavailable: bool, backend: BackendError | None = None) -> bytes:
+def error_payload(request_id: str, message: str, *, unavailable: bool, backend: BackendError | None = None,
+                  unsupported: UnsupportedRequestError | None = None) -> bytes:
     """An error reply; ``backend``: a backend's error the gateway passes on as it is (its status
-    and client message, under ``"b"``)."""
+    and client message, under ``"b"``); ``unsupported``: a request the engine cannot serve (its
+    client message and param, under ``"x"``)."""
     fields: dict[str, Any] = {"id": request_id, "k": "error", "e": message, "u": unavailable}
     if backend is not None:
         fields["b"] = {"status": backend.status, "backend_status": backend.backend_status,
                        "client_message": backend.client_message, "type": backend.type, "code": backend.code,
                        "param": backend.param}
+    if unsupported is not None:
+        fields["x"] = {"client_message": unsupported.client_message, "param": unsupported.param}
     return orjson.dumps(fields)
 
 
@@ -85,6 +106,11 @@ def error_from_fields(message: dict[str, Any]) -> EngineError:
     """The error an ``error`` reply stands for: a :class:`~rxpipe.BackendError` with what the
     client gets, else ``EngineUnavailableError`` (``"u"``) or ``EngineError``."""
     text = str(message.get("e", "the worker failed the request"))
+    unsupported = message.get("x")
+    if isinstance(unsupported, dict) and isinstance(unsupported.get("client_message"), str):
+        param = unsupported.get("param")
+        return UnsupportedRequestError(text, client_message=unsupported["client_message"],
+                                       param=param if isinstance(param, str) else None)
     backend = message.get("b")
     if isinstance(backend, dict):
         try:
@@ -107,14 +133,18 @@ def decode_reply(raw: bytes | None) -> dict[str, Any] | None:
 def result_from_fields(fields: dict[str, Any]) -> CompletionResult:
     """The result a ``done`` reply carries. Its finish reason crosses as the worker's engine gave
     it (one vocabulary from the engine to the client, see
-    :data:`~rxpipe.engines.UNANSWERED_REASONS`); raises ValueError (or KeyError, TypeError) for
-    fields that are not a result, e.g. a finish reason that is not a non-empty string."""
+    :data:`~rxpipe.engines.UNANSWERED_REASONS`), and so does what its backend said beyond text;
+    raises ValueError (or KeyError, TypeError) for fields that are not a result, e.g. a finish
+    reason that is not a non-empty string."""
     reason = fields["finish_reason"]
     if not isinstance(reason, str) or not reason:
         raise ValueError(f"the finish reason {reason!r} is not one")
+    fingerprint = fields.get("system_fingerprint")
     return CompletionResult(str(fields["text"]), reason, int(fields["prompt_tokens"]),
                             int(fields["completion_tokens"]), float(fields["queue_time_s"]),
-                            None if fields["ttft_s"] is None else float(fields["ttft_s"]), float(fields["e2e_s"]))
+                            None if fields["ttft_s"] is None else float(fields["ttft_s"]), float(fields["e2e_s"]),
+                            fields.get("message"), fields.get("logprobs"), fields.get("usage"),
+                            fingerprint if isinstance(fingerprint, str) else None, fields.get("answer"))
 
 
 def cancel_payload(request_id: str, at_gateway_s: float) -> bytes:

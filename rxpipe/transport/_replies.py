@@ -26,6 +26,7 @@ Toward the workers (through the ``control`` the sink provides):
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import functools
 import logging
 from typing import Any, Callable, Protocol
@@ -179,7 +180,11 @@ class ReplyRouter:
                 remote.next_chunk += 1
                 if remote.first_chunk_s is None:
                     remote.first_chunk_s = self.loop.time()
-                completion.push(str(message.get("t", "")), int(message.get("n", 1)))
+                delta, logprobs = message.get("d"), message.get("l")
+                if delta is None and logprobs is None:
+                    completion.push(str(message.get("t", "")), int(message.get("n", 1)))
+                else:
+                    completion.push_delta(str(message.get("t", "")), int(message.get("n", 1)), delta, logprobs)
                 if remote.request.stream:
                     remote.pending_wire = remote.pending_wire + 1 if completion.pending_tokens else 0
                     self._credit_changed(remote)
@@ -243,8 +248,7 @@ class ReplyRouter:
             ttft = queue_time + max(0.0, worker.ttft_s - worker.queue_time_s)
         else:
             ttft = None
-        return CompletionResult(worker.text, worker.finish_reason, worker.prompt_tokens, worker.completion_tokens,
-                                queue_time, ttft, now - arrival)
+        return dataclasses.replace(worker, queue_time_s=queue_time, ttft_s=ttft, e2e_s=now - arrival)
 
     # -- credit ----------------------------------------------------------------------------------
     def credit_target(self, remote: _Remote) -> int:

@@ -27,7 +27,7 @@ import logging
 
 from .._loop_metrics import LoopCounter, LoopHistogram
 from .._protocol import UNBOUNDED, Subscription
-from ..errors import BackendError, DroppedError, EngineError, EngineUnavailableError
+from ..errors import BackendError, DroppedError, EngineError, EngineUnavailableError, UnsupportedRequestError
 from ..serving import Completion, CompletionResult, TokenChunk, count_finished
 from ..stage import InternalSubscriber
 from ._ack import AckHandle, RemoteRequest
@@ -180,7 +180,9 @@ class ReplyPublisher:
         count_finished("error")
         self.send(request, error_payload(request.id, str(error) or type(error).__name__,
                                          unavailable=isinstance(error, EngineUnavailableError),
-                                         backend=error if isinstance(error, BackendError) else None), terminal=True)
+                                         backend=error if isinstance(error, BackendError) else None,
+                                         unsupported=error if isinstance(error, UnsupportedRequestError) else None),
+                  terminal=True)
         handle.ack()
 
     def _stopped(self, request: RemoteRequest, handle: AckHandle) -> None:

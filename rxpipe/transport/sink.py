@@ -37,7 +37,7 @@ from ..errors import EngineUnavailableError
 from ..flowable import Flowable
 from ..metrics import StageCounters, StageStatistics, track
 from ..runtime import Service
-from ..serving import CompletionRequest
+from ..serving import ALL_FEATURES, CompletionRequest
 from ..serving._drain import DrainMeter
 from ..stage import DrainSubscription, InternalSubscriber
 from ._backoff import Backoff
@@ -132,7 +132,10 @@ class _Link(DrainSubscription, InternalSubscriber):
 class _Availability:
     """What the edge reads of the workers behind the broker, as it reads an engine's:
     ``available`` (False while the broker is unreachable: 503 ``unavailable``) and
-    ``retry_after_s``."""
+    ``retry_after_s``; ``features``: every one (the gateway cannot know the workers' engines: each
+    refuses what it does not serve at ``submit``, and that 400 reaches the client)."""
+
+    features = ALL_FEATURES
 
     def __init__(self, sink: TransportSink) -> None:
         self.sink = sink

@@ -195,7 +195,8 @@ class WorkerSource(Flowable[RemoteRequest], Service):
                     sampling=data.get("sampling") or {}, api_key_id=data.get("api_key_id"), id=data["id"],
                     deadline_s=deadline, reply=loop.create_future(), reply_to=data["reply_to"], ack=handle,
                     credit=None if credit is None else int(credit),
-                    max_tokens_defaulted=bool(data.get("max_tokens_defaulted")))
+                    max_tokens_defaulted=bool(data.get("max_tokens_defaulted")), endpoint=data.get("endpoint"),
+                    features=data.get("features"), max_tokens_field=data.get("max_tokens_field") or "max_tokens")
             except (ValueError, TypeError, KeyError, orjson.JSONDecodeError) as error:
                 log.warning("worker: %r is not a request (%s); acknowledged and skipped", delivery.key, error)
                 self.counters.drop("malformed")

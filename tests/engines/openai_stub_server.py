@@ -14,6 +14,14 @@ records every client disconnect (handler cancellation: the time the server saw t
 on ``time.monotonic()``, which is system-wide on Linux so tests in another process can compare it
 with their own).
 
+Beyond plain text (``openai_stub_answers``): a request with ``tools`` is answered with tool calls
+(streamed as index-keyed fragments), one whose last message is a tool result with text about it,
+``[reason]`` and ``[refuse]`` in a user message give reasoning deltas and a refusal, ``logprobs``
+give log probabilities with ``top_logprobs``; those answers carry ``system_fingerprint``.
+``POST /v1/embeddings`` answers a vector per input (``dimensions``, ``encoding_format``);
+``POST /v1/responses`` a Response object, or its events (``event:`` and ``data:``) when streamed;
+``GET /v1/models`` the model ``stub``.
+
 Control: ``GET /control`` returns the counters; ``POST /control`` with a JSON object sets options
 (``reset: true`` clears the counters first). :class:`StubServer` runs it for tests, its output
 going to a file (never an unread pipe).
@@ -32,6 +40,11 @@ import time
 import urllib.request
 from pathlib import Path
 from typing import Any
+
+try:  # run as a script (the stub's process) or imported (StubServer, in tests)
+    from . import openai_stub_answers as answers
+except ImportError:
+    import openai_stub_answers as answers  # type: ignore[no-redef]
 
 DEFAULTS: dict[str, Any] = {
     "throttle": 0,            # the next N requests get throttle_status
@@ -128,16 +141,22 @@ def make_app(state: State) -> Any:
                 return web.json_response({"error": error}, status=status)
             if opts["first_delay_s"]:
                 await asyncio.sleep(opts["first_delay_s"])
-            n = body.get("max_tokens") or opts["tokens"]
+            limit = body.get("max_tokens") or body.get("max_completion_tokens")
+            n = limit or opts["tokens"]
             count(200)
             pad = int(opts["token_bytes"])
-            finish = "length" if body.get("max_tokens") else "stop"
+            finish = "length" if limit else "stop"
 
             def token(i: int) -> str:
                 text = f" t{i}"
                 if opts["empty_every"] and (i + 1) % int(opts["empty_every"]) == 0:
                     text = ""
                 return text + "." * (pad - len(text)) if pad > len(text) else text
+
+            rich = answers.plan(body, chat, [token(i) for i in range(n)])
+            if rich is not None:
+                state.completed += 1
+                return await rich_answer(request, body, chat, rich, rid)
 
             if opts["plain"] or not (body.get("stream") or opts["always_sse"]):
                 if opts["base_delay_s"]:
@@ -205,10 +224,100 @@ def make_app(state: State) -> Any:
             state.completed += 1
             return response
         except (asyncio.CancelledError, ConnectionResetError, ConnectionError):
-            state.disconnects.append({"id": rid, "t": time.monotonic(), "written": written})
+            state.disconnects.append({"id": rid, "t": time.monotonic(), "written": state.written.get(rid, written)})
             raise
         finally:
             state.in_flight -= 1
+
+    async def rich_answer(request: web.Request, body: dict[str, Any], chat: bool, rich: Any,
+                          rid: str) -> web.StreamResponse:
+        opts = state.options
+        model = body.get("model", "stub")
+        kind = "chat.completion.chunk" if chat else "text_completion"
+        tokens = len(rich.chunks)
+        usage = {"prompt_tokens": 3, "completion_tokens": tokens, "total_tokens": 3 + tokens,
+                 "completion_tokens_details": {"reasoning_tokens": 0}}
+        if opts["plain"] or not (body.get("stream") or opts["always_sse"]):
+            if chat:
+                choice: dict[str, Any] = {"index": 0, "message": rich.message, "logprobs": rich.logprobs,
+                                          "finish_reason": rich.finish}
+            else:
+                choice = {"index": 0, "text": rich.message["content"], "logprobs": rich.logprobs,
+                          "finish_reason": rich.finish}
+            answer = {"id": rid, "object": "chat.completion" if chat else "text_completion", "created": 1,
+                      "model": model, "system_fingerprint": answers.FINGERPRINT, "choices": [choice]}
+            if opts["json_usage"]:
+                answer["usage"] = usage
+            return web.json_response(answer)
+        response = web.StreamResponse(status=200, headers={"Content-Type": "text/event-stream"})
+        await response.prepare(request)
+
+        async def send(choice: dict[str, Any], **extra: Any) -> None:
+            event = {"id": rid, "object": kind, "created": 1, "model": model,
+                     "system_fingerprint": answers.FINGERPRINT, "choices": [choice] if choice else [], **extra}
+            await response.write(b"data: " + json.dumps(event).encode() + b"\n\n")
+
+        if chat:
+            await send({"index": 0, "delta": {"role": "assistant", "content": None}, "logprobs": None,
+                        "finish_reason": None})
+        for i, (piece, logprobs) in enumerate(rich.chunks):
+            if i == opts["cut_after"] and request.transport is not None:
+                request.transport.abort()
+                return response
+            if opts["token_delay_s"]:
+                await asyncio.sleep(opts["token_delay_s"])
+            if chat:
+                await send({"index": 0, "delta": piece, "logprobs": logprobs, "finish_reason": None})
+            else:
+                await send({"index": 0, "text": piece, "logprobs": logprobs, "finish_reason": None})
+            state.written[rid] = i + 1
+        await send({"index": 0, "delta": {}, "logprobs": None, "finish_reason": rich.finish} if chat else
+                   {"index": 0, "text": "", "logprobs": None, "finish_reason": rich.finish})
+        if (body.get("stream_options") or {}).get("include_usage") and opts["stream_usage"]:
+            await send({}, usage=usage)
+        await response.write(b"data: [DONE]\n\n")
+        await response.write_eof()
+        return response
+
+    async def embeddings(request: web.Request) -> web.Response:
+        state.requests += 1
+        body = await request.json()
+        state.bodies.append({"path": request.path, "id": request.headers.get("X-Request-Id"), "body": body,
+                             "authorization": request.headers.get("Authorization")})
+        if state.options["fail"] > 0:
+            state.options["fail"] -= 1
+            return web.json_response({"error": {"message": state.options["fail_message"], "type": "server_error"}},
+                                     status=int(state.options["fail_status"]))
+        state.completed += 1
+        return web.json_response(answers.embeddings_answer(body))
+
+    async def responses(request: web.Request) -> web.StreamResponse:
+        state.requests += 1
+        body = await request.json()
+        state.bodies.append({"path": request.path, "id": request.headers.get("X-Request-Id"), "body": body,
+                             "authorization": request.headers.get("Authorization")})
+        n = body.get("max_output_tokens") or state.options["tokens"]
+        words = [f" w{i}" for i in range(n)]
+        if not body.get("stream"):
+            state.completed += 1
+            return web.json_response(answers.response_object(body, words))
+        response = web.StreamResponse(status=200, headers={"Content-Type": "text/event-stream"})
+        await response.prepare(request)
+        for i, event in enumerate(answers.response_events(body, words)):
+            if i == state.options["cut_after"] and request.transport is not None:
+                request.transport.abort()
+                return response
+            if state.options["token_delay_s"]:
+                await asyncio.sleep(state.options["token_delay_s"])
+            await response.write(f"event: {event['type']}\n".encode() + b"data: " + json.dumps(event).encode()
+                                 + b"\n\n")
+        await response.write_eof()
+        state.completed += 1
+        return response
+
+    async def models(request: web.Request) -> web.Response:
+        return web.json_response({"object": "list", "data": [{"id": "stub", "object": "model", "created": 0,
+                                                              "owned_by": "stub"}]})
 
     async def completions(request: web.Request) -> web.StreamResponse:
         return await complete(request, chat=False)
@@ -221,6 +330,9 @@ def make_app(state: State) -> Any:
     app.router.add_post("/control", control_post)
     app.router.add_post("/v1/completions", completions)
     app.router.add_post("/v1/chat/completions", chat_completions)
+    app.router.add_post("/v1/embeddings", embeddings)
+    app.router.add_post("/v1/responses", responses)
+    app.router.add_get("/v1/models", models)
     return app
 
 

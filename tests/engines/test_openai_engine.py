@@ -694,12 +694,12 @@ async def test_a_request_without_credit_parses_whatever_arrived_line_by_line_acr
     try:
         e._bind()
         request = CompletionRequest(prompt="p")
-        call = _Call(Completion(request, e, asyncio.get_running_loop()), chat=False)
+        call = _Call(Completion(request, e, asyncio.get_running_loop()), "/completions")
         whole = (b": a comment\r\n\r\n" + event("a") + b"\r\n\r\n" + event("b") + b"\n\n" + event("c"))
         cut = whole.index(b"b") + 1
         await e._read_events(call, Response(whole[:7], whole[7:cut], whole[cut:]), credit=False)  # type: ignore[arg-type]
         assert call.parts == ["a", "b", "c"] and call.tokens == 3
-        call = _Call(Completion(CompletionRequest(prompt="p"), e, asyncio.get_running_loop()), chat=False)
+        call = _Call(Completion(CompletionRequest(prompt="p"), e, asyncio.get_running_loop()), "/completions")
         await e._read_events(call, Response(event("x") + b"\n\ndata: [DONE]\n\n" + event("y") + b"\n"), credit=False)  # type: ignore[arg-type]
         assert call.parts == ["x"]  # nothing after [DONE]
     finally:
@@ -735,7 +735,7 @@ async def _streamed_call(e: OpenAIEngine, credit: int) -> tuple[Any, TestSubscri
 
     e._bind()
     completion = Completion(CompletionRequest(prompt="p", stream=True), e, asyncio.get_running_loop())
-    call = _Call(completion, chat=False)
+    call = _Call(completion, "/completions")
     completion.engine_state = call  # credit_granted wakes the call's credit wait
     sink = TestSubscriber[TokenChunk](initial_request=credit)
     completion.tokens.subscribe(sink)

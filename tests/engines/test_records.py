@@ -61,7 +61,9 @@ def test_records_are_frozen_and_errors_are_rxpipe_errors() -> None:
     with pytest.raises(dataclasses.FrozenInstanceError):
         result.text = "b"  # type: ignore[misc]
     assert issubclass(EngineUnavailableError, EngineError) and issubclass(EngineError, RxPipeError)
-    assert FINISH_REASONS == ("stop", "length", "stalled", "cancelled", "deadline")
+    # rxpipe's own, then the backend's (OpenAI's finish reasons beyond stop and length, passed on)
+    assert FINISH_REASONS == ("stop", "length", "stalled", "cancelled", "deadline", "tool_calls", "function_call",
+                              "content_filter")
 
 
 @pytest.mark.virtual

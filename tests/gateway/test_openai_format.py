@@ -29,7 +29,10 @@ def test_completion_request_fields() -> None:
     req = parse({"model": "sim", "prompt": "hello", "max_tokens": 7, "temperature": 0.5, "stop": ["\n"],
                  "stream": True, "stream_options": {"include_usage": True}, "user": "u1"})
     assert (req.prompt, req.messages, req.max_tokens, req.model, req.stream) == ("hello", None, 7, "sim", True)
-    assert req.sampling == {"temperature": 0.5, "stop": ["\n"], "user": "u1", "include_usage": True}
+    # every field as sent (stream_options too: a backend is sent the client's, with include_usage)
+    assert req.sampling == {"temperature": 0.5, "stop": ["\n"], "user": "u1", "stream_options": {"include_usage": True},
+                            "include_usage": True}
+    assert req.features is None and req.max_tokens_field == "max_tokens"
     # one id per request: "cmpl-" and a UUID4's 32 hex digits (rxpipe.serving._ids)
     assert re.fullmatch(r"cmpl-[0-9a-f]{12}4[0-9a-f]{3}[89ab][0-9a-f]{15}", req.id)
     assert parse({"prompt": ["one"]}).prompt == "one"
@@ -40,8 +43,10 @@ def test_chat_request_fields() -> None:
     parts = [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]
     req = parse({"messages": [{"role": "system", "content": "be brief"}, {"role": "user", "content": parts}],
                  "max_completion_tokens": 3}, chat=True)
-    assert req.messages == [{"role": "system", "content": "be brief"}, {"role": "user", "content": "ab"}]
+    # messages are forwarded as sent: content parts stay parts
+    assert req.messages == [{"role": "system", "content": "be brief"}, {"role": "user", "content": parts}]
     assert req.max_tokens == 3 and req.prompt is None and req.id.startswith("chatcmpl-")
+    assert req.max_tokens_field == "max_completion_tokens" and req.prompt_tokens == 3  # 10 bytes
 
 
 @pytest.mark.parametrize("body, chat, code", [

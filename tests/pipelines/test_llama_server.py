@@ -42,15 +42,16 @@ NO_EOS = {"logit_bias": {"2": -100.0}, "temperature": 0}
 
 
 class LlamaServer:
-    """``python -m llama_cpp.server`` on a free port, output to a file; ``stop()`` is SIGKILL."""
+    """``python -m llama_cpp.server`` on a free port (``extra``: more of its options), output to a
+    file; ``stop()`` is SIGKILL."""
 
-    def __init__(self, model: Path, tmp_path: Path, port: int) -> None:
+    def __init__(self, model: Path, tmp_path: Path, port: int, *extra: str) -> None:
         self.port = port
         self.url = f"http://127.0.0.1:{port}"
         self.log = (tmp_path / f"llama-{port}.log").open("wb")
         self.proc: subprocess.Popen[bytes] | None = subprocess.Popen(
             [sys.executable, "-m", "llama_cpp.server", "--model", str(model), "--model_alias", "tiny",
-             "--host", "127.0.0.1", "--port", str(port), "--n_ctx", "512", "--interrupt_requests", "False"],
+             "--host", "127.0.0.1", "--port", str(port), "--n_ctx", "512", "--interrupt_requests", "False", *extra],
             stdout=self.log, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + 60
         while True:

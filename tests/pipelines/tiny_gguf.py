@@ -20,7 +20,9 @@ N_CTX = 512
 WORDS = ["▁the", "▁a", "▁cat", "▁dog", "▁and", "▁runs", "▁fast", "."]
 
 
-def write_tiny_llama(path: Path, seed: int = 0) -> Path:
+def write_tiny_llama(path: Path, seed: int = 0, pooling: str | None = None) -> Path:
+    """Write the model to ``path``; ``pooling`` (``"mean"``, ``"cls"``, ``"last"``): the pooling
+    of its embeddings (one vector per input, as an embedding model's), else none (one per token)."""
     import gguf
 
     rng = np.random.default_rng(seed)
@@ -48,6 +50,8 @@ def write_tiny_llama(path: Path, seed: int = 0) -> Path:
     writer.add_unk_token_id(0)
     writer.add_add_bos_token(True)
     writer.add_add_eos_token(False)
+    if pooling is not None:
+        writer.add_pooling_type(gguf.PoolingType[pooling.upper()])
 
     def tensor(name: str, *shape: int) -> None:
         data = rng.standard_normal(shape).astype(np.float32) * (0.02 if len(shape) > 1 else 1.0)

@@ -163,3 +163,42 @@ async def test_seed_cycle_backend_503_pauses_the_worker_the_backlog_fills_429_un
             await client.aclose()
     finally:
         stub.stop()
+
+
+@pytest.mark.timeout(90)
+async def test_tool_calls_cross_the_broker_one_for_one_and_a_worker_refuses_what_its_engine_cannot(
+        tmp_path: Path, redis_server: RedisServer, processes: Processes) -> None:
+    from tests.engines import openai_stub_answers as answers
+
+    tools = [{"type": "function", "function": {"name": "f", "parameters": {
+        "type": "object", "properties": {"a": {"type": "string"}}}}}]
+    messages = [{"role": "user", "content": "call f"}]
+    plan = answers.plan({"messages": messages, "tools": tools}, True, [])
+    assert plan is not None
+    stub = StubServer(tmp_path)
+    try:
+        gw = gateway(processes, redis_server)
+        worker(processes, redis_server, f"backend_url={stub.url}", "max_num_seqs=4", "consumer=w1")
+        async with session() as http:
+            body = {"model": "sim", "messages": messages, "tools": tools}
+            async with http.post(f"{gw.url}/v1/chat/completions", json=body) as r:
+                whole = await r.json()
+            async with http.post(f"{gw.url}/v1/chat/completions", json={**body, "stream": True}) as r:
+                raw = await r.read()
+        events = [orjson.loads(e[len(b"data: "):]) for e in raw.split(b"\n\n") if e and e != b"data: [DONE]"]
+        assert [e["choices"][0]["delta"] for e in events[1:-1]] == [d for d, _ in plan.chunks]
+        assert events[-1]["choices"][0]["finish_reason"] == "tool_calls"
+        assert whole["choices"][0]["message"] == {"role": "assistant", **plan.message}
+        assert whole["choices"][0]["finish_reason"] == "tool_calls" and whole["system_fingerprint"] == "fp_stub"
+    finally:
+        stub.stop()
+    # a SimulatedEngine worker (no tools) on a stream of its own: the gateway cannot know the workers'
+    # engines (every feature passes it), the worker's refuses, and its 400 reaches the client
+    simulated_gw = gateway(processes, redis_server, "stream=rxpipe:simulated")
+    worker(processes, redis_server, "max_num_seqs=4", "consumer=w2", "stream=rxpipe:simulated")
+    async with session() as http:
+        async with http.post(f"{simulated_gw.url}/v1/chat/completions", json={
+                "model": "sim", "messages": messages, "tools": tools}) as r:
+            refused = await r.json()
+            status = r.status
+    assert status == 400 and (refused["error"]["code"], refused["error"]["param"]) == ("unsupported_request", "tools")

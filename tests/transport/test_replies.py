@@ -111,7 +111,8 @@ def test_a_request_survives_the_wire() -> None:
         "id": "chatcmpl-1", "prompt": None, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 7,
         "max_tokens_defaulted": False, "model": "sim", "stream": True,
         "sampling": {"temperature": 0.5, "stop": ["\n"]}, "api_key_id": "key_0",
-        "reply_to": "rxpipe:requests:replies:g1", "budget_s": 10.0, "credit": None}  # the deadline as time left
+        "reply_to": "rxpipe:requests:replies:g1", "budget_s": 10.0, "credit": None,  # the deadline as time left
+        "endpoint": None, "features": None, "max_tokens_field": "max_tokens"}
     with pytest.raises(ValueError):
         decode_request({b"other": b"{}"})
     assert decode_reply({b"hello": b"gateway"}) is None
