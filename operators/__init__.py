@@ -59,6 +59,20 @@ __all__ = ["map", "filter", "scan", "take", "skip", "tap", "buffer", "limit_rate
            # time
            "debounce", "sample", "throttle_first", "delay"]
 
+# -- operators for LLM pipelines beyond RxPY (DESIGN §3; Akka/Reactor names and semantics). Their
+#    factories and manuals live in their family modules; this block only exports them.
+from ._flow_control import conflate, keep_alive, throttle  # noqa: E402
+from ._hubs import BroadcastHub, PartitionHub, broadcast_hub, partition_hub  # noqa: E402
+from ._merge_hub import HubProducer, MergeHub, merge_hub  # noqa: E402
+from ._partitioned import map_async_partitioned  # noqa: E402
+from ._prioritized import merge_prioritized  # noqa: E402
+from ._restart import KillSwitch, kill_switch, restart_with_backoff  # noqa: E402
+from ._split import Substream, split_when  # noqa: E402
+
+__all__ += ["throttle", "map_async_partitioned", "conflate", "keep_alive", "kill_switch", "KillSwitch",
+            "restart_with_backoff", "split_when", "Substream", "merge_prioritized", "merge_hub", "MergeHub",
+            "HubProducer", "broadcast_hub", "BroadcastHub", "partition_hub", "PartitionHub"]
+
 
 T = TypeVar("T")
 R = TypeVar("R")
