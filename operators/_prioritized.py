@@ -141,7 +141,9 @@ def merge_prioritized(*others: Flowable[Any], priorities: Sequence[int], eager_c
     ``c`` is the only item left, so it needs no draw.
     ``priorities`` has one positive int per source, the source first: with ``(9, 1)`` a pick
     among both takes the source with probability 9/10; a source with nothing ready never delays
-    another. Completes when every source completed and its items went out, or, with
+    another: while downstream waits, an arriving item goes at once (there is nothing to choose
+    from), so priorities shape the output when downstream is the slower side, as Akka's do.
+    Completes when every source completed and its items went out, or, with
     ``eager_complete=True``, when any one completes (the others are cancelled; what they
     delivered still goes out).
     Demand: emits only what downstream requested, in total. Each source has its own window of
