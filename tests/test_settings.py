@@ -19,7 +19,7 @@ from rxpipe.settings import HIDDEN, Schema, Setting, SettingError, check_fields,
 
 ROOT = Path(__file__).resolve().parent.parent
 PIPELINES = ["hello.py", "llm_gateway.py", "llm_gateway_redis.py", "llm_router.py", "llm_worker.py",
-             "seed_petproject.py"]
+             "seed_petproject.py", "multi_user_chat.py"]
 #: what a pipeline needs to start at all (the router has no default backend)
 REQUIRED = {"llm_router.py": ("backends=http://127.0.0.1:1", "model=m")}
 
