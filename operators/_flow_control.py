@@ -24,6 +24,7 @@ from rxpipe.stage import Stage, operator
 from rxpipe.token_bucket import TokenBucket
 
 from ._llm_args import callable_arg, seconds_arg
+from ._time import drop_held
 
 __all__ = ["throttle", "conflate", "keep_alive", "Throttle", "Conflate", "KeepAlive"]
 
@@ -89,11 +90,7 @@ class Throttle(Stage):
             self.ended = True  # the waiting item goes out first (Akka: willStop)
 
     def on_error(self, error: BaseException) -> None:
-        if self.waiting is not NOTHING:
-            item, self.waiting = self.waiting, NOTHING
-            self.held = 0
-            self.drop(item, "error")
-        self.fail(error)
+        drop_held(self, error, ("waiting",))
 
     def on_stop(self) -> None:
         self.waiting = NOTHING
@@ -144,11 +141,7 @@ class Conflate(Stage):
         self.complete()
 
     def on_error(self, error: BaseException) -> None:
-        if self.summary is not NOTHING:
-            summary, self.summary = self.summary, NOTHING
-            self.held = 0
-            self.drop(summary, "error")
-        self.fail(error)
+        drop_held(self, error, ("summary",))
 
 
 class KeepAlive(Stage):

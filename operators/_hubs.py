@@ -19,6 +19,7 @@ once. Consumers leaving never cancel the upstream (Akka): :meth:`_ConsumerHub.cl
 
 from __future__ import annotations
 
+from collections import deque
 from typing import Any, Callable
 
 from rxpipe._protocol import Subscriber
@@ -49,6 +50,14 @@ class _HubLink(UpstreamLink):
     def __init__(self, hub: _ConsumerHub) -> None:
         self.hub = hub
         self.link_upstream(hub.name, hub.buffer)
+
+    def _upstream_ready(self) -> None:
+        if self.hub.started:  # else the first request waits for start_after consumers (Akka)
+            self.request_first()
+
+    def request_first(self) -> None:
+        """The first request: ``buffer`` items."""
+        UpstreamLink._upstream_ready(self)
 
     def on_next(self, item: Any) -> None:
         if self.accept(item):
@@ -81,8 +90,9 @@ class _ConsumerHub(Flowable[Any]):
         self.link = _HubLink(self)
 
     def connect(self) -> None:
-        """Subscribe the upstream now (idempotent), before any consumer: up to ``buffer`` items
-        are then read ahead and held for the consumers to come."""
+        """Subscribe the upstream now (idempotent), before any consumer: with ``start_after=0``
+        up to ``buffer`` items are then read ahead and held for the consumers to come (Akka reads
+        when the hub starts); else reading waits for ``start_after`` consumers."""
         if not self.connected:
             self.connected = True
             self.source._subscribe_safely(self.link)
@@ -110,12 +120,22 @@ class _ConsumerHub(Flowable[Any]):
             return  # cancelled inside on_subscribe (removed already)
         if not self.started and len(self.consumers) >= self.start_after:
             self.started = True
+            if self.link.upstream is not None:  # connected before: read now
+                self.link.request_first()
         self.attached(consumer)
         self.connect()
 
     def ended(self, error: BaseException | None) -> None:
         self.terminal = (error,)
         self.finish_consumers(error)
+
+    def remove(self, consumer: Any) -> bool:
+        """Take ``consumer`` out of the hub; False if it was out already."""
+        try:
+            self.consumers.remove(consumer)
+        except ValueError:
+            return False
+        return True
 
     # -- the hub's kind ------------------------------------------------------------------------
     def new_consumer(self, subscriber: Subscriber[Any]) -> Any:
@@ -231,11 +251,7 @@ class BroadcastHub(_ConsumerHub):
             self.link.replenish(freed)
 
     def leave(self, consumer: _BroadcastConsumer) -> None:
-        try:
-            self.consumers.remove(consumer)
-        except ValueError:
-            return
-        if consumer.offset == self.head:
+        if self.remove(consumer) and consumer.offset == self.head:
             self.left_head()  # the last one leaving keeps the items after it for newcomers
 
     def finish_consumers(self, error: BaseException | None) -> None:
@@ -280,7 +296,9 @@ class PartitionHub(_ConsumerHub):
                  name: str | None) -> None:
         super().__init__(source, buffer, start_after, name)
         self.partitioner = partitioner
-        self.pending: list[Any] = []
+        self.pending: deque[Any] = deque()
+        self.routing = False
+        self.finished = False
 
     def queue_sizes(self) -> list[int]:
         """Items waiting for each consumer, by index (a partitioner may route to the shortest)."""
@@ -290,16 +308,35 @@ class PartitionHub(_ConsumerHub):
         return _PartitionConsumer(subscriber, self)
 
     def attached(self, consumer: Any) -> None:
-        if self.started and self.pending:
-            pending, self.pending = self.pending, []
-            for item in pending:
-                self.publish(item)
+        self.route()
 
     def publish(self, item: Any) -> None:
-        consumers = self.consumers
-        if not self.started or not consumers:
-            self.pending.append(item)  # routed when consumers come (Akka)
+        self.pending.append(item)  # behind the items not yet routed: arrival order is kept
+        self.route()
+
+    def route(self) -> None:
+        """Route what is pending while consumers may take it (Akka: items wait for consumers).
+        Serial: an item arriving while one is routed (a synchronous upstream answering the
+        credit a delivery freed) queues behind; the completion waits for the loop to end."""
+        if self.routing:
             return
+        self.routing = True
+        try:
+            pending = self.pending
+            while pending and self.started and self.consumers and not self.finished:
+                self.send(pending.popleft())
+        finally:
+            self.routing = False
+        if self.terminal is not None and not self.finished:
+            self.finished = True
+            left = list(self.pending)  # never routed: no consumer will come for them
+            self.pending.clear()
+            discard_all(left, "no_consumer", self.link.counters)
+            for consumer in list(self.consumers):
+                consumer.finish()
+
+    def send(self, item: Any) -> None:
+        consumers = self.consumers
         try:
             index = self.partitioner(len(consumers), item)
             if isinstance(index, bool) or not isinstance(index, int) or not -1 <= index < len(consumers):
@@ -322,9 +359,7 @@ class PartitionHub(_ConsumerHub):
         self.link.replenish(count)
 
     def leave(self, consumer: _PartitionConsumer) -> None:
-        try:
-            self.consumers.remove(consumer)
-        except ValueError:
+        if not self.remove(consumer):
             return
         dropped = len(consumer.queue)
         if dropped:
@@ -334,17 +369,17 @@ class PartitionHub(_ConsumerHub):
             self.freed(dropped)
 
     def finish_consumers(self, error: BaseException | None) -> None:
-        if error is None and self.consumers and not self.started:
-            self.started = True  # the end: the consumers there get what was read
-            self.attached(self.consumers[0])
-        if self.pending:  # never routed: no consumer will come for them
-            pending, self.pending = self.pending, []
-            discard_all(pending, "no_consumer" if error is None else "error", self.link.counters)
-        for consumer in list(self.consumers):
-            if error is None:
-                consumer.finish()
-            else:
+        if error is not None:  # at once, over what is queued and pending
+            self.finished = True
+            left = list(self.pending)
+            self.pending.clear()
+            discard_all(left, "error", self.link.counters)
+            for consumer in list(self.consumers):
                 consumer.fail(error)
+            return
+        if self.consumers:
+            self.started = True  # the end: the consumers there get what was read
+        self.route()  # routes what is pending, then finishes every consumer after its queue
 
     def held(self) -> int:
         return len(self.pending) + sum(len(c.queue) for c in self.consumers)
@@ -370,7 +405,8 @@ def broadcast_hub(buffer: int = 256, *, start_after: int = 0, name: str | None =
     until the slowest consumer took it, so a consumer more than ``buffer`` items behind the
     fastest stops the upstream; each consumer gets items only on its own demand. A consumer
     starts at the oldest item still held (none older than ``buffer``); with ``start_after=N``
-    no consumer gets anything before N consumers attached. A leaving consumer frees what only
+    nothing is requested upstream before N consumers attached, so those N see every item. A
+    consumer attaching after the end gets only the end. A leaving consumer frees what only
     it was holding; when none is left the upstream is not cancelled (Akka): items are read up
     to ``buffer`` for the next consumer; ``hub.close()`` cancels it.
     Args: buffer (items, >= 1: how far apart two consumers may be); start_after (consumers, >= 0).
@@ -402,9 +438,10 @@ def partition_hub(partitioner: Callable[[int, Any], int], buffer: int = 256, *, 
     at ``connect()``), then for 75 % of it each time that many items left the hub (delivered,
     or dropped): upstream outstanding + items queued over all consumers <= ``buffer``. Each
     consumer gets its queue's items on its own demand; a consumer that does not consume keeps
-    its share of the buffer and, once it is full, stops the upstream for all (Akka). Items
-    read before ``start_after`` consumers attached (or while none is) wait and are routed when
-    consumers come; :meth:`PartitionHub.queue_sizes` tells a partitioner who is behind. A
+    its share of the buffer and, once it is full, stops the upstream for all (Akka). Nothing is
+    requested before ``start_after`` consumers attached; items read while no consumer is there
+    wait and are routed when one comes; :meth:`PartitionHub.queue_sizes` tells a partitioner who
+    is behind. A
     leaving consumer's queued items are dropped (counted, reason ``"cancelled"``, as Akka
     drops them); the upstream is never cancelled by consumers leaving (``close()`` does).
     Args: partitioner ((consumers, item) -> index or -1); buffer (items, >= 1, shared by all

@@ -17,46 +17,26 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from rxpipe._protocol import Subscriber
-from rxpipe.errors import ProtocolViolationError
 from rxpipe.flowable import Flowable, Operator
-from rxpipe.stage import EMPTY_SUBSCRIPTION, QueueDrainSubscription, Stage, discard_all, operator
+from rxpipe.stage import Stage, discard_all, operator
 
 from ._llm_args import callable_arg
+from ._unicast import LateSubscription
 
 __all__ = ["split_when", "SplitWhen", "Substream"]
 
 
-class SubstreamSubscription(QueueDrainSubscription):
+class SubstreamSubscription(LateSubscription):
     """A substream's queue and, once subscribed, its link to the substream's subscriber."""
 
-    __slots__ = ("owner", "subscribed")
+    __slots__ = ("owner",)
 
     def __init__(self, owner: SplitWhen) -> None:
-        super().__init__(None)  # type: ignore[arg-type]  # the subscriber comes with attach()
+        super().__init__()
         self.owner = owner
-        self.subscribed = False
 
-    def attach(self, subscriber: Subscriber[Any]) -> None:
-        if self.subscribed:
-            subscriber.on_subscribe(EMPTY_SUBSCRIPTION)
-            subscriber.on_error(ProtocolViolationError(
-                f"a substream of stage {self.owner.stage_name!r} already has a subscriber (a substream is unicast)"))
-            return
-        self.subscribed = True
-        self.downstream = subscriber
-        subscriber.on_subscribe(self)
-        self.drain()  # a substream already ended and empty completes without demand
-
-    def push(self, item: Any) -> None:
-        self.queue.append(item)
-        if self.subscribed:
-            self.drain()
-
-    def terminate(self, error: BaseException | None) -> None:
-        self.error = error
-        self.finished = True
-        if self.subscribed:
-            self.drain()
+    def unicast_name(self) -> str:
+        return f"a substream of stage {self.owner.stage_name!r}"
 
     def _on_delivered(self, count: int) -> None:
         self.owner.invoke(self.owner.freed, count)

@@ -16,6 +16,8 @@ from rxpipe import UNBOUNDED
 from rxpipe import operators as ops
 from rxpipe.testing import TestPublisher, TestSubscriber
 
+from .test_time import Told
+
 
 def timed(loop: asyncio.AbstractEventLoop, source: rx.Flowable[Any], *operators: Any,
           initial_request: int = UNBOUNDED) -> tuple[TestSubscriber[Any], list[tuple[float, Any]]]:
@@ -26,12 +28,6 @@ def timed(loop: asyncio.AbstractEventLoop, source: rx.Flowable[Any], *operators:
     return ts, out
 
 
-class Told:
-    def __init__(self, name: str, log: list[tuple[str, str]]) -> None:
-        self.name, self.log = name, log
-
-    def on_discard(self, reason: str) -> None:
-        self.log.append((self.name, reason))
 
 
 def akka_emission_times(costs: list[float], rate: float, burst: float) -> list[float]:

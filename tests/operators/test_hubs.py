@@ -15,13 +15,7 @@ from rxpipe import UNBOUNDED, BufferOverflowError, ProtocolViolationError
 from rxpipe import operators as ops
 from rxpipe.testing import TestPublisher, TestSubscriber
 
-
-class Told:
-    def __init__(self, name: str, log: list[tuple[str, str]]) -> None:
-        self.name, self.log = name, log
-
-    def on_discard(self, reason: str) -> None:
-        self.log.append((self.name, reason))
+from .test_time import Told
 
 
 # -- merge_hub ----------------------------------------------------------------------------------------
@@ -221,14 +215,22 @@ async def test_start_after_waits_for_that_many_consumers_and_connect_reads_ahead
     pub = TestPublisher[int]()
     hub = pub.pipe(ops.broadcast_hub(4, start_after=2))
     hub.connect()
-    assert pub.requests == [4]
-    pub.emit(1, 2)
     a = TestSubscriber[int](initial_request=UNBOUNDED)
     hub.subscribe(a)
-    assert a.values == []  # one consumer of two: nothing yet
+    assert pub.has_subscribers and pub.requests == []  # one consumer of two: nothing read yet (Akka)
     b = TestSubscriber[int](initial_request=UNBOUNDED)
     hub.subscribe(b)
+    assert pub.requests == [4]
+    pub.emit(1, 2)
     assert a.values == b.values == [1, 2]
+    pub = TestPublisher[int]()
+    hub = pub.pipe(ops.broadcast_hub(4))
+    hub.connect()  # start_after=0: read ahead before any consumer, held for the first ones
+    assert pub.requests == [4]
+    pub.emit(1, 2)
+    c = TestSubscriber[int](initial_request=UNBOUNDED)
+    hub.subscribe(c)
+    assert c.values == [1, 2]
 
 
 async def test_broadcast_hub_errors_and_close() -> None:
@@ -323,16 +325,24 @@ async def test_partition_buffer_is_shared_and_a_slow_consumer_stops_the_upstream
     assert hub.statistics().dropped == {"cancelled": 4} and pub.requests == [4, 3, 3]
 
 
-async def test_items_before_start_after_consumers_wait_and_are_routed_when_they_come() -> None:
+async def test_nothing_is_read_before_start_after_consumers_and_items_wait_for_a_consumer() -> None:
     pub = TestPublisher[int]()
     hub = pub.pipe(ops.partition_hub(lambda n, x: x % n, 8, start_after=2))
     a = TestSubscriber[int](initial_request=UNBOUNDED)
     hub.subscribe(a)
-    pub.emit(0, 1, 2, 3)
-    assert a.values == [] and hub.statistics().buffered == 4
+    assert pub.requests == []
     b = TestSubscriber[int](initial_request=UNBOUNDED)
     hub.subscribe(b)
+    assert pub.requests == [8]
+    pub.emit(0, 1, 2, 3)
     assert a.values == [0, 2] and b.values == [1, 3]
+    a.cancel()
+    b.cancel()  # nobody left: items read now wait (Akka), within the buffer
+    pub.emit(4, 5)
+    assert hub.statistics().buffered == 2 and not pub.cancelled
+    c = TestSubscriber[int](initial_request=UNBOUNDED)
+    hub.subscribe(c)
+    assert c.values == [4, 5]
 
 
 async def test_partitioner_errors_fail_every_consumer() -> None:
@@ -361,3 +371,19 @@ async def test_partition_completion_follows_each_queue() -> None:
     late = TestSubscriber[int]()
     hub.subscribe(late)
     assert late.completed
+
+
+@pytest.mark.parametrize("start_after", [0, 1, 2, 3])
+@pytest.mark.parametrize("n", [10, 300, 5000])
+async def test_a_synchronous_upstream_loses_nothing_whatever_the_start(start_after: int, n: int) -> None:
+    # a synchronous upstream answers each credit inside the delivery that freed it, and may
+    # complete there: items read before the consumers came are routed first, in order, all of them
+    hub = rx.range(0, n).pipe(ops.partition_hub(lambda size, x: x % size, 64, start_after=start_after))
+    consumers = [hub] * max(start_after, 2)
+    out = await rx.merge(*consumers).to_list()
+    assert sorted(out) == list(range(n))
+    # a broadcast consumer sees what is held when it attaches: start_after=k lets k see everything
+    k = max(start_after, 1)
+    hub = rx.range(0, n).pipe(ops.broadcast_hub(64, start_after=start_after))
+    out = await rx.merge(*[hub] * k).to_list()
+    assert sorted(out) == sorted(list(range(n)) * k)

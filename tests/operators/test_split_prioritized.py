@@ -16,16 +16,7 @@ from rxpipe import operators as ops
 from rxpipe.metrics import live_stages
 from rxpipe.testing import TestPublisher, TestSubscriber
 
-
-class Told:
-    def __init__(self, name: str, log: list[tuple[str, str]]) -> None:
-        self.name, self.log = name, log
-
-    def on_discard(self, reason: str) -> None:
-        self.log.append((self.name, reason))
-
-    def __repr__(self) -> str:
-        return self.name
+from .test_time import Told
 
 
 def collect_substreams(pub: TestPublisher[Any], predicate: Any, request: int = UNBOUNDED) -> tuple[
