@@ -233,8 +233,9 @@ class RestartWithBackoff(Stage):
                 return
             delay = max(delay, retry_after)
         self.restarts = k + 1
-        log.warning("restart_with_backoff %r: restart %d in %.3f s after %s", self.stage_name, k + 1, delay,
-                    "completion" if error is None else repr(error))
+        # Akka's levels: a failure is worth a warning, a completion (a source that ends by design) is not
+        log.log(logging.INFO if error is None else logging.WARNING, "restart_with_backoff %r: restart %d in %.3f s "
+                "after %s", self.stage_name, k + 1, delay, "completion" if error is None else repr(error))
         self.start_timer("restart", delay)
 
     def on_timer(self, key: Any) -> None:
@@ -277,8 +278,9 @@ def restart_with_backoff(factory: Callable[[], Flowable[Any] | Publisher[Any]], 
         ``timedelta``, 0 < min_s <= max_s); jitter (>= 0, Akka's ``randomFactor``);
         max_restarts (int >= 0 or None); rng (a ``random.Random`` for the jitter, seedable).
     Signals: TypeError/ValueError (raised here) for bad arguments; the factory raising or not
-        returning a Publisher fails the stream with that error; each restart is logged at
-        WARNING on the ``rxpipe`` logger; cancel cancels the running run and the backoff timer.
+        returning a Publisher fails the stream with that error; each restart is logged on the
+        ``rxpipe`` logger (WARNING after a failure, INFO after a completion, as Akka does);
+        cancel cancels the running run and the backoff timer.
     Anchor: Akka ``RestartSource.withBackoff(RestartSettings(minBackoff, maxBackoff,
         randomFactor).withMaxRestarts(n, within))``; AWS "exponential backoff and jitter".
     """
