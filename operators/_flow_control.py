@@ -1,295 +1,220 @@
-"""Flow control for LLM pipelines: ``throttle`` (cost shaping), ``conflate``, ``keep_alive``.
-
-Akka Streams' operators of those names, written on :class:`rxpipe.stage.Stage` and on the loop's
-clock only (``Stage.now``, the kit's timers), so virtual time drives them exactly:
-
-- ``throttle`` is Akka's token bucket (``akka.util.TokenBucket``): full at start, refilled at
-  ``cost_per_s``, an item paying its cost when it arrives; an item costing more than the tokens
-  left waits until its debt is paid (the bucket is then empty). One item at a time, pulled only
-  when downstream wants one (``lazy``, a window of one): nothing queues in front of the bucket.
-- ``conflate`` never backpressures: while downstream has no demand, arriving items are folded
-  into one summary (``aggregate``), emitted as soon as downstream asks.
-- ``keep_alive`` injects an item when upstream was idle for ``idle_s`` and downstream wants one;
-  one upstream item is prefetched so a real item always wins over an injected one.
+"""Flow control: ``buffer`` (the bounded queue), ``limit_rate``, ``batch``, ``rate_limit`` and
+``map_async`` (bounded concurrency), each a low-level stage on a hot path.
 """
 
 from __future__ import annotations
 
-from datetime import timedelta
-from typing import Any, Callable
+from typing import Any, Awaitable, Callable, TypeVar
 
+from rxpipe._durations import as_seconds
 from rxpipe.flowable import Operator
-from rxpipe.settings import check_number
-from rxpipe.stage import Stage, operator
-from rxpipe.token_bucket import TokenBucket
+from rxpipe.resilience import CircuitBreaker, Retry
 
-from ._llm_args import callable_arg, seconds_arg
-from ._time import drop_held
+from ._args import (
+    check_callable,
+    check_int_arg,
+    check_positive,
+)
+from ._batch import BatchFlowable
+from ._buffer import OVERFLOW_STRATEGIES, BufferFlowable
+from ._limit_rate import LimitRateFlowable
+from ._map_async import map_async_stage
+from ._rate_limit import RateLimitFlowable
 
-__all__ = ["throttle", "conflate", "keep_alive", "Throttle", "Conflate", "KeepAlive"]
+T = TypeVar("T")
+R = TypeVar("R")
 
-NOTHING = Stage.NOTHING
-
-# A loop may run a timer up to its clock resolution early: a deadline this close counts as reached.
-_EARLY_S = 1e-6
-
-
-def _unit_cost(item: Any) -> int:
-    return 1
-
-
-class Throttle(Stage):
-    """One run of ``throttle``: ``bucket`` (the tokens), ``waiting`` (the one item paying off its
-    debt on the timer, or NOTHING), ``ended`` (upstream completed while an item waited)."""
-
-    prefetch = 1
-    lazy = True  # Akka pulls only on downstream's pull: nothing is taken before it is wanted
-    held_bounds_credit = True  # the waiting item is released by the timer, never by more input
-    passes_capabilities = True
-    log_hook_errors = False  # the cost function's error is the stream's
-    kind = "throttle"
-
-    def __init__(self, cost_per_s: float, burst: float, cost: Callable[[Any], float]) -> None:
-        self.cost_per_s = cost_per_s
-        self.burst = burst
-        self.cost = cost
-        self.bucket: TokenBucket | None = None
-        self.waiting: Any = NOTHING
-        self.ended = False
-        self.held = 0
-
-    def on_start(self) -> None:
-        self.bucket = TokenBucket(self.cost_per_s, self.burst, self.now)
-
-    def on_next(self, item: Any) -> None:
-        cost = self.cost(item)
-        if isinstance(cost, bool) or not isinstance(cost, (int, float)) or not 0 <= cost < float("inf"):
-            raise ValueError(f"throttle {self.stage_name!r}: cost({item!r}) must be a finite number >= 0, "
-                             f"got {cost!r}")
-        bucket = self.bucket
-        assert bucket is not None
-        bucket.tokens = bucket.refill(self.now) - cost  # may go negative: a debt paid at cost_per_s
-        if bucket.tokens >= 0:
-            self.emit(item)
-            return
-        self.waiting = item
-        self.held = 1
-        self.start_timer("paid", -bucket.tokens / self.cost_per_s)
-
-    def on_timer(self, key: Any) -> None:
-        item, self.waiting = self.waiting, NOTHING
-        self.held = 0
-        self.emit(item)
-        if self.ended:
-            self.complete()
-
-    def on_complete(self) -> None:
-        if self.waiting is NOTHING:
-            self.complete()
-        else:
-            self.ended = True  # the waiting item goes out first (Akka: willStop)
-
-    def on_error(self, error: BaseException) -> None:
-        drop_held(self, error, ("waiting",))
-
-    def on_stop(self) -> None:
-        self.waiting = NOTHING
-        self.held = 0
+__all__ = ["buffer", "limit_rate", "batch", "rate_limit", "map_async"]
 
 
-class Conflate(Stage):
-    """One run of ``conflate``: ``summary`` (the items folded while downstream had no demand,
-    or NOTHING)."""
+def buffer(capacity: int, overflow: str = "backpressure", *, name: str | None = None) -> Operator:
+    """Hold up to ``capacity`` items between a faster upstream and a slower downstream.
 
-    prefetch = 16
-    log_hook_errors = False  # aggregate's and seed's errors are the stream's
-    kind = "conflate"
+    An async boundary (a queue stage). ``overflow="backpressure"`` (capacity=4: request(4) at
+    subscribe, then request(3) each time 3 = 4 - 4 // 4 more items went downstream)::
 
-    def __init__(self, aggregate: Callable[[Any, Any], Any], seed: Callable[[Any], Any] | None) -> None:
-        self.aggregate = aggregate
-        self.seed = seed
-        self.summary: Any = NOTHING
-        self.held = 0
+        upstream:  ^4       ^3
+        source:    -a-b-c-d----e-f-g-|
+        demand:    ---------^3----------^9
+        output:    ---------(abc)-----------(defg|)
 
-    def on_next(self, item: Any) -> None:
-        if self.summary is NOTHING:
-            summary = item if self.seed is None else self.seed(item)
-        else:
-            summary = self.aggregate(self.summary, item)
-        if summary is None:
-            raise TypeError(f"conflate {self.stage_name!r}: the summary is None; items are never None "
-                            f"(Reactive Streams §2.13)")
-        if self.demanded:
-            self.summary = NOTHING
-            self.held = 0
-            self.emit(summary)
-        else:
-            self.summary = summary
-            self.held = 1
+    Shedding strategies (capacity=2; upstream is asked for UNBOUNDED at subscribe)::
 
-    def on_request(self, n: int) -> None:
-        if self.summary is not NOTHING and self.demanded:
-            summary, self.summary = self.summary, NOTHING
-            self.held = 0
-            self.emit(summary)
+        source:         -a-b-c-d-|
+        demand:         ----------^9
+        drop_incoming:  ----------(ab|)    c, d dropped on arrival
+        drop_oldest:    ----------(cd|)    a, b evicted by c, d
+        error:          ----------(ab#)    BufferOverflowError; upstream cancelled when c arrived
 
-    def on_complete(self) -> None:
-        if self.summary is not NOTHING:  # the last summary goes out, on demand, before completion
-            summary, self.summary = self.summary, NOTHING
-            self.held = 0
-            self.emit(summary)
-        self.complete()
-
-    def on_error(self, error: BaseException) -> None:
-        drop_held(self, error, ("summary",))
+    Demand: ``"backpressure"`` prefetches ``capacity`` at subscribe whatever the downstream
+    demand, then replenishes by the DESIGN §2 rule, so items emitted upstream but not yet
+    delivered never exceed ``capacity``; it never drops. The shedding strategies request
+    ``UNBOUNDED`` and shed when ``capacity`` items are held. Drops are counted per subscription
+    with the strategy name as reason (metric ``rxpipe_stage_dropped_total{reason}``).
+    Args: capacity (items, int >= 1); overflow: ``"backpressure"``, ``"drop_incoming"``,
+        ``"drop_oldest"`` or ``"error"``.
+    Signals: ValueError (raised here) for a bad capacity or an unknown overflow. ``"backpressure"``:
+        an upstream emitting beyond what was requested signals ``MissingBackpressureError`` at
+        once and is cancelled. ``"error"``: the buffered items are delivered, then
+        ``BufferOverflowError``; upstream is cancelled when the overflow happens. An upstream error
+        or completion is signalled after the buffered items. Cancel travels upstream and frees
+        the buffer.
+    Anchor: Reactor ``onBackpressureBuffer(maxSize, BufferOverflowStrategy)`` /
+        ``onBackpressureDrop``, ``publishOn`` prefetch; Akka ``buffer(size, OverflowStrategy)``.
+    """
+    check_int_arg("buffer", "capacity", capacity, 1)
+    if overflow not in OVERFLOW_STRATEGIES:
+        raise ValueError(f"buffer(overflow=) must be one of {', '.join(OVERFLOW_STRATEGIES)}; got {overflow!r}")
+    return lambda source: BufferFlowable(source, capacity, overflow, name)
 
 
-class KeepAlive(Stage):
-    """One run of ``keep_alive``: ``deadline`` (loop time at which the stream counts as idle:
-    ``idle_s`` after the last upstream or injected item), ``armed`` (the idle timer runs)."""
+def limit_rate(high_tide: int, low_tide: int | None = None, *, name: str | None = None) -> Operator:
+    """Reshape downstream demand into requests of ``high_tide`` then ``low_tide`` items.
 
-    prefetch = 1  # one upstream item prefetched: a real item always wins over an injected one
-    log_hook_errors = False  # inject's error is the stream's
-    kind = "keep_alive"
+        upstream:  ^8          ^2          ^2         limit_rate(8, 2)
+        source:    -abcdefgh-----ij----------kl-
+        demand:    ---------^1-^1-------^1-^1-
+        output:    ---------a--b--------c--d--
 
-    def __init__(self, idle_s: float, inject: Callable[[], Any]) -> None:
-        self.idle_s = idle_s
-        self.inject = inject
-        self.deadline = 0.0
-        self.armed = False
-
-    def on_start(self) -> None:
-        self.deadline = self.now + self.idle_s
-
-    def on_next(self, item: Any) -> None:
-        self.deadline = self.now + self.idle_s
-        self.emit(item)
-        self.check()
-
-    def on_request(self, n: int) -> None:
-        self.check()
-
-    def on_timer(self, key: Any) -> None:
-        self.armed = False
-        self.check()
-
-    def check(self) -> None:
-        """Inject if idle and wanted; else arm the timer for the deadline while wanted."""
-        if not self.demanded:
-            return  # downstream backpressures: nothing is injected, nothing accumulates
-        now = self.now
-        if now + _EARLY_S >= self.deadline:
-            injected = self.inject()
-            if injected is None:
-                raise TypeError(f"keep_alive {self.stage_name!r}: inject() returned None; items are never None "
-                                f"(Reactive Streams §2.13)")
-            self.deadline = now + self.idle_s
-            self.emit(injected)
-            if not self.demanded:
-                return
-        if not self.armed:
-            self.armed = True
-            self.start_timer("idle", self.deadline - now)
+    Demand: requests ``high_tide`` at subscribe (whatever the downstream demand), then
+    ``low_tide`` each time ``low_tide`` more items went downstream; items received but not
+    delivered never exceed ``high_tide``. A chatty ``request(1)`` consumer thus costs upstream one
+    request per ``low_tide`` items, and an ``UNBOUNDED`` one is capped to batches of ``low_tide``.
+    Args: high_tide (items, int >= 1); low_tide (items, int in [1, high_tide]; default
+        ``high_tide - high_tide // 4``, Reactor's 75 % replenish).
+    Signals: ValueError (raised here) for bad tides; an upstream emitting beyond the requests
+        signals ``MissingBackpressureError`` and is cancelled; upstream errors and completion
+        follow the held items; cancel travels upstream.
+    Anchor: Reactor ``limitRate(highTide, lowTide)`` (a ``publishOn`` prefetch on the same thread).
+    """
+    check_int_arg("limit_rate", "high_tide", high_tide, 1)
+    if low_tide is None:
+        low_tide = high_tide - high_tide // 4
+    check_int_arg("limit_rate", "low_tide", low_tide, 1)
+    if low_tide > high_tide:
+        raise ValueError(f"limit_rate(low_tide) must be <= high_tide={high_tide}, got {low_tide!r}")
+    return lambda source: LimitRateFlowable(source, high_tide, low_tide, name)
 
 
-_throttle_stage = operator(Throttle)
-_conflate_stage = operator(Conflate)
-_keep_alive_stage = operator(KeepAlive)
+def batch(max_size: int, max_delay_s: float | None = None, *, weight: Callable[[Any], float] | None = None,
+          max_weight: float | None = None, name: str | None = None) -> Operator:
+    """Group items into lists closed by size, by time, or by a weight budget.
 
+        source:  -a-b-c----d---------e-|
+        demand:  ^1-------^1------------^1
+        output:  -----x--------y--------(z|)     batch(3, max_delay_s=4 columns)
 
-def throttle(cost_per_s: float, burst: float, cost: Callable[[Any], float] | None = None, *,
-             name: str | None = None) -> Operator:
-    """Shape the flow to ``cost_per_s`` cost units per second, each item costing ``cost(item)``
-    (e.g. its tokens), with bursts of up to ``burst`` units.
+    ``x = [a, b, c]`` by size; ``y = [d]`` by time, 4 columns after ``d``; ``z = [e]`` at
+    completion, once demanded.
 
-        source:  (1231|)
+    A batch closes when it holds ``max_size`` items, when ``max_delay_s`` passed since its first
+    item, or when the next item would push its weight over ``max_weight`` (that item starts the
+    next batch; an item heavier than ``max_weight`` on its own goes alone)::
+
+        source:  -a-b-c-d-e-|        a="aaaa" b="bbbb" c="cc" d="dddddddddddd" e="e"
         demand:  ^*
-        output:  (12)--3(1|)      throttle(100, burst=3, cost=int): one column = 10 ms = 1 unit
+        output:  -----x-y---(z|)     batch(8, weight=len, max_weight=10)
 
-    The bucket holds ``burst`` units, full at start. ``1`` and ``2`` pay 3 units at once; ``3``
-    finds the bucket empty and waits 3 columns for its cost; ``1`` then waits one more.
-    A token bucket on the loop clock, Akka's (``akka.util.TokenBucket``): refilled at
-    ``cost_per_s`` up to ``burst``; an item pays its cost when it arrives and goes on at once if
-    the bucket held enough, else it waits until the missing units have accrued (its debt), and
-    the bucket is empty when it leaves. An item may cost more than ``burst`` (it waits longer);
-    a cost of 0 is free. ``cost=None``: every item costs 1 (Akka's ``throttle(elements, per)``).
-    Demand: one item at a time, taken only when downstream wants one (Akka pulls on pull):
-    upstream outstanding + the waiting item <= 1, nothing is requested without downstream
-    demand, so nothing queues in front of the bucket and a 429 at the edge stays possible.
-    Args: cost_per_s (units per second, > 0); burst (units, >= 1); cost (item -> number >= 0,
-        e.g. ``lambda r: r.prompt_tokens + r.max_tokens``).
-    Signals: TypeError/ValueError (raised here) for bad arguments; ``cost`` raising, or
-        returning a negative, infinite or non-number value, fails the stream with that error
-        (ValueError) and cancels upstream; an upstream error is signalled at once (the waiting
-        item dropped, reason ``"error"``); the completion follows the waiting item; cancel
-        travels upstream and stops the timer. Subscribing off an event loop signals RuntimeError.
-    Anchor: Akka ``throttle(cost, per, maximumBurst, costCalculation, ThrottleMode.Shaping)``;
-        token bucket (RFC 2697's committed bucket); rxpipe ``rate_limit`` is the same bucket
-        over item counts, with read-ahead of whole tokens.
+    ``x = [a, b, c]`` (weight 10 reached), ``y = [d]`` (12 > 10 alone), ``z = [e]``.
+
+    Demand (Akka ``groupedWithin``): a batch is emitted only when downstream asked for one (one
+    ``request(1)`` = one batch). A timer that fires without demand leaves the batch open: it
+    keeps filling up to ``max_size`` and leaves as soon as it is demanded — never an overflow
+    error. Upstream demand stays within two batches: items requested upstream and not yet
+    delivered downstream (outstanding + held) ≤ ``max_size`` without downstream demand (one batch
+    of look-ahead), ≤ ``2 * max_size`` with it. The partial batch is emitted at completion;
+    never an empty batch. One timer per open batch, on the loop clock (``loop.call_at``).
+    Args: max_size (items, int >= 1); max_delay_s (seconds after a batch's first item, > 0, or
+        None: no timer); weight (item -> number >= 0, e.g. prompt tokens) and max_weight (same
+        unit, > 0; the per-step token budget of an LLM engine) go together.
+    Signals: ValueError / TypeError (raised here) for invalid bounds or a non-callable weight.
+        An upstream error is signalled at once; the open and ready batches are discarded and
+        counted as dropped (reason ``"error"``). ``weight`` raising (or returning a negative
+        number) cancels upstream and signals its exception. An upstream emitting beyond demand
+        signals ``MissingBackpressureError``. With ``max_delay_s``, subscribing off an event loop
+        signals RuntimeError.
+    Anchor: Akka Streams ``groupedWithin`` / ``groupedWeightedWithin``; Triton's dynamic batcher
+        (``max_batch_size``, ``max_queue_delay_microseconds``); vLLM's ``max_num_batched_tokens``.
     """
-    check_number(cost_per_s, "throttle(cost_per_s)", minimum=0, exclusive_minimum=True)
-    check_number(burst, "throttle(burst)", minimum=1)
-    fn = callable_arg("throttle", "cost", cost, optional=True) or _unit_cost
-    return _throttle_stage(float(cost_per_s), float(burst), fn, name=name)
+    check_int_arg("batch", "max_size", max_size, 1)
+    if max_delay_s is not None:
+        max_delay_s = as_seconds(max_delay_s)  # type: ignore[assignment]
+        check_positive("batch", "max_delay_s", max_delay_s)
+        max_delay_s = float(max_delay_s)  # type: ignore[arg-type]
+    if (weight is None) != (max_weight is None):
+        raise ValueError("batch(weight=, max_weight=) go together: give both or neither")
+    if weight is not None:
+        check_callable("batch(weight=)", weight)
+        check_positive("batch", "max_weight", max_weight)
+    return lambda source: BatchFlowable(source, max_size, max_delay_s, weight, max_weight, name)
 
 
-def conflate(aggregate: Callable[[Any, Any], Any], seed: Callable[[Any], Any] | None = None, *,
-             name: str | None = None) -> Operator:
-    """While downstream has no demand, fold arriving items into one summary; emit the summary
-    as soon as downstream asks.
+def rate_limit(rate: float, burst: int = 1, *, name: str | None = None) -> Operator:
+    """Shape the flow to at most ``rate`` items per second, with bursts of up to ``burst``.
 
-        source:  -1-2-3-4-|
-        demand:  ^1    ^1  ^1
-        output:  -1----5---(4|)      conflate(operator.add)
+        source:  (0123456789|)                   rate_limit(20, burst=5); one column = 10 ms
+        demand:  ^*
+        output:  (01234)----5----6----7----8----(9|)
 
-    ``1`` finds demand and goes at once; ``2`` and ``3`` arrive without demand and become one
-    summary ``5``, emitted at the request in column 6; ``4`` waits as the next summary and goes
-    out with the completion, once asked for.
-    The summary starts as the first item (``seed=None``) or ``seed(item)`` (Akka's
-    ``conflateWithSeed``), then ``summary = aggregate(summary, item)`` for each item that arrives
-    before downstream asks. Use it to coalesce token chunks for a slow SSE client, or to keep
-    only the latest state (``aggregate=lambda old, new: new``).
-    Demand: never backpressures: upstream is kept at a window of 16 requested items whatever
-    downstream does (an item folded into the summary frees its credit at once); at most one
-    summary is held. Items are many-to-one, never dropped.
-    Args: aggregate ((summary, item) -> summary); seed (item -> summary, or None).
-    Signals: TypeError (raised here) for a non-callable; ``aggregate`` or ``seed`` raising, or
-        a summary of None (TypeError), fails the stream and cancels upstream; an upstream error
-        is signalled at once (the summary dropped, reason ``"error"``); the completion follows
-        the last summary; cancel travels upstream.
-    Anchor: Akka ``conflate(aggregate)`` / ``conflateWithSeed(seed)(aggregate)``; Reactor
-        ``onBackpressureReduce``.
+    A token bucket on the loop clock: capacity ``burst`` tokens, full at start, refilled at
+    ``rate`` tokens per second; an idle period or a forward clock jump never refills it beyond
+    ``burst``. Demand: requests upstream only what both downstream demand and whole tokens allow;
+    each item takes a token when it arrives, and outstanding upstream demand never exceeds the
+    whole tokens available (so a stalled upstream that catches up still sends at most ``burst``
+    items back to back); when tokens run out, one timer wakes the stage when the next is due.
+    Args: rate (items per second, > 0); burst (items, int >= 1).
+    Signals: ValueError (raised here) for a bad rate or burst; upstream errors and completion
+        pass through after the items already received; an upstream emitting beyond demand
+        signals ``MissingBackpressureError``; cancel travels upstream and stops the timer.
+        Subscribing off an event loop signals RuntimeError.
+    Anchor: token bucket (RFC 2697's committed bucket); Akka ``throttle(elements, per,
+        maximumBurst, Shaping)``; Guava ``RateLimiter``.
     """
-    callable_arg("conflate", "aggregate", aggregate)
-    callable_arg("conflate", "seed", seed, optional=True)
-    return _conflate_stage(aggregate, seed, name=name)
+    check_positive("rate_limit", "rate", rate)
+    check_int_arg("rate_limit", "burst", burst, 1)
+    return lambda source: RateLimitFlowable(source, float(rate), burst, name)
 
 
-def keep_alive(idle_s: float | timedelta, inject: Callable[[], Any], *, name: str | None = None) -> Operator:
-    """Inject ``inject()`` when upstream was idle for ``idle_s`` seconds and downstream wants an
-    item (e.g. an SSE comment that keeps a proxy from closing a quiet stream).
+def map_async(fn: Callable[[T], Awaitable[R]], concurrency: int = 1, ordered: bool = True,
+              retry: Retry | None = None, breaker: CircuitBreaker | None = None, *,
+              name: str | None = None) -> Operator:
+    """Transform each item with a coroutine function, at most ``concurrency`` calls at a time.
 
-        source:  -a---------b|
-        demand:  ^1       ^2
-        output:  -a-------k-b|      keep_alive(0.03, lambda: "k"): one column = 10 ms
+        source:     -a-b-c|          concurrency=2, one column = 1 s; fn takes 4 s for a, 1 s for b, c
+        demand:     ^*
+        ordered:    -----(ab)(c|)    b, done at 4, waits for a: (ab) = the same instant (t=5)
+        unordered:  ----ba(c|)       ordered=False: completion order (t=4, 5, 6)
 
-    After ``a`` the stream is idle from column 4 on, but downstream has no demand: nothing is
-    injected. The request in column 9 finds the stream idle: one ``k`` at once (injected items
-    never accumulate); ``b`` comes before the next deadline (column 12).
-    The stream counts as idle ``idle_s`` after the last upstream item or injected item (from
-    subscription for the first). Upstream items are always preferred: one is prefetched, and
-    an injected item is made only while none is waiting.
-    Demand: upstream is asked for one item ahead (a window of 1, whatever downstream does);
-    an item is injected only while downstream has demand left, at most one per ``idle_s``, and
-    injected items count against that demand like any other. One timer, armed only while
-    downstream wants an item.
-    Args: idle_s (seconds or ``timedelta``, > 0); inject (() -> item, never None).
-    Signals: TypeError/ValueError (raised here) for bad arguments; ``inject`` raising or
-        returning None (TypeError) fails the stream and cancels upstream; upstream errors and
-        completion pass through after the prefetched item; cancel travels upstream and stops
-        the timer. Subscribing off an event loop signals RuntimeError.
-    Anchor: Akka ``keepAlive(maxIdle, injectedElem)``.
+    ``fn``: ``async def fn(item) -> result``; one task per call, nothing else per item.
+    Demand: a slot is taken when an item is requested upstream and freed when its result went
+    downstream, so upstream outstanding + calls running + results waiting <= ``concurrency``
+    (the ordered mode's reorder buffer included). ``concurrency`` items are requested at
+    subscribe (an async boundary's prefetch, DESIGN §2), then exactly one per result delivered;
+    results are emitted only on downstream demand.
+    Retry: ``retry=Retry(attempts, base_s, cap_s)`` re-calls a failed item after
+    ``uniform(0, min(cap_s, base_s * 2 ** (k - 1)))`` seconds (full jitter, k = failures so far),
+    up to ``attempts`` calls in total; an exception's ``retry_after`` (seconds) is the minimum
+    delay, and one above ``cap_s`` fails at once. The item keeps its slot while it waits.
+    Breaker: ``breaker=CircuitBreaker(failure_threshold, reset_timeout_s)`` is asked before every
+    call; open, it refuses with ``rxpipe.CircuitOpenError`` without calling ``fn``. That error goes
+    through ``retry`` like any other, its ``retry_after`` being the seconds until half-open: with a
+    retry, an item waits for the trial call (or fails at once when that is over ``cap_s``); without
+    one, the stream fails fast. Every failure of ``fn`` (a ``TimeoutError`` from
+    ``timeout(s, mode="item")`` included) counts towards opening the breaker.
+    Signals: ValueError (raised here) for ``concurrency < 1``. A call failing after its retries,
+    ``fn`` returning None (TypeError, §2.13) or not returning an awaitable (TypeError) cancels
+    upstream and the other calls and signals the original exception downstream at once, ahead of
+    results still held. An upstream error does the same; completion waits for the calls.
+    Cancel cancels upstream and every call, and awaits nothing: the tasks end on the next loop
+    iteration. Units: seconds for every delay.
+    Anchor: Akka ``mapAsync(parallelism)`` / ``mapAsyncUnordered``, Reactor
+    ``flatMapSequential``/``flatMap(maxConcurrency)``; Resilience4j Retry + CircuitBreaker.
     """
-    seconds = seconds_arg("keep_alive", "idle_s", idle_s)
-    callable_arg("keep_alive", "inject", inject)
-    return _keep_alive_stage(seconds, inject, name=name)
+    if not callable(fn):
+        raise TypeError(f"map_async() needs an async callable, got {fn!r}")
+    check_int_arg("map_async", "concurrency", concurrency, 1)
+    if retry is not None and not isinstance(retry, Retry):
+        raise TypeError(f"map_async(retry=) needs a Retry, got {retry!r}")
+    if breaker is not None and not isinstance(breaker, CircuitBreaker):
+        raise TypeError(f"map_async(breaker=) needs a CircuitBreaker, got {breaker!r}")
+    return map_async_stage(fn, concurrency, bool(ordered), retry, breaker, None, name=name)

@@ -35,7 +35,7 @@ from rxpipe.stage import (
     discard_all,
 )
 
-from ._llm_args import callable_arg, count_arg
+from ._args import check_callable, check_int_arg
 
 __all__ = ["broadcast_hub", "partition_hub", "BroadcastHub", "PartitionHub"]
 
@@ -417,8 +417,8 @@ def broadcast_hub(buffer: int = 256, *, start_after: int = 0, name: str | None =
     Anchor: Akka ``BroadcastHub.sink(startAfterNrOfConsumers, bufferSize)``; Reactor
         ``publish(prefetch)`` (the slowest governs).
     """
-    count_arg("broadcast_hub", "buffer", buffer)
-    count_arg("broadcast_hub", "start_after", start_after, minimum=0)
+    check_int_arg("broadcast_hub", "buffer", buffer, 1)
+    check_int_arg("broadcast_hub", "start_after", start_after, 0)
     return lambda source: BroadcastHub(source, buffer, start_after, name)
 
 
@@ -453,7 +453,7 @@ def partition_hub(partitioner: Callable[[int, Any], int], buffer: int = 256, *, 
         ``"no_consumer"``); consumers attaching after the end get it at once.
     Anchor: Akka ``PartitionHub.sink(partitioner, startAfterNrOfConsumers, bufferSize)``.
     """
-    callable_arg("partition_hub", "partitioner", partitioner)
-    count_arg("partition_hub", "buffer", buffer)
-    count_arg("partition_hub", "start_after", start_after, minimum=0)
+    check_callable("partition_hub", partitioner, "partitioner")
+    check_int_arg("partition_hub", "buffer", buffer, 1)
+    check_int_arg("partition_hub", "start_after", start_after, 0)
     return lambda source: PartitionHub(source, partitioner, buffer, start_after, name)

@@ -28,7 +28,7 @@ from rxpipe.metrics import StageCounters, StageStatistics, track
 from rxpipe.sources import from_publisher
 from rxpipe.stage import EMPTY_SUBSCRIPTION, LINK_SLOTS, DrainSubscription, UpstreamLink, discard_all
 
-from ._llm_args import count_arg
+from ._args import check_int_arg
 from ._publishers import publisher_problem
 
 __all__ = ["merge_hub", "MergeHub", "HubProducer"]
@@ -285,6 +285,6 @@ def merge_hub(per_producer_buffer: int = 16, *, max_producers: int = 1024, name:
     Anchor: Akka ``MergeHub.source(perProducerBufferSize)`` / ``sourceWithDraining``
         (``DrainingControl.drainAndComplete``).
     """
-    count_arg("merge_hub", "per_producer_buffer", per_producer_buffer)
-    count_arg("merge_hub", "max_producers", max_producers)
+    check_int_arg("merge_hub", "per_producer_buffer", per_producer_buffer, 1)
+    check_int_arg("merge_hub", "max_producers", max_producers, 1)
     return MergeHub(per_producer_buffer, max_producers, name)

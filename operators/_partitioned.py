@@ -22,7 +22,7 @@ from rxpipe.flowable import Operator
 from rxpipe.resilience import CircuitBreaker, Retry, resilient_call
 from rxpipe.stage import Stage, operator
 
-from ._llm_args import callable_arg, count_arg
+from ._args import check_callable, check_int_arg
 from ._map_async import _call_error, log
 
 __all__ = ["map_async_partitioned", "MapAsyncPartitioned"]
@@ -198,10 +198,10 @@ def map_async_partitioned(fn: Callable[[Any], Awaitable[Any]], parallelism: int,
     Anchor: Akka ``mapAsyncPartitioned(parallelism)(partitioner)(f)`` and
         ``mapAsyncPartitionedUnordered``; Kafka's ordering per partition.
     """
-    callable_arg("map_async_partitioned", "fn", fn)
-    count_arg("map_async_partitioned", "parallelism", parallelism)
-    callable_arg("map_async_partitioned", "partition", partition)
-    count_arg("map_async_partitioned", "per_partition", per_partition)
+    check_callable("map_async_partitioned", fn, "fn")
+    check_int_arg("map_async_partitioned", "parallelism", parallelism, 1)
+    check_callable("map_async_partitioned", partition, "partition")
+    check_int_arg("map_async_partitioned", "per_partition", per_partition, 1)
     if per_partition > parallelism:
         raise ValueError(f"map_async_partitioned(per_partition) must be <= parallelism={parallelism}, "
                          f"got {per_partition!r}")

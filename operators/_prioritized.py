@@ -16,7 +16,7 @@ from typing import Any, Sequence
 from rxpipe.flowable import Flowable, Operator
 from rxpipe.stage import Input, Stage, operator
 
-from ._llm_args import count_arg
+from ._args import check_int_arg
 from ._publishers import publisher_problem
 
 __all__ = ["merge_prioritized", "MergePrioritized"]
@@ -165,8 +165,8 @@ def merge_prioritized(*others: Flowable[Any], priorities: Sequence[int], eager_c
         raise ValueError(f"merge_prioritized(priorities) needs {1 + len(others)} priorities (the source first), "
                          f"got {len(weights)}")
     for weight in weights:
-        count_arg("merge_prioritized", "priorities", weight)
-    count_arg("merge_prioritized", "prefetch", prefetch)
+        check_int_arg("merge_prioritized", "priorities", weight, 1)
+    check_int_arg("merge_prioritized", "prefetch", prefetch, 1)
     if rng is not None and not isinstance(rng, random.Random):
         raise TypeError(f"merge_prioritized(rng=) needs a random.Random, got {rng!r}")
     return _merge_prioritized_stage(tuple(others), weights, bool(eager_complete), prefetch,

@@ -29,7 +29,7 @@ from rxpipe.resilience import retry_after_of
 from rxpipe.sources import empty
 from rxpipe.stage import Input, Stage, operator
 
-from ._llm_args import callable_arg, count_arg, seconds_arg
+from ._args import check_callable, check_duration, check_int_arg
 from ._publishers import publisher_problem
 
 __all__ = ["KillSwitch", "kill_switch", "restart_with_backoff", "KillSwitchStage", "RestartWithBackoff"]
@@ -284,16 +284,16 @@ def restart_with_backoff(factory: Callable[[], Flowable[Any] | Publisher[Any]], 
     Anchor: Akka ``RestartSource.withBackoff(RestartSettings(minBackoff, maxBackoff,
         randomFactor).withMaxRestarts(n, within))``; AWS "exponential backoff and jitter".
     """
-    callable_arg("restart_with_backoff", "factory", factory)
-    low = seconds_arg("restart_with_backoff", "min_s", min_s)
-    high = seconds_arg("restart_with_backoff", "max_s", max_s)
+    check_callable("restart_with_backoff", factory, "factory")
+    low = check_duration("restart_with_backoff", "min_s", min_s)
+    high = check_duration("restart_with_backoff", "max_s", max_s)
     if high < low:
         raise ValueError(f"restart_with_backoff(max_s) must be >= min_s={low}, got {high!r}")
     if isinstance(jitter, bool) or not isinstance(jitter, (int, float)) or not 0 <= jitter < float("inf"):
         raise ValueError(f"restart_with_backoff(jitter) must be a finite number >= 0, got {jitter!r}")
     if max_restarts is not None:
-        count_arg("restart_with_backoff", "max_restarts", max_restarts, minimum=0)
-    within = low if max_restarts_within_s is None else seconds_arg(
+        check_int_arg("restart_with_backoff", "max_restarts", max_restarts, 0)
+    within = low if max_restarts_within_s is None else check_duration(
         "restart_with_backoff", "max_restarts_within_s", max_restarts_within_s)
     if rng is not None and not isinstance(rng, random.Random):
         raise TypeError(f"restart_with_backoff(rng=) needs a random.Random, got {rng!r}")

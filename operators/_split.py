@@ -20,7 +20,7 @@ from rxpipe._protocol import Subscriber
 from rxpipe.flowable import Flowable, Operator
 from rxpipe.stage import Stage, discard_all, operator
 
-from ._llm_args import callable_arg
+from ._args import check_callable
 from ._unicast import LateSubscription
 
 __all__ = ["split_when", "SplitWhen", "Substream"]
@@ -162,5 +162,5 @@ def split_when(predicate: Callable[[Any], Any], *, name: str | None = None) -> O
     Anchor: Akka ``splitWhen(p)`` (``SubstreamCancelStrategy.drain``); Reactor ``windowUntil(p,
         cutBefore=true)``.
     """
-    callable_arg("split_when", "predicate", predicate)
+    check_callable("split_when", predicate, "predicate")
     return _split_when_stage(predicate, name=name)

@@ -22,6 +22,7 @@ from ..errors import BackendError, EngineError, EngineUnavailableError
 from ..serving.engine import Engine
 from ..serving.records import (
     FINISH_REASONS,
+    UNANSWERED_REASONS,
     Completion,
     CompletionRequest,
     CompletionResult,
@@ -40,6 +41,7 @@ __all__ = [
     "CompletionResult",
     "Completion",
     "FINISH_REASONS",
+    "UNANSWERED_REASONS",
     "estimate_tokens",
     "Engine",
     "SimulatedEngine",

@@ -145,7 +145,7 @@ BUILT_INS.update({
     "throttle/shaping": (lambda: ops.throttle(50.0, 2), {"time_based": True, "max_held": 0}),
     # conflate never backpressures (Akka): without demand it reads on and folds, holding one
     # summary; the bounds check counts folded items as held, so it is left out here
-    # (tests/operators/test_flow_control.py bounds what it requests and holds)
+    # (tests/operators/test_shaping.py bounds what it requests and holds)
     "conflate": (lambda: ops.conflate(lambda a, b: a + b), {"emits_every_item": False,
                                                              "checks": ("demand", "cancel", "error", "completion")}),
     "keep_alive": (lambda: ops.keep_alive(0.05, lambda: -1), {"time_based": True, "max_held": 1}),

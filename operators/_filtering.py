@@ -1,0 +1,193 @@
+"""Filters: ``pairwise``, ``distinct``, ``distinct_until_changed``, ``take_while``,
+``skip_while``, ``take_until``, ``first``. Each asks upstream for one more per dropped item.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Hashable, TypeVar
+
+from rxpipe.flowable import Flowable, Operator
+
+from ._args import check_callable, check_int_arg, check_optional_callable
+from ._filters import (
+    distinct_stage,
+    distinct_until_changed_stage,
+    first_stage,
+    pairwise_stage,
+    skip_while_stage,
+    take_while_stage,
+)
+from ._publishers import publisher_problem
+from ._take_until import take_until_stage
+
+T = TypeVar("T")
+
+__all__ = ["pairwise", "distinct", "distinct_until_changed", "take_while", "skip_while", "take_until", "first"]
+
+
+def pairwise(*, name: str | None = None) -> Operator:
+    """Emit ``(previous, item)`` for each item after the first.
+
+        source:    --a-b-c-d-|
+        demand:    ^3
+        upstream:  ^3^1
+        output:    ----x-y-z-|       x = (a, b), y = (b, c), z = (c, d)
+
+    Demand: passed through; the first item makes no pair and asks upstream for one more, so
+    ``n`` pairs take ``n + 1`` items. A stream of fewer than two items emits nothing.
+    Signals: upstream errors, completion and cancel pass through; the first item is held
+    (never told: it is not dropped, only unpaired).
+    Anchor: reactivex ``pairwise``, RxJS ``pairwise``.
+    """
+    return pairwise_stage(name=name)
+
+
+def distinct(key_mapper: Callable[[T], Hashable] | None = None, max_keys: int | None = None, *,
+             comparer: Callable[[Any, Any], Any] | None = None, name: str | None = None) -> Operator:
+    """Pass only items whose key (``key_mapper(item)``, default the item) was not seen before.
+
+        source:    -a-b-a-c-b-|
+        demand:    ^4
+        upstream:  ^4---^1--^1       each repeated key asks upstream for one more
+        output:    -a-b---c---|
+
+    With ``max_keys`` the memory is a bounded LRU, and a key evicted passes again::
+
+        source:    -a-b-c-a-|
+        demand:    ^*
+        output:    -a-b-c-a-|        distinct(max_keys=2): c evicted a (least recently seen)
+
+    Memory: without ``max_keys`` every key is kept for the life of the subscription, as
+    reactivex's ``distinct`` does — it grows with the number of distinct keys, without bound.
+    ``max_keys=N`` keeps at most N keys, evicting the least recently seen (a repeated key counts
+    as seen): bounded memory, at the price of letting an evicted key through again — a
+    deliberate difference from reactivex, which has no bound. Hashable keys cost O(1) per item;
+    unhashable keys, and every key with ``comparer``, are compared one by one (O(keys) per item,
+    reactivex's way).
+    Demand: passed through; each dropped item asks upstream for one more (never a stall).
+    Args: key_mapper (item -> key); max_keys (keys, int >= 1, or None: unbounded); comparer
+        (keyword: ``(kept_key, key) -> bool``, reactivex's equality comparer; its second
+        positional argument there, keyword here since ``max_keys`` took the place).
+    Signals: TypeError/ValueError (raised here) for a non-callable or a bad ``max_keys``;
+        ``key_mapper`` or ``comparer`` raising cancels upstream and signals the exception.
+    Anchor: reactivex ``distinct(key_mapper, comparer)``; Reactor ``distinct(keySelector,
+        distinctStoreSupplier)`` (a bounded store is its answer to the same growth).
+    """
+    check_optional_callable("distinct", "key_mapper", key_mapper)
+    if callable(max_keys):
+        raise TypeError("distinct(max_keys) needs an int >= 1 or None, got a callable: reactivex's second "
+                        "argument (comparer) is keyword-only here: distinct(key_mapper, comparer=...)")
+    if max_keys is not None:
+        check_int_arg("distinct", "max_keys", max_keys, 1)
+    check_optional_callable("distinct", "comparer", comparer)
+    return distinct_stage(key_mapper, max_keys, comparer, name=name)
+
+
+def distinct_until_changed(key_mapper: Callable[[T], Any] | None = None,
+                           comparer: Callable[[Any, Any], Any] | None = None, *,
+                           name: str | None = None) -> Operator:
+    """Drop items whose key equals the key of the last item emitted.
+
+        source:    -a-a-b-b-a-|
+        demand:    ^3
+        upstream:  ^3-^1--^1         each repeat asks upstream for one more
+        output:    -a---b---a-|
+
+    Only the last emitted key is kept (constant memory). With ``comparer``, a key judged equal
+    leaves the kept key as it is (reactivex's rule).
+    Demand: passed through; each dropped item asks upstream for one more (never a stall).
+    Args: key_mapper (item -> key, default the item); comparer (``(kept_key, key) -> bool``,
+        default ``==``).
+    Signals: TypeError (raised here) for a non-callable; ``key_mapper`` or ``comparer`` raising
+        cancels upstream and signals the exception.
+    Anchor: reactivex ``distinct_until_changed``, Reactor ``distinctUntilChanged``.
+    """
+    check_optional_callable("distinct_until_changed", "key_mapper", key_mapper)
+    check_optional_callable("distinct_until_changed", "comparer", comparer)
+    return distinct_until_changed_stage(key_mapper, comparer, name=name)
+
+
+def take_while(predicate: Callable[[T], Any], inclusive: bool = False, *, name: str | None = None) -> Operator:
+    """Emit items while ``predicate`` holds; complete at the first item that fails it.
+
+        source:    -1-2-3-1-|
+        demand:    ^5
+        upstream:  ^5
+        output:    -1-2-|            take_while(lambda x: x < 3); upstream is cancelled at 3
+
+    ``inclusive=True`` emits that first failing item before completing (``-1-2-(3|)``).
+    Demand: passed through exactly; upstream is cancelled when the predicate fails.
+    Signals: TypeError (raised here) for a non-callable; ``predicate`` raising cancels
+        upstream and signals the exception.
+    Anchor: reactivex ``take_while(predicate, inclusive)``, Reactor ``takeWhile``.
+    """
+    check_callable("take_while", predicate)
+    return take_while_stage(predicate, bool(inclusive), name=name)
+
+
+def skip_while(predicate: Callable[[T], Any], *, name: str | None = None) -> Operator:
+    """Drop items while ``predicate`` holds, then pass every item (the predicate is not asked again).
+
+        source:    --1-2-3-1-|
+        demand:    ^2
+        upstream:  ^2^1^1            skip_while(lambda x: x < 3): each skipped item asks one more
+        output:    ------3-1-|
+
+    Demand: passed through; each skipped item asks upstream for one more (never a stall).
+    Signals: TypeError (raised here) for a non-callable; ``predicate`` raising cancels
+        upstream and signals the exception.
+    Anchor: reactivex ``skip_while``, Reactor ``skipWhile``.
+    """
+    check_callable("skip_while", predicate)
+    return skip_while_stage(predicate, name=name)
+
+
+def take_until(other: Flowable[Any], *, name: str | None = None) -> Operator:
+    """Emit the upstream's items until ``other`` emits an item; then complete, cancelling both.
+
+        source:    -a-b-c-d-|
+        other:     ----x-|
+        demand:    ^*
+        output:    -a-b|             x completes the stream; upstream and other are cancelled
+
+    ``other`` (a Flowable or any Publisher) is subscribed when the stage starts and asked for
+    one item before anything is requested of the upstream; its first item completes the stream. ``other``
+    completing without an item changes nothing; its error is signalled (the upstream is
+    cancelled). An ``other`` with an item ready ends the stream before any item (reactivex
+    subscribes it after the source, so a synchronous source's items all pass there).
+    Demand: passed through exactly to the upstream; ``other`` is asked for 1.
+    Signals: TypeError (raised here) if ``other`` is not a Publisher (a reactivex Observable:
+        wrap it with ``rx.from_observable``). Cancel, completion and an error from either side
+        cancel both.
+    Anchor: reactivex ``take_until(other)``, Reactor ``takeUntilOther``.
+    """
+    problem = publisher_problem(other)
+    if problem is not None:
+        raise TypeError(f"take_until(other): {problem}")
+    return take_until_stage(other, name=name)
+
+
+def first(predicate: Callable[[T], Any] | None = None, *, name: str | None = None) -> Operator:
+    """Emit the first item (the first for which ``predicate`` holds), then complete.
+
+        source:    --1-2-3-|
+        demand:    ^3
+        upstream:  ^1^1              first(lambda x: x % 2 == 0): one item outstanding at a time
+        output:    ----(2|)
+
+    On a stream that completes without such an item::
+
+        source:    --|
+        demand:    ^1
+        output:    --#               rxpipe.SequenceContainsNoElementsError
+
+    Demand: nothing is requested before downstream asks; then one item at a time, one more per
+    item that did not match (never more than one outstanding, like Reactor's
+    ``take(1, limitRequest)``); upstream is cancelled once the item is found.
+    Signals: TypeError (raised here) for a non-callable; an empty (or unmatched) stream signals
+        :class:`rxpipe.SequenceContainsNoElementsError` ("Sequence contains no elements", as
+        reactivex); ``predicate`` raising cancels upstream and signals the exception.
+    Anchor: reactivex ``first(predicate)``, Reactor ``next()``/``filter().next()``.
+    """
+    check_optional_callable("first", "predicate", predicate)
+    return first_stage(predicate, name=name)
