@@ -8,7 +8,7 @@ The graph, with demand flowing right to left::
     gateway ─> rate_limit(rate, burst) ─> edge_queue(queue_capacity) ─> batch(batch_max_size,
         batch_max_delay_s) ─> execute(SimulatedEngine(max_num_seqs, ...))
 
-With ``tenants_file`` (many tenants, README "Many tenants") the queue is per tenant and comes
+With ``tenants_file`` (many tenants, docs/tutorials/tenants.md) the queue is per tenant and comes
 first, so the edge can ask it for room *for this tenant*::
 
     gateway ─> fair_queue(queue_capacity, tenant, weight, cost=VTC estimate, priority)
@@ -20,8 +20,8 @@ request only while demand is > 0 and otherwise answers 429 with Retry-After at o
 
 Settings (``--set key=value``; values parse as JSON, else strings; each is type-checked and a
 wrong one stops the start with a one-line error naming it). Defaults and meanings are in
-``SETTINGS`` below (``rxpipe run pipelines/llm_gateway.py --help-settings`` prints them; README.md's
-table is generated from it); the graph's bounds: ``queue_capacity`` (requests
+``SETTINGS`` below (``rxpipe run pipelines/llm_gateway.py --help-settings`` prints them; the manual's
+settings table, docs/guides/settings.md, is generated from it); the graph's bounds: ``queue_capacity`` (requests
 admitted and not running, counting what ``batch`` holds), ``max_num_seqs``, ``rate``/``burst``;
 the edge's: ``max_model_len``, ``max_body_bytes``, ``max_connections``, ``keepalive_timeout_s``,
 ``header_timeout_s``, ``latency_budget_s``, ``key_rate``/``key_burst``; tenants: ``tenants_file``

@@ -12,7 +12,6 @@ driving the stage step by step and comparing with the diagram's tokens. A diagra
 from __future__ import annotations
 
 import asyncio
-import inspect
 import re
 from typing import Any, Callable
 
@@ -25,41 +24,10 @@ from rxpipe import operators as ops
 from rxpipe.engines import Completion, CompletionRequest, SimulatedEngine
 from rxpipe.testing import Marbles, TestPublisher, TestSubscriber, assert_marbles, parse_demand, run_virtual
 from rxpipe.testing import _marbles as marble_module
-
-_LABEL = re.compile(r"^\s{4,}(?P<label>[A-Za-z_][\w ,]*):(?P<rest>\s.*)?$")
-_COMMENT = re.compile(r"\s{2,}(?=[^\s^])")
+from rxpipe.testing._marble_parse import docstring_marbles
 
 Block = dict[str, str]
-
-
-def diagrams(doc: str) -> list[Block]:
-    """The marble blocks of a docstring, each ``{label: diagram}`` on one column origin."""
-    blocks: list[list[tuple[str, str, int]]] = []
-    current: list[tuple[str, str, int]] = []
-    for line in inspect.cleandoc(doc).splitlines():
-        match = _LABEL.match(line)
-        if match is None:
-            if current:
-                blocks.append(current)
-                current = []
-            continue
-        rest = match["rest"] or ""
-        start = match.end("label") + 1 + len(rest) - len(rest.lstrip())
-        current.append((match["label"], line, start))
-    if current:
-        blocks.append(current)
-    found: list[Block] = []
-    for rows in blocks:
-        if not {label for label, _, _ in rows} & {"source", "observable"}:
-            continue
-        origin = min(start for _, _, start in rows)
-        block: Block = {}
-        for label, line, start in rows:
-            diagram = line[origin:]
-            cut = _COMMENT.search(diagram, start - origin + 1)
-            block[label] = (diagram[:cut.start()] if cut else diagram).rstrip()
-        found.append(block)
-    return found
+diagrams = docstring_marbles  # the blocks of a docstring: the ones the manual draws (rxpipe.testing.draw_marbles)
 
 
 def _public_docs() -> dict[str, str]:
@@ -381,6 +349,7 @@ RUNNERS: dict[tuple[str, int], Callable[[Block], None]] = {
     ("ops.cache", 0): cache,
     ("rx.from_observable", 0): from_observable,
     ("testing.assert_marbles", 0): kit(lambda: ops.map(lambda x: x * 2)),
+    ("testing.draw_marbles", 0): kit(lambda: ops.map(lambda x: x * 2)),
     ("testing (module)", 0): kit(lambda: ops.filter(lambda x: x % 2 == 0)),
     # -- second round: filters, reducers, take_until, start_with, catch, retry
     ("ops.pairwise", 0): kit(lambda: ops.pairwise(), values={"x": ("a", "b"), "y": ("b", "c"), "z": ("c", "d")}),

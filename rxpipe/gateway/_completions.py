@@ -74,6 +74,8 @@ class CompletionRoutes:
             response = await self._complete(request, chat=chat)
         except asyncio.CancelledError:
             count_request(route, 499)  # client closed the request (nginx's convention)
+            if self.edge.access_log:
+                access_line(self.edge, request, route, None, time.perf_counter() - started)
             raise
         except Exception as error:
             response = unhandled(request, error)
