@@ -29,7 +29,16 @@ if TYPE_CHECKING:  # what type checkers see; _FAMILIES below is what runs (a tes
     from ._flattening import concat_map, flat_map, switch_map
     from ._flow_control import batch, buffer, limit_rate, map_async, rate_limit
     from ._group_by import GroupedFlowable
+
+    # the operators for LLM pipelines beyond RxPY (DESIGN §3; Akka's semantics)
+    from ._hubs import BroadcastHub, PartitionHub, broadcast_hub, partition_hub
+    from ._merge_hub import HubProducer, MergeHub, merge_hub
     from ._multicasting import broadcast
+    from ._partitioned import map_async_partitioned
+    from ._prioritized import merge_prioritized
+    from ._restart import KillSwitch, kill_switch, restart_with_backoff
+    from ._shaping import conflate, keep_alive, throttle
+    from ._split import Substream, split_when
     from ._timing import debounce, delay, sample, throttle_first, timeout
     from ._transforming import filter, map, scan, skip, take, tap
     from ._windowing import group_by
@@ -54,6 +63,15 @@ _FAMILIES: dict[str, tuple[str, ...]] = {
     "rxpipe.resilience": ("Retry", "CircuitBreaker"),
     "._group_by": ("GroupedFlowable",),
     "rxpipe.serving": ("execute", "fair_queue", "balance", "prefix_affinity", "cache"),
+    # the operators for LLM pipelines beyond RxPY (DESIGN §3; Akka's semantics; docs/llm-operators.md),
+    # with the handles and types they return
+    "._shaping": ("throttle", "conflate", "keep_alive"),
+    "._partitioned": ("map_async_partitioned",),
+    "._restart": ("kill_switch", "KillSwitch", "restart_with_backoff"),
+    "._split": ("split_when", "Substream"),
+    "._prioritized": ("merge_prioritized",),
+    "._merge_hub": ("merge_hub", "MergeHub", "HubProducer"),
+    "._hubs": ("broadcast_hub", "BroadcastHub", "partition_hub", "PartitionHub"),
 }
 
 #: public name -> the module that defines it

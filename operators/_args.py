@@ -42,9 +42,10 @@ def identity(x: Any) -> Any:
     return x
 
 
-def check_callable(op: str, fn: object) -> None:
+def check_callable(op: str, fn: object, arg: str | None = None) -> None:
+    """``fn`` must be callable: TypeError naming ``op`` (and ``arg`` when the factory takes several)."""
     if not callable(fn):
-        raise TypeError(f"{op}() needs a callable, got {fn!r}")
+        raise TypeError(f"{op}({arg or ''}) needs a callable, got {fn!r}")
 
 
 def check_count(op: str, n: object) -> None:

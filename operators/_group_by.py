@@ -16,10 +16,12 @@ from __future__ import annotations
 from typing import Any, Callable, Hashable
 
 from rxpipe._protocol import Subscriber
-from rxpipe.errors import MissingBackpressureError, ProtocolViolationError, TooManyGroupsError
+from rxpipe.errors import MissingBackpressureError, TooManyGroupsError
 from rxpipe.flowable import Flowable
 from rxpipe.metrics import StageStatistics
-from rxpipe.stage import EMPTY_SUBSCRIPTION, LINK_SLOTS, QueueDrainSubscription, UpstreamLink, discard_all
+from rxpipe.stage import LINK_SLOTS, QueueDrainSubscription, UpstreamLink, discard_all
+
+from ._unicast import LateSubscription
 
 __all__ = ["GroupByFlowable", "GroupedFlowable", "GroupByMain", "GroupSubscription"]
 
@@ -61,41 +63,25 @@ class GroupedFlowable(Flowable[Any]):
         return f"<GroupedFlowable {self.name} key={self.key!r}>"
 
 
-class GroupSubscription(QueueDrainSubscription):
+class GroupSubscription(LateSubscription):
     """A group's queue and, once subscribed, its link to the group's subscriber."""
 
-    __slots__ = ("main", "key", "subscribed", "pushed", "credited")
+    __slots__ = ("main", "key", "pushed", "credited")
 
     def __init__(self, main: GroupByMain, key: Hashable) -> None:
-        super().__init__(None)  # type: ignore[arg-type]  # the subscriber comes with attach()
+        super().__init__()
         self.main = main
         self.key = key
-        self.subscribed = False
         #: items ever queued in this group, and how many of them were handed back as credit
         self.pushed = 0
         self.credited = 0
 
-    def attach(self, subscriber: Subscriber[Any]) -> None:
-        if self.subscribed:
-            subscriber.on_subscribe(EMPTY_SUBSCRIPTION)
-            subscriber.on_error(ProtocolViolationError(
-                f"group {self.key!r} of stage {self.main.counters.stage!r} already has a subscriber "
-                f"(a group is unicast)"))
-            return
-        self.subscribed = True
-        self.downstream = subscriber
-        subscriber.on_subscribe(self)
-        self.drain()  # a group already terminated and empty completes without demand
+    def unicast_name(self) -> str:
+        return f"group {self.key!r} of stage {self.main.counters.stage!r}"
 
     def push(self, item: Any) -> None:
         self.pushed += 1
         self.queue.append(item)
-        if self.subscribed:
-            self.drain()
-
-    def terminate(self, error: BaseException | None) -> None:
-        self.error = error
-        self.finished = True
         if self.subscribed:
             self.drain()
 

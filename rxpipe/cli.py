@@ -251,7 +251,9 @@ def run(spec: str, settings: tuple[str, ...], host: str, port: int, loop_name: s
 
     FILE is a path, or the name of a pipeline shipped with rxpipe, found from any directory:
     hello, llm_gateway, llm_router, llm_worker, llm_gateway_redis, embed_documents,
-    seed_petproject. The attribute is a rxpipe.Pipeline, a Flowable, or a factory `def pipeline(config: dict)`
+    seed_petproject, multi_user_chat.
+
+    The attribute is a rxpipe.Pipeline, a Flowable, or a factory `def pipeline(config: dict)`
     that receives the --set values. A pipeline with an HTTP edge is served on --host/--port
     until SIGINT/SIGTERM, then drained; any other pipeline's items are printed one per line
     until it completes (a reader that closes the pipe, as `| head` does, stops it quietly). Exit

@@ -50,6 +50,10 @@ DESIGN_3["rxpipe.serving"] = {"CompletionRequest", "Completion", "TokenChunk", "
 DESIGN_3["rxpipe"] |= {"of", "from_", "from_list", "return_value", "throw", "create", "generate", "repeat_value",
                        "from_callable", "start", "amb", "fork_join", "case", "if_then", "using",
                        "on_error_resume_next"}
+# -- operators for LLM pipelines beyond RxPY (DESIGN §3; issue 41) --
+DESIGN_3["rxpipe.operators"] |= {"throttle", "map_async_partitioned", "conflate", "keep_alive", "kill_switch",
+                                 "restart_with_backoff", "split_when", "merge_prioritized", "merge_hub",
+                                 "broadcast_hub", "partition_hub"}
 
 
 def documented() -> dict[str, set[str]]:

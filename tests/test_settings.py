@@ -19,7 +19,7 @@ from rxpipe.settings import HIDDEN, Schema, Setting, SettingError, check_fields,
 
 ROOT = Path(__file__).resolve().parent.parent
 PIPELINES = ["hello.py", "llm_gateway.py", "llm_gateway_redis.py", "llm_router.py", "llm_worker.py",
-             "seed_petproject.py"]
+             "seed_petproject.py", "multi_user_chat.py"]
 #: what a pipeline needs to start at all (the router has no default backend)
 REQUIRED = {"llm_router.py": ("backends=http://127.0.0.1:1", "model=m")}
 
@@ -206,7 +206,8 @@ def test_every_edge_setting_can_be_set_from_the_command_line() -> None:
 def test_the_manuals_tables_are_generated_from_the_schemas() -> None:
     assert marked_files(ROOT) == {"docs/guides/settings.md": ["pipelines/llm_gateway.py", "pipelines/llm_router.py",
                                                              "pipelines/llm_gateway_redis.py",
-                                                             "pipelines/llm_worker.py"]}
+                                                             "pipelines/llm_worker.py",
+                                                             "pipelines/multi_user_chat.py"]}
     text = (ROOT / "docs" / "guides" / "settings.md").read_text()
     stale = "the manual's settings tables are stale: python -m rxpipe._docsite"
     assert settings_tables(text, ROOT) == text, stale

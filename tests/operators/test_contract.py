@@ -117,6 +117,59 @@ BUILT_INS: dict[str, tuple[Callable[[], Operator], dict[str, Any]]] = {
 }
 
 
+# -- operators for LLM pipelines beyond RxPY (DESIGN §3; issue 41) -------------------------------
+NOT_OPERATORS.update({
+    "KillSwitch": "the handle kill_switch returns (the handle is the operator, checked below)",
+    "Substream": "the type of the substreams split_when emits",
+    "MergeHub": "the source merge_hub returns (checked below)",
+    "HubProducer": "a producer's handle on a merge hub",
+    "BroadcastHub": "the hot Flowable broadcast_hub returns (checked below)",
+    "PartitionHub": "the hot Flowable partition_hub returns (checked below)",
+})
+
+
+def _merge_hub_fed_by(source: Any) -> Any:
+    """A merge hub whose one producer is the checks' source, draining: it completes with it."""
+    hub = ops.merge_hub(4)
+    hub.attach(source)
+    hub.drain_and_complete()
+    return hub
+
+
+#: a consumer that leaves a hub does not cancel its upstream (Akka: other consumers may attach);
+#: tests/operators/test_hubs.py checks close() and what leaving does
+_HUB_CHECKS = ("demand", "bounds", "error", "completion")
+
+BUILT_INS.update({
+    "throttle": (lambda: ops.throttle(1_000.0, 4, cost=lambda x: x % 3), {"max_held": 0}),
+    "throttle/shaping": (lambda: ops.throttle(50.0, 2), {"time_based": True, "max_held": 0}),
+    # conflate never backpressures (Akka): without demand it reads on and folds, holding one
+    # summary; the bounds check counts folded items as held, so it is left out here
+    # (tests/operators/test_shaping.py bounds what it requests and holds)
+    "conflate": (lambda: ops.conflate(lambda a, b: a + b), {"emits_every_item": False,
+                                                             "checks": ("demand", "cancel", "error", "completion")}),
+    "keep_alive": (lambda: ops.keep_alive(0.05, lambda: -1), {"time_based": True, "max_held": 1}),
+    "map_async_partitioned": (lambda: ops.map_async_partitioned(_identity, 3, lambda x: x % 2), {"max_held": 3}),
+    "map_async_partitioned/unordered": (lambda: ops.map_async_partitioned(_identity, 3, lambda x: x % 2,
+                                                                          ordered=False), {"max_held": 3}),
+    "kill_switch": (lambda: ops.kill_switch(), {"max_held": 0}),
+    # no restart: the checks' hand-driven source cannot be subscribed again (test_restart.py restarts)
+    "restart_with_backoff": (lambda: lambda s: ops.restart_with_backoff(lambda: s, 0.01, 0.05, max_restarts=0),
+                             {"max_held": 0}),
+    "restart_with_backoff/on_failures": (
+        lambda: lambda s: ops.restart_with_backoff(lambda: s, 0.01, 0.05, only_on_failures=True),
+        {"max_held": 0, "checks": ("demand", "bounds", "cancel", "completion")}),
+    "split_when": (lambda: rx.pipe(ops.split_when(lambda x: x % 3 == 0), ops.concat_map(lambda s: s)),
+                   {"max_held": 16}),
+    "merge_prioritized": (lambda: ops.merge_prioritized(rx.range(100, 103), priorities=(2, 1), prefetch=4),
+                          {"max_held": 4}),
+    # a producer's error removes that producer, never the hub (Akka): test_merge_hub.py has it
+    "merge_hub": (lambda: _merge_hub_fed_by, {"max_held": 4, "checks": ("demand", "bounds", "cancel", "completion")}),
+    "broadcast_hub": (lambda: ops.broadcast_hub(8), {"max_held": 8, "checks": _HUB_CHECKS}),
+    "partition_hub": (lambda: ops.partition_hub(lambda n, x: x % n, 8), {"max_held": 8, "checks": _HUB_CHECKS}),
+})
+
+
 def test_every_public_name_is_covered() -> None:  # "name/variant": another entry for name
     assert set(ops.__all__) == {name.split("/")[0] for name in BUILT_INS} | set(NOT_OPERATORS)
     assert not set(BUILT_INS) & set(NOT_OPERATORS)
