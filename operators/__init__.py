@@ -25,13 +25,47 @@ if TYPE_CHECKING:  # what type checkers see; _FAMILIES below is what runs (a tes
     from ._aggregating import count, last, reduce, to_list
     from ._combining import combine_latest, concat, merge, start_with, with_latest_from, zip
     from ._error_handling import catch, retry
-    from ._filtering import distinct, distinct_until_changed, first, pairwise, skip_while, take_until, take_while
+    from ._filtering import (
+        default_if_empty,
+        distinct,
+        distinct_until_changed,
+        element_at,
+        element_at_or_default,
+        filter_indexed,
+        first,
+        first_or_default,
+        pairwise,
+        skip_last,
+        skip_until,
+        skip_while,
+        skip_while_indexed,
+        take_until,
+        take_while,
+        take_while_indexed,
+    )
     from ._flattening import concat_map, flat_map, switch_map
     from ._flow_control import batch, buffer, limit_rate, map_async, rate_limit
     from ._group_by import GroupedFlowable
     from ._multicasting import broadcast
     from ._timing import debounce, delay, sample, throttle_first, timeout
-    from ._transforming import filter, map, scan, skip, take, tap
+    from ._transforming import (
+        dematerialize,
+        do,
+        do_action,
+        filter,
+        finally_action,
+        map,
+        map_indexed,
+        materialize,
+        pluck,
+        pluck_attr,
+        scan,
+        skip,
+        starmap,
+        starmap_indexed,
+        take,
+        tap,
+    )
     from ._windowing import group_by
 
 #: module -> the public names it defines, in the order of ``__all__``. A module name starting
@@ -39,9 +73,11 @@ if TYPE_CHECKING:  # what type checkers see; _FAMILIES below is what runs (a tes
 #: serving stages are rxpipe.serving's own objects, looked up by name so that importing the
 #: generic vocabulary loads no LLM record (``ops.execute is rxpipe.serving.execute``).
 _FAMILIES: dict[str, tuple[str, ...]] = {
-    "._transforming": ("map", "filter", "scan", "take", "skip", "tap"),
+    "._transforming": ("map", "filter", "scan", "take", "skip", "tap", "map_indexed", "starmap", "starmap_indexed",
+                       "pluck", "pluck_attr", "do_action", "do", "finally_action", "materialize", "dematerialize"),
     "._filtering": ("pairwise", "distinct", "distinct_until_changed", "take_while", "skip_while", "take_until",
-                    "first"),
+                    "first", "filter_indexed", "take_while_indexed", "skip_while_indexed", "skip_until",
+                    "element_at", "element_at_or_default", "first_or_default", "skip_last", "default_if_empty"),
     "._aggregating": ("last", "reduce", "count", "to_list"),
     "._flow_control": ("buffer", "limit_rate", "batch", "rate_limit", "map_async"),
     "._windowing": ("group_by",),

@@ -13,10 +13,12 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import operator
 import re
 from typing import Any, Callable
 
 import pytest
+from reactivex.notification import OnCompleted, OnError, OnNext
 from reactivex.subject import Subject
 
 import rxpipe as rx
@@ -350,6 +352,59 @@ def from_future(block: Block) -> None:
     run_virtual(main())
 
 
+# -- third round (issue 34) -------------------------------------------------------------------------
+class _Recorder:
+    """An observer for ``do(observer)`` writing what it sees into ``calls``."""
+
+    def __init__(self, calls: list[Any]) -> None:
+        self.calls = calls
+
+    def on_next(self, item: Any) -> None:
+        self.calls.append(item)
+
+    def on_completed(self) -> None:
+        self.calls.append("|")
+
+
+def tapped(make: Callable[[list[Any]], Any]) -> Callable[[Block], None]:
+    """A tap's diagram: the items pass unchanged and the callbacks saw each signal in order."""
+    def run(block: Block) -> None:
+        calls: list[Any] = []
+        assert_marbles(make(calls), source=block["source"], demand=block.get("demand"), expected=block["output"])
+        assert calls == [t for t in _tokens(block["source"])]
+    return run
+
+
+def finally_action(block: Block) -> None:
+    seen: list[str] = []
+
+    def action() -> None:
+        seen.append("action")
+
+    op = rx.pipe(ops.finally_action(action), ops.tap(on_completed=lambda: seen.append("|")))
+    assert_marbles(op, source=block["source"], demand=block.get("demand"), expected=block["output"])
+    assert seen == ["|", "action"]
+
+
+def materialize(block: Block) -> None:
+    error = RuntimeError("error")
+    assert_marbles(ops.materialize(), source=block["source"], demand=block["demand"], expected=block["output"],
+                   error=error, values={"x": OnNext("a"), "y": OnNext("b"), "z": OnError(error)})
+
+
+def two_sources(build: Callable[[Any, Any], Any], *, other_cancelled_at: int | None = None) -> Callable[[Block], None]:
+    """A block with a ``source`` and an ``other`` (cold, from frame 0)."""
+    def run(block: Block) -> None:
+        async def main() -> None:
+            m = Marbles()
+            source, other = m.cold(block["source"]), m.cold(block["other"])
+            (await m.run(build(source, other), demand=block.get("demand", "^*"))).expect(block["output"])
+            if other_cancelled_at is not None:
+                assert other.cancelled_at == other_cancelled_at
+        run_virtual(main())
+    return run
+
+
 RUNNERS: dict[tuple[str, int], Callable[[Block], None]] = {
     ("ops.map", 0): kit(lambda: ops.map(lambda x: x * 2)),
     ("ops.filter", 0): kit(lambda: ops.filter(lambda x: x % 2 == 0)),
@@ -425,6 +480,31 @@ RUNNERS: dict[tuple[str, int], Callable[[Block], None]] = {
     ("rx.timer", 1): source_runner(lambda: rx.timer(0.03, 0.02)),
     ("rx.never", 0): source_runner(rx.never),
     ("rx.from_future", 0): from_future,
+    # -- third round (issue 34): one-to-one and filters
+    ("ops.map_indexed", 0): kit(lambda: ops.map_indexed(lambda x, i: x * (i + 1)),
+                                values={"x": "a", "y": "bb", "z": "ccc"}),
+    ("ops.starmap", 0): kit(lambda: ops.starmap(operator.add), values={"x": (1, 2), "y": (3, 4)}),
+    ("ops.starmap_indexed", 0): kit(lambda: ops.starmap_indexed(lambda a, b, i: a + b + i),
+                                    values={"x": (1, 2, 0), "y": (3, 4, 1)}),
+    ("ops.pluck", 0): kit(lambda: ops.pluck("n"), values={"x": {"n": 1}, "y": {"n": 2}}),
+    ("ops.pluck_attr", 0): kit(lambda: ops.pluck_attr("real"), values={"x": 1 + 0j, "y": 2 + 0j, "1": 1.0, "2": 2.0}),
+    ("ops.do_action", 0): tapped(lambda calls: ops.do_action(calls.append, on_completed=lambda: calls.append("|"))),
+    ("ops.do", 0): tapped(lambda calls: ops.do(_Recorder(calls))),
+    ("ops.finally_action", 0): finally_action,
+    ("ops.materialize", 0): materialize,
+    ("ops.dematerialize", 0): kit(lambda: ops.dematerialize(),
+                                  values={"x": OnNext("a"), "y": OnNext("b"), "z": OnCompleted()}),
+    ("ops.filter_indexed", 0): kit(lambda: ops.filter_indexed(lambda x, i: i % 2 == 0)),
+    ("ops.take_while_indexed", 0): kit(lambda: ops.take_while_indexed(lambda x, i: i < 2)),
+    ("ops.skip_while_indexed", 0): kit(lambda: ops.skip_while_indexed(lambda x, i: i < 2)),
+    ("ops.skip_until", 0): two_sources(lambda source, other: source.pipe(ops.skip_until(other)),
+                                       other_cancelled_at=4),
+    ("ops.element_at", 0): kit(lambda: ops.element_at(2)),
+    ("ops.element_at", 1): kit(lambda: ops.element_at(2), expected_error=rx.ArgumentOutOfRangeError),
+    ("ops.element_at_or_default", 0): kit(lambda: ops.element_at_or_default(2, "z")),
+    ("ops.first_or_default", 0): kit(lambda: ops.first_or_default(lambda x: x % 2 == 0, 0)),
+    ("ops.skip_last", 0): kit(lambda: ops.skip_last(2)),
+    ("ops.default_if_empty", 0): kit(lambda: ops.default_if_empty("z")),
 }
 
 FOUND = {(name, k): block for name, doc in _public_docs().items() for k, block in enumerate(diagrams(doc))}

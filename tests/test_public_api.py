@@ -43,6 +43,9 @@ DESIGN_3["rxpipe.operators"] |= {"pairwise", "distinct", "distinct_until_changed
 # -- second round (issue 22): time operators and sources --
 DESIGN_3["rxpipe"] |= {"timer", "never", "from_future"}
 DESIGN_3["rxpipe.operators"] |= {"debounce", "sample", "throttle_first", "delay"}
+# -- operators, third round (issue 34): the whole reactivex vocabulary
+DESIGN_3["rxpipe.operators"] |= {"map_indexed", "filter_indexed", "starmap", "pluck", "do_action", "finally_action",
+                                 "materialize", "dematerialize", "default_if_empty", "element_at", "skip_last"}
 # -- layout, second round (DESIGN §1): the serving domain in its own package
 DESIGN_3["rxpipe.serving"] = {"CompletionRequest", "Completion", "TokenChunk", "CompletionResult", "Engine", "execute",
                               "edge_queue", "fair_queue", "balance", "prefix_affinity", "cache"}

@@ -46,6 +46,19 @@ def _execute() -> Operator:
     return ops.execute(engine)
 
 
+class _Observer:
+    """A reactivex-style observer for ``do(observer)``."""
+
+    def on_next(self, item: Any) -> None:
+        pass
+
+    def on_error(self, error: BaseException) -> None:
+        pass
+
+    def on_completed(self) -> None:
+        pass
+
+
 def _request(i: int) -> CompletionRequest:
     return CompletionRequest(prompt="abcd", max_tokens=1)
 
@@ -114,6 +127,32 @@ BUILT_INS: dict[str, tuple[Callable[[], Operator], dict[str, Any]]] = {
     "throttle_first": (lambda: ops.throttle_first(0.05),
                        {"emits_every_item": False, "time_based": True, "max_held": 1}),
     "delay": (lambda: ops.delay(0.05), {"time_based": True, "max_held": 0}),
+    # -- third round (issue 34): one-to-one and filters
+    "map_indexed": (lambda: ops.map_indexed(lambda x, i: x + i), {"max_held": 0}),
+    "starmap": (lambda: rx.pipe(ops.map(lambda x: (x, x)), ops.starmap(lambda a, b: a + b)), {"max_held": 0}),
+    "starmap_indexed": (lambda: rx.pipe(ops.map(lambda x: (x, 1)), ops.starmap_indexed(lambda a, i: a + i)),
+                        {"max_held": 0}),
+    "pluck": (lambda: rx.pipe(ops.map(lambda x: {"k": x}), ops.pluck("k")), {"max_held": 0}),
+    "pluck_attr": (lambda: ops.pluck_attr("real"), {"max_held": 0}),
+    "do_action": (lambda: ops.do_action(lambda x: None), {"max_held": 0}),
+    "do": (lambda: ops.do(_Observer()), {"max_held": 0}),
+    "finally_action": (lambda: ops.finally_action(lambda: None), {"max_held": 0}),
+    # an error becomes an item (OnError) and the stream completes: the error check is
+    # dematerialize's below, which turns it back into the same error object
+    "materialize": (lambda: ops.materialize(), {"max_held": 0, "checks": ("demand", "bounds", "cancel", "completion")}),
+    "dematerialize": (lambda: rx.pipe(ops.materialize(), ops.dematerialize()), {"max_held": 0}),
+    "filter_indexed": (lambda: ops.filter_indexed(lambda x, i: i % 3 == 0), {"emits_every_item": False, "max_held": 0}),
+    "take_while_indexed": (lambda: ops.take_while_indexed(lambda x, i: i < 40), {"emits_every_item": False,
+                                                                                "max_held": 0}),
+    "skip_while_indexed": (lambda: ops.skip_while_indexed(lambda x, i: i < 4), {"emits_every_item": False,
+                                                                               "max_held": 0}),
+    "skip_until": (lambda: ops.skip_until(rx.just("open")), {"max_held": 0}),
+    "element_at": (lambda: ops.element_at(3), {"emits_every_item": False, "max_held": 0}),
+    "element_at_or_default": (lambda: ops.element_at_or_default(3, 0), {"emits_every_item": False, "max_held": 0}),
+    "first_or_default": (lambda: ops.first_or_default(lambda x: x > 3, 0), {"emits_every_item": False,
+                                                                          "max_held": 0}),
+    "skip_last": (lambda: ops.skip_last(2), {"emits_every_item": False, "max_held": 2}),
+    "default_if_empty": (lambda: ops.default_if_empty(0), {"max_held": 0}),
 }
 
 
