@@ -22,7 +22,35 @@ if TYPE_CHECKING:  # what type checkers see; _FAMILIES below is what runs (a tes
     from rxpipe.resilience import CircuitBreaker, Retry
     from rxpipe.serving import balance, cache, execute, fair_queue, prefix_affinity
 
-    from ._aggregating import count, last, reduce, to_list
+    from ._aggregating import (
+        all,
+        average,
+        contains,
+        count,
+        find,
+        find_index,
+        fork_join,
+        ignore_elements,
+        is_empty,
+        last,
+        last_or_default,
+        max,
+        max_by,
+        min,
+        min_by,
+        reduce,
+        sequence_equal,
+        single,
+        single_or_default,
+        some,
+        sum,
+        take_last,
+        take_last_buffer,
+        to_dict,
+        to_future,
+        to_list,
+        to_set,
+    )
     from ._combining import combine_latest, concat, merge, start_with, with_latest_from, zip
     from ._error_handling import catch, retry
     from ._filtering import (
@@ -39,6 +67,7 @@ if TYPE_CHECKING:  # what type checkers see; _FAMILIES below is what runs (a tes
         skip_until,
         skip_while,
         skip_while_indexed,
+        slice,
         take_until,
         take_while,
         take_while_indexed,
@@ -77,8 +106,12 @@ _FAMILIES: dict[str, tuple[str, ...]] = {
                        "pluck", "pluck_attr", "do_action", "do", "finally_action", "materialize", "dematerialize"),
     "._filtering": ("pairwise", "distinct", "distinct_until_changed", "take_while", "skip_while", "take_until",
                     "first", "filter_indexed", "take_while_indexed", "skip_while_indexed", "skip_until",
-                    "element_at", "element_at_or_default", "first_or_default", "skip_last", "default_if_empty"),
-    "._aggregating": ("last", "reduce", "count", "to_list"),
+                    "element_at", "element_at_or_default", "first_or_default", "skip_last", "default_if_empty",
+                    "slice"),
+    "._aggregating": ("last", "reduce", "count", "to_list", "all", "some", "contains", "is_empty", "sequence_equal",
+                      "sum", "average", "min", "max", "min_by", "max_by", "to_dict", "to_set", "to_future", "single",
+                      "single_or_default", "find", "find_index", "take_last", "take_last_buffer", "last_or_default",
+                      "ignore_elements", "fork_join"),
     "._flow_control": ("buffer", "limit_rate", "batch", "rate_limit", "map_async"),
     "._windowing": ("group_by",),
     "._timing": ("timeout", "debounce", "sample", "throttle_first", "delay"),

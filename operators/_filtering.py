@@ -28,7 +28,7 @@ T = TypeVar("T")
 
 __all__ = ["pairwise", "distinct", "distinct_until_changed", "take_while", "skip_while", "take_until", "first",
            "filter_indexed", "take_while_indexed", "skip_while_indexed", "skip_until", "element_at",
-           "element_at_or_default", "first_or_default", "skip_last", "default_if_empty"]
+           "element_at_or_default", "first_or_default", "skip_last", "default_if_empty", "slice"]
 
 
 def pairwise(*, name: str | None = None) -> Operator:
@@ -377,3 +377,71 @@ def default_if_empty(default_value: T | None = None, *, name: str | None = None)
         ``defaultIfEmpty``.
     """
     return default_if_empty_stage(default_value, name=name)
+
+
+def slice(start: int | None = None, stop: int | None = None, step: int | None = None, *,  # noqa: A001
+          name: str | None = None) -> Operator:
+    """Take the items ``[start:stop:step]`` of the stream, as a Python slice does; a negative
+    ``start`` or ``stop`` counts from the end (known at completion).
+
+        source:    -a-b-c-d-e-|
+        demand:    ^*
+        output:    ---b---(d|)   slice(1, 4, 2): the take(4) in it completes at d
+
+    Made of the other operators, as reactivex's: ``take(stop)`` for ``stop >= 0``, ``skip(start)``
+    or ``take_last(-start)``, ``skip_last(-stop)``, a ``filter_indexed`` for ``step > 1``
+    (``step`` 0 or None: 1, as in reactivex). A negative ``start`` with a positive ``stop`` keeps
+    the indices until the tail is known (``map_indexed``, ``take_last``, ``take_while``).
+    Demand: each part's rule: positive bounds pass demand through (``take`` never asks beyond
+    ``stop``, ``skip`` asks one more per skipped item); a negative ``start`` is a ``take_last``
+    (rounds of 256 until completion, ``-start`` items held); a negative ``stop`` holds
+    ``-stop`` items.
+    ``name="page"`` names the parts ``page.take``, ``page.skip`` … (metrics, graphs).
+    Signals: TypeError (raised here) for a negative ``step`` (reactivex's "Negative step not
+        supported.") or a bound that is not an int.
+    Anchor: reactivex ``slice``; Python's slice semantics.
+    """
+    import sys
+
+    from rxpipe._fusion import fuse
+
+    from ._aggregates import take_last_stage
+    from ._one_to_one import filter_indexed_stage, map_indexed_stage
+
+    for arg, value in (("start", start), ("stop", stop), ("step", step)):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+            raise TypeError(f"slice({arg}) needs an int or None, got {value!r}")
+    first = 0 if start is None else start
+    last = sys.maxsize if stop is None else stop
+    stride = 1 if step is None else step
+    if stride < 0:
+        raise TypeError("Negative step not supported.")
+    parts: list[Operator] = []
+
+    def part(kind: str) -> str | None:  # with name="page": page.take, page.skip ...
+        return None if name is None else f"{name}.{kind}"
+
+    def fused(kind: str, fn: Any = None, arg: Any = None) -> Operator:
+        return lambda source: fuse(source, kind, part(kind), fn, arg)
+
+    if first < 0 and stop is not None and last > 0:  # the tail's indices, then the stop
+        parts += [map_indexed_stage(lambda x, i: (x, i), name=part("map_indexed")),
+                  take_last_stage(-first, 256, name=part("take_last")),
+                  take_while_stage(lambda pair: pair[1] < last, False, name=part("take_while")),
+                  fused("map", _first_of_pair)]
+    else:
+        if last >= 0:
+            parts.append(fused("take", None, last))
+        if first > 0:
+            parts.append(fused("skip", None, first))
+        elif first < 0:
+            parts.append(take_last_stage(-first, 256, name=part("take_last")))
+        if last < 0:
+            parts.append(skip_last_stage(-last, name=part("skip_last")))
+    if stride > 1:
+        parts.append(filter_indexed_stage(lambda x, i: i % stride == 0, name=part("filter_indexed")))
+    return lambda source: source.pipe(*parts)
+
+
+def _first_of_pair(pair: tuple[Any, int]) -> Any:
+    return pair[0]

@@ -386,17 +386,27 @@ def finally_action(block: Block) -> None:
     assert seen == ["|", "action"]
 
 
+def to_future(block: Block) -> None:
+    async def main() -> None:  # the future's outcome as a stream, drawn on the same clock
+        m = Marbles()
+        source = m.cold(block["source"])
+        outcome = rx.defer(lambda: rx.from_future(source.pipe(ops.to_future())))
+        (await m.run(outcome, demand=block["demand"])).expect(block["output"])
+    run_virtual(main())
+
+
 def materialize(block: Block) -> None:
     error = RuntimeError("error")
     assert_marbles(ops.materialize(), source=block["source"], demand=block["demand"], expected=block["output"],
                    error=error, values={"x": OnNext("a"), "y": OnNext("b"), "z": OnError(error)})
 
 
-def two_sources(build: Callable[[Any, Any], Any], *, other_cancelled_at: int | None = None) -> Callable[[Block], None]:
+def two_sources(build: Callable[[Any, Any], Any], *, other_cancelled_at: int | None = None,
+                values: dict[str, Any] | None = None) -> Callable[[Block], None]:
     """A block with a ``source`` and an ``other`` (cold, from frame 0)."""
     def run(block: Block) -> None:
         async def main() -> None:
-            m = Marbles()
+            m = Marbles(values=values)
             source, other = m.cold(block["source"]), m.cold(block["other"])
             (await m.run(build(source, other), demand=block.get("demand", "^*"))).expect(block["output"])
             if other_cancelled_at is not None:
@@ -505,6 +515,36 @@ RUNNERS: dict[tuple[str, int], Callable[[Block], None]] = {
     ("ops.first_or_default", 0): kit(lambda: ops.first_or_default(lambda x: x % 2 == 0, 0)),
     ("ops.skip_last", 0): kit(lambda: ops.skip_last(2)),
     ("ops.default_if_empty", 0): kit(lambda: ops.default_if_empty("z")),
+    ("ops.slice", 0): kit(lambda: ops.slice(1, 4, 2)),
+    # -- third round (issue 34): aggregates
+    ("ops.all", 0): kit(lambda: ops.all(lambda x: x % 2 == 0), values={"F": False}),
+    ("ops.some", 0): kit(lambda: ops.some(lambda x: x % 2 == 0), values={"T": True}),
+    ("ops.contains", 0): kit(lambda: ops.contains("b"), values={"T": True}),
+    ("ops.is_empty", 0): kit(lambda: ops.is_empty(), values={"F": False}),
+    ("ops.sequence_equal", 0): two_sources(lambda source, other: source.pipe(ops.sequence_equal(other)),
+                                           other_cancelled_at=3, values={"F": False}),
+    ("ops.sum", 0): kit(lambda: ops.sum(prefetch=4)),
+    ("ops.average", 0): kit(lambda: ops.average(), values={"3": 3.0}),
+    ("ops.max", 0): kit(lambda: ops.max()),
+    ("ops.min", 0): kit(lambda: ops.min()),
+    ("ops.max_by", 0): kit(lambda: ops.max_by(len), values={"a": "a", "b": "bb", "c": "c", "d": "dd",
+                                                             "x": ["bb", "dd"]}),
+    ("ops.min_by", 0): kit(lambda: ops.min_by(len), values={"a": "aa", "b": "b", "c": "cc", "d": "d",
+                                                             "x": ["b", "d"]}),
+    ("ops.to_dict", 0): kit(lambda: ops.to_dict(lambda s: s[0]), values={"a": "a1", "b": "b1", "c": "a2",
+                                                                         "x": {"a": "a2", "b": "b1"}}),
+    ("ops.to_set", 0): kit(lambda: ops.to_set(), values={"x": {"a", "b"}}),
+    ("ops.to_future", 0): to_future,
+    ("ops.single", 0): kit(lambda: ops.single(), expected_error=rx.SequenceContainsMoreThanOneElementError),
+    ("ops.single_or_default", 0): kit(lambda: ops.single_or_default(None, "z")),
+    ("ops.find", 0): kit(lambda: ops.find(lambda x, i, src: x == "b")),
+    ("ops.find_index", 0): kit(lambda: ops.find_index(lambda x, i, src: x == "b")),
+    ("ops.take_last", 0): kit(lambda: ops.take_last(2)),
+    ("ops.take_last_buffer", 0): kit(lambda: ops.take_last_buffer(2), values={"x": ["c", "d"]}),
+    ("ops.last_or_default", 0): kit(lambda: ops.last_or_default("z")),
+    ("ops.ignore_elements", 0): kit(lambda: ops.ignore_elements(prefetch=4)),
+    ("ops.fork_join", 0): two_sources(lambda source, other: source.pipe(ops.fork_join(other)),
+                                      values={"z": (2, "y")}),
 }
 
 FOUND = {(name, k): block for name, doc in _public_docs().items() for k, block in enumerate(diagrams(doc))}

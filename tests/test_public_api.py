@@ -45,7 +45,11 @@ DESIGN_3["rxpipe"] |= {"timer", "never", "from_future"}
 DESIGN_3["rxpipe.operators"] |= {"debounce", "sample", "throttle_first", "delay"}
 # -- operators, third round (issue 34): the whole reactivex vocabulary
 DESIGN_3["rxpipe.operators"] |= {"map_indexed", "filter_indexed", "starmap", "pluck", "do_action", "finally_action",
-                                 "materialize", "dematerialize", "default_if_empty", "element_at", "skip_last"}
+                                 "materialize", "dematerialize", "default_if_empty", "element_at", "skip_last",
+                                 "slice"}
+DESIGN_3["rxpipe.operators"] |= {"all", "some", "contains", "is_empty", "sequence_equal", "sum", "average", "min",
+                                 "max", "min_by", "max_by", "to_dict", "to_set", "to_future", "single", "find",
+                                 "find_index", "take_last", "last_or_default", "ignore_elements", "fork_join"}
 # -- layout, second round (DESIGN §1): the serving domain in its own package
 DESIGN_3["rxpipe.serving"] = {"CompletionRequest", "Completion", "TokenChunk", "CompletionResult", "Engine", "execute",
                               "edge_queue", "fair_queue", "balance", "prefix_affinity", "cache"}

@@ -59,6 +59,10 @@ class _Observer:
         pass
 
 
+async def _awaited(future: Any) -> Any:
+    return await future
+
+
 def _request(i: int) -> CompletionRequest:
     return CompletionRequest(prompt="abcd", max_tokens=1)
 
@@ -153,6 +157,27 @@ BUILT_INS: dict[str, tuple[Callable[[], Operator], dict[str, Any]]] = {
                                                                           "max_held": 0}),
     "skip_last": (lambda: ops.skip_last(2), {"emits_every_item": False, "max_held": 2}),
     "default_if_empty": (lambda: ops.default_if_empty(0), {"max_held": 0}),
+    "slice": (lambda: ops.slice(1, -1, 2), {"emits_every_item": False, "max_held": 1}),
+    # -- third round (issue 34): aggregates (lazy: nothing is taken before downstream asks)
+    **{name: (make, {"emits_every_item": False, "max_held": 0}) for name, make in {
+        "all": lambda: ops.all(lambda x: x < 1000, prefetch=8), "some": lambda: ops.some(lambda x: x > 1000),
+        "contains": lambda: ops.contains(-1),
+        # decided at the first item: behind a filter, so that the error check sees an error arrive
+        "is_empty": lambda: rx.pipe(ops.filter(lambda x: x > 10**6), ops.is_empty()),
+        "sequence_equal": lambda: ops.sequence_equal(rx.range(1, 10_000), prefetch=8), "sum": lambda: ops.sum(),
+        "average": lambda: ops.average(), "min": lambda: ops.min(), "max": lambda: ops.max(prefetch=8),
+        "min_by": lambda: ops.min_by(lambda x: x % 3), "max_by": lambda: ops.max_by(lambda x: x % 3),
+        "to_dict": lambda: ops.to_dict(lambda x: x % 3), "to_set": lambda: ops.to_set(),
+        "single": lambda: ops.single(lambda x: x == 2), "single_or_default": lambda: ops.single_or_default(
+            lambda x: x == 2, 0), "find": lambda: ops.find(lambda x, i, s: x == 1000),
+        "find_index": lambda: ops.find_index(lambda x, i, s: x == 1000), "take_last": lambda: ops.take_last(2),
+        "take_last_buffer": lambda: ops.take_last_buffer(2), "last_or_default": lambda: ops.last_or_default(0),
+        "ignore_elements": lambda: ops.ignore_elements(), "fork_join": lambda: ops.fork_join(rx.just(0)),
+    }.items()},
+    # a terminal operator: the future's stream takes the checks (awaited in a task of from_future's,
+    # which a cancel cancels, and so the future, and so the stream)
+    "to_future": (lambda: lambda s: rx.defer(lambda: rx.from_future(_awaited(s.pipe(ops.to_future())))),
+                  {"emits_every_item": False, "max_held": 256, "checks": ("cancel", "error", "completion")}),
 }
 
 

@@ -32,7 +32,7 @@ from .vocab import SYNC, TIMED, Pair, check_demand, check_sync, check_timed, reg
 FAMILY = ("map_indexed", "filter_indexed", "starmap", "starmap_indexed", "pluck", "pluck_attr", "do_action", "do",
           "finally_action", "materialize", "dematerialize", "default_if_empty", "element_at",
           "element_at_or_default", "first_or_default", "skip_last", "take_while_indexed", "skip_while_indexed",
-          "skip_until")
+          "skip_until", "slice")
 
 
 class UserError(Exception):
@@ -216,6 +216,14 @@ def _skip_until(rng: random.Random) -> Pair:
 
     other = timeline(rng, ["open"] * rng.randint(0, 2), step_s=0.4371, error_rate=0.2)
     return ops.skip_until(rxpipe_timeline(other)), rxo.skip_until(reactivex_timeline(other))
+
+
+@register("slice")
+def _slice(rng: random.Random) -> Pair:
+    def bound() -> int | None:
+        return rng.choice((None, 0, 1, 3, 8, -1, -3, -8))
+    start, stop, step = bound(), bound(), rng.choice((None, 0, 1, 2, 3))
+    return ops.slice(start, stop, step), rxo.slice(start, stop, step)
 
 
 # -- against reactivex, 100 seeded inputs each ---------------------------------------------------------
@@ -431,6 +439,18 @@ def test_skip_until_an_error_of_other_cancels_the_source() -> None:
     failure = UserError("other failed")
     other.error(failure)
     assert ts.error is failure and pub.cancelled
+
+
+def test_slice_refuses_a_negative_step_as_reactivex_does_and_names_its_parts() -> None:
+    with pytest.raises(TypeError, match="Negative step not supported"):
+        ops.slice(0, 5, -1)
+    flow = rx.range(0, 10).pipe(ops.slice(1, -2, 2, name="page"))
+    names = []
+    node: Any = flow
+    while node.upstreams:
+        names.append(node.name)
+        node = node.upstreams[0]
+    assert "page.filter_indexed" in names and "page.skip_last" in names
 
 
 @pytest.mark.parametrize("name", FAMILY)
