@@ -51,8 +51,20 @@ if TYPE_CHECKING:  # what type checkers see; _FAMILIES below is what runs (a tes
         to_list,
         to_set,
     )
-    from ._combining import combine_latest, concat, merge, start_with, with_latest_from, zip
-    from ._error_handling import catch, retry
+    from ._combining import (
+        amb,
+        combine_latest,
+        concat,
+        join,
+        merge,
+        start_with,
+        with_latest_from,
+        zip,
+        zip_latest,
+        zip_with_iterable,
+        zip_with_list,
+    )
+    from ._error_handling import catch, on_error_resume_next, retry
     from ._filtering import (
         default_if_empty,
         distinct,
@@ -72,10 +84,23 @@ if TYPE_CHECKING:  # what type checkers see; _FAMILIES below is what runs (a tes
         take_while,
         take_while_indexed,
     )
-    from ._flattening import concat_map, flat_map, switch_map
+    from ._flattening import (
+        concat_all,
+        concat_map,
+        exclusive,
+        expand,
+        flat_map,
+        flat_map_indexed,
+        flat_map_latest,
+        merge_all,
+        switch_latest,
+        switch_map,
+        switch_map_indexed,
+    )
     from ._flow_control import batch, buffer, limit_rate, map_async, rate_limit
     from ._group_by import GroupedFlowable
     from ._multicasting import broadcast
+    from ._repeating import do_while, repeat, while_do
     from ._timing import debounce, delay, sample, throttle_first, timeout
     from ._transforming import (
         dematerialize,
@@ -115,9 +140,12 @@ _FAMILIES: dict[str, tuple[str, ...]] = {
     "._flow_control": ("buffer", "limit_rate", "batch", "rate_limit", "map_async"),
     "._windowing": ("group_by",),
     "._timing": ("timeout", "debounce", "sample", "throttle_first", "delay"),
-    "._combining": ("merge", "zip", "combine_latest", "with_latest_from", "concat", "start_with"),
-    "._flattening": ("flat_map", "concat_map", "switch_map"),
-    "._error_handling": ("catch", "retry"),
+    "._combining": ("merge", "zip", "combine_latest", "with_latest_from", "concat", "start_with", "amb", "zip_latest",
+                    "zip_with_iterable", "zip_with_list", "join"),
+    "._flattening": ("flat_map", "concat_map", "switch_map", "merge_all", "concat_all", "switch_latest",
+                     "flat_map_indexed", "flat_map_latest", "switch_map_indexed", "expand", "exclusive"),
+    "._error_handling": ("catch", "retry", "on_error_resume_next"),
+    "._repeating": ("repeat", "do_while", "while_do"),
     "._multicasting": ("broadcast",),
     # not operators: the policies of map_async, the type of group_by's groups
     "rxpipe.resilience": ("Retry", "CircuitBreaker"),

@@ -401,13 +401,24 @@ def materialize(block: Block) -> None:
                    error=error, values={"x": OnNext("a"), "y": OnNext("b"), "z": OnError(error)})
 
 
+def _true_times(k: int) -> Callable[[Any], bool]:
+    calls = [0]
+
+    def condition(source: Any) -> bool:
+        calls[0] += 1
+        return calls[0] <= k
+    return condition
+
+
 def two_sources(build: Callable[[Any, Any], Any], *, other_cancelled_at: int | None = None,
-                values: dict[str, Any] | None = None) -> Callable[[Block], None]:
-    """A block with a ``source`` and an ``other`` (cold, from frame 0)."""
+                values: dict[str, Any] | None = None, subscribed_later: bool = False) -> Callable[[Block], None]:
+    """A block with a ``source`` and an ``other`` (cold, from frame 0; or drawn from the frame it
+    is subscribed in with ``subscribed_later``)."""
     def run(block: Block) -> None:
         async def main() -> None:
             m = Marbles(values=values)
-            source, other = m.cold(block["source"]), m.cold(block["other"])
+            source = m.cold(block["source"])
+            other = m.cold(block["other"].strip() if subscribed_later else block["other"])
             (await m.run(build(source, other), demand=block.get("demand", "^*"))).expect(block["output"])
             if other_cancelled_at is not None:
                 assert other.cancelled_at == other_cancelled_at
@@ -543,6 +554,28 @@ RUNNERS: dict[tuple[str, int], Callable[[Block], None]] = {
     ("ops.take_last_buffer", 0): kit(lambda: ops.take_last_buffer(2), values={"x": ["c", "d"]}),
     ("ops.last_or_default", 0): kit(lambda: ops.last_or_default("z")),
     ("ops.ignore_elements", 0): kit(lambda: ops.ignore_elements(prefetch=4)),
+    # -- third round (issue 34): higher order
+    ("ops.merge_all", 0): streams(lambda s, fn: s.pipe(ops.map(fn), ops.merge_all())),
+    ("ops.concat_all", 0): streams(lambda s, fn: s.pipe(ops.map(fn), ops.concat_all())),
+    ("ops.switch_latest", 0): streams(lambda s, fn: s.pipe(ops.map(fn), ops.switch_latest())),
+    ("ops.exclusive", 0): streams(lambda s, fn: s.pipe(ops.map(fn), ops.exclusive())),
+    ("ops.flat_map_indexed", 0): streams(lambda s, fn: s.pipe(ops.flat_map_indexed(lambda x, i: fn(x)))),
+    ("ops.flat_map_latest", 0): streams(lambda s, fn: s.pipe(ops.flat_map_latest(fn))),
+    ("ops.switch_map_indexed", 0): streams(lambda s, fn: s.pipe(ops.switch_map_indexed(lambda x, i: fn(x)))),
+    ("ops.expand", 0): streams(lambda s, fn: s.pipe(ops.expand(fn))),
+    ("ops.amb", 0): two_sources(lambda source, other: source.pipe(ops.amb(other))),
+    ("ops.zip_latest", 0): two_sources(lambda source, other: source.pipe(ops.zip_latest(other)),
+                                       values={"x": ("a", 1), "y": ("c", 2)}),
+    ("ops.zip_with_iterable", 0): kit(lambda: ops.zip_with_iterable([1, 2]), values={"x": ("a", 1), "y": ("b", 2)}),
+    ("ops.zip_with_list", 0): kit(lambda: ops.zip_with_list([1, 2]), values={"x": ("a", 1), "y": ("b", 2)}),
+    ("ops.join", 0): two_sources(lambda source, other: source.pipe(ops.join(
+        other, lambda x: rx.timer(0.05 if x == "a" else 0.01), lambda x: rx.timer(0.01))),
+        values={"x": ("a", 1), "y": ("a", 2)}),
+    ("ops.on_error_resume_next", 0): two_sources(lambda source, other: source.pipe(ops.on_error_resume_next(other)),
+                                                 subscribed_later=True),
+    ("ops.repeat", 0): kit(lambda: ops.repeat(3)),
+    ("ops.do_while", 0): kit(lambda: ops.do_while(_true_times(1))),
+    ("ops.while_do", 0): kit(lambda: ops.while_do(_true_times(2))),
     ("ops.fork_join", 0): two_sources(lambda source, other: source.pipe(ops.fork_join(other)),
                                       values={"z": (2, "y")}),
 }

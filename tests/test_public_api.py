@@ -50,6 +50,9 @@ DESIGN_3["rxpipe.operators"] |= {"map_indexed", "filter_indexed", "starmap", "pl
 DESIGN_3["rxpipe.operators"] |= {"all", "some", "contains", "is_empty", "sequence_equal", "sum", "average", "min",
                                  "max", "min_by", "max_by", "to_dict", "to_set", "to_future", "single", "find",
                                  "find_index", "take_last", "last_or_default", "ignore_elements", "fork_join"}
+DESIGN_3["rxpipe.operators"] |= {"merge_all", "concat_all", "switch_latest", "flat_map_indexed", "flat_map_latest",
+                                 "switch_map_indexed", "expand", "amb", "zip_latest", "zip_with_iterable", "join",
+                                 "on_error_resume_next", "repeat", "do_while", "while_do"}
 # -- layout, second round (DESIGN §1): the serving domain in its own package
 DESIGN_3["rxpipe.serving"] = {"CompletionRequest", "Completion", "TokenChunk", "CompletionResult", "Engine", "execute",
                               "edge_queue", "fair_queue", "balance", "prefix_affinity", "cache"}

@@ -59,6 +59,16 @@ class _Observer:
         pass
 
 
+def _once() -> Callable[[Any], bool]:
+    """A while_do condition true once (one run)."""
+    calls = [0]
+
+    def condition(source: Any) -> bool:
+        calls[0] += 1
+        return calls[0] == 1
+    return condition
+
+
 async def _awaited(future: Any) -> Any:
     return await future
 
@@ -174,6 +184,36 @@ BUILT_INS: dict[str, tuple[Callable[[], Operator], dict[str, Any]]] = {
         "take_last_buffer": lambda: ops.take_last_buffer(2), "last_or_default": lambda: ops.last_or_default(0),
         "ignore_elements": lambda: ops.ignore_elements(), "fork_join": lambda: ops.fork_join(rx.just(0)),
     }.items()},
+    # -- third round (issue 34): higher order
+    "merge/max_concurrent": (lambda: rx.pipe(ops.map(lambda x: rx.just(x, -x)),
+                                             ops.merge(max_concurrent=2, prefetch=2)), {"max_held": 2}),
+    "merge_all": (lambda: rx.pipe(ops.map(lambda x: rx.just(x, -x)), ops.merge_all(max_concurrent=2, prefetch=2)),
+                  {"max_held": 2}),
+    "concat_all": (lambda: rx.pipe(ops.map(lambda x: rx.just(x, -x)), ops.concat_all()), {"max_held": 2}),
+    "switch_latest": (lambda: rx.pipe(ops.map(lambda x: rx.just(x)), ops.switch_latest()),
+                      {"emits_every_item": False, "max_held": 1}),
+    "exclusive": (lambda: rx.pipe(ops.map(lambda x: rx.just(x)), ops.exclusive()),
+                  {"emits_every_item": False, "max_held": 1}),
+    "flat_map_indexed": (lambda: ops.flat_map_indexed(lambda x, i: [x, i], max_concurrency=2, prefetch=2),
+                         {"max_held": 2}),
+    "flat_map_latest": (lambda: ops.flat_map_latest(lambda x: [x]), {"emits_every_item": False, "max_held": 1}),
+    "switch_map_indexed": (lambda: ops.switch_map_indexed(lambda x, i: [x, i]),
+                           {"emits_every_item": False, "max_held": 1}),
+    "expand": (lambda: ops.expand(lambda x: rx.just(x + 1000) if x < 1000 else rx.empty()), {"max_held": 0}),
+    "amb": (lambda: ops.amb(rx.never()), {"max_held": 0}),
+    "zip_latest": (lambda: ops.zip_latest(rx.interval(0.01).pipe(ops.map(lambda k: "x"))),
+                   {"emits_every_item": False, "max_held": 32, "time_based": True}),
+    "zip_with_iterable": (lambda: ops.zip_with_iterable(range(10**6)), {"max_held": 0}),
+    "zip_with_list": (lambda: ops.zip_with_list(list(range(1000))), {"max_held": 0}),
+    "join": (lambda: ops.join(rx.just("r"), lambda x: rx.never(), lambda x: rx.never()), {"max_held": 256}),
+    # the error is swallowed by definition: the continuation completes the stream
+    "on_error_resume_next": (lambda: ops.on_error_resume_next(rx.just(-1)),
+                             {"max_held": 0, "checks": ("demand", "bounds", "cancel", "completion")}),
+    # one run: the checks' hand-driven publisher does not replay a second subscription
+    "repeat": (lambda: ops.repeat(1), {"max_held": 0}),
+    "repeat/forever": (lambda: ops.repeat(), {"max_held": 0, "checks": ("demand", "bounds", "cancel", "error")}),
+    "do_while": (lambda: ops.do_while(lambda source: False), {"max_held": 0}),
+    "while_do": (lambda: ops.while_do(_once()), {"max_held": 0}),
     # a terminal operator: the future's stream takes the checks (awaited in a task of from_future's,
     # which a cancel cancels, and so the future, and so the stream)
     "to_future": (lambda: lambda s: rx.defer(lambda: rx.from_future(_awaited(s.pipe(ops.to_future())))),
