@@ -101,7 +101,28 @@ if TYPE_CHECKING:  # what type checkers see; _FAMILIES below is what runs (a tes
     from ._group_by import GroupedFlowable
     from ._multicasting import broadcast
     from ._repeating import do_while, repeat, while_do
-    from ._timing import debounce, delay, sample, throttle_first, timeout
+    from ._timing import (
+        TimeInterval,
+        Timestamp,
+        debounce,
+        delay,
+        delay_subscription,
+        delay_with_mapper,
+        sample,
+        skip_last_with_time,
+        skip_until_with_time,
+        skip_with_time,
+        take_last_with_time,
+        take_until_with_time,
+        take_with_time,
+        throttle_first,
+        throttle_with_mapper,
+        throttle_with_timeout,
+        time_interval,
+        timeout,
+        timeout_with_mapper,
+        timestamp,
+    )
     from ._transforming import (
         dematerialize,
         do,
@@ -139,7 +160,10 @@ _FAMILIES: dict[str, tuple[str, ...]] = {
                       "ignore_elements", "fork_join"),
     "._flow_control": ("buffer", "limit_rate", "batch", "rate_limit", "map_async"),
     "._windowing": ("group_by",),
-    "._timing": ("timeout", "debounce", "sample", "throttle_first", "delay"),
+    "._timing": ("timeout", "debounce", "sample", "throttle_first", "delay", "timestamp", "time_interval",
+                 "take_with_time", "skip_with_time", "take_last_with_time", "skip_last_with_time",
+                 "take_until_with_time", "skip_until_with_time", "delay_subscription", "delay_with_mapper",
+                 "throttle_with_timeout", "throttle_with_mapper", "timeout_with_mapper", "Timestamp", "TimeInterval"),
     "._combining": ("merge", "zip", "combine_latest", "with_latest_from", "concat", "start_with", "amb", "zip_latest",
                     "zip_with_iterable", "zip_with_list", "join"),
     "._flattening": ("flat_map", "concat_map", "switch_map", "merge_all", "concat_all", "switch_latest",

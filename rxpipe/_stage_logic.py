@@ -129,7 +129,8 @@ class Stage:
     :meth:`on_error`, :meth:`on_cancel`, :meth:`on_stop`, :meth:`on_timer`, :meth:`on_request`, and for inputs
     opened with :meth:`open_input`: :meth:`on_input_next`, :meth:`on_input_complete`,
     :meth:`on_input_error`. Actions: :meth:`emit`, :meth:`complete`, :meth:`fail`, :meth:`drop`,
-    :meth:`start_timer`, :meth:`cancel_timer`, :meth:`open_input`, :meth:`pull`, :meth:`invoke`.
+    :meth:`start_timer`, :meth:`cancel_timer`, :meth:`open_input`, :meth:`pull`, :meth:`invoke`,
+    :meth:`cancel_upstream`.
     State: :attr:`demanded`, :attr:`outstanding`, :attr:`now`, :attr:`stage_name`, :attr:`upstream_flowable`.
 
     Class attributes: ``prefetch`` (above), ``replenish`` (items, None: ``p - p // 4``),
@@ -278,6 +279,12 @@ class Stage:
     def cancel_timer(self, key: Hashable) -> None:
         """Cancel the timer ``key`` (no-op if it is not running)."""
         self._kit.cancel_timer(key)
+
+    def cancel_upstream(self) -> None:
+        """Cancel the main upstream and go on with the inputs (e.g. continue with another
+        stream: ``timeout(duetime, other)``). Idempotent; the upstream's later signals, its
+        completion included, are not heard. Anchor: Akka ``GraphStageLogic.cancel(in)``."""
+        self._kit.cancel_upstream()
 
     def open_input(self, source: Flowable[Any], *, prefetch: int | None = 32, key: Any = None) -> Input:
         """Subscribe to another ``source`` as an input of this stage; its signals come to

@@ -401,6 +401,11 @@ def materialize(block: Block) -> None:
                    error=error, values={"x": OnNext("a"), "y": OnNext("b"), "z": OnError(error)})
 
 
+def _rounded(item: Any) -> Any:
+    """A Timestamp / TimeInterval with its seconds rounded (the virtual clock's float sums)."""
+    return type(item)(item[0], round(item[1], 6))
+
+
 def _true_times(k: int) -> Callable[[Any], bool]:
     calls = [0]
 
@@ -576,6 +581,25 @@ RUNNERS: dict[tuple[str, int], Callable[[Block], None]] = {
     ("ops.repeat", 0): kit(lambda: ops.repeat(3)),
     ("ops.do_while", 0): kit(lambda: ops.do_while(_true_times(1))),
     ("ops.while_do", 0): kit(lambda: ops.while_do(_true_times(2))),
+    # -- third round (issue 34): time
+    ("ops.timestamp", 0): kit(lambda: rx.pipe(ops.timestamp(), ops.map(_rounded)),
+                              values={"x": ops.Timestamp("a", 0.01), "y": ops.Timestamp("b", 0.04)}),
+    ("ops.time_interval", 0): kit(lambda: rx.pipe(ops.time_interval(), ops.map(_rounded)),
+                                  values={"x": ops.TimeInterval("a", 0.01), "y": ops.TimeInterval("b", 0.03)}),
+    ("ops.take_with_time", 0): kit(lambda: ops.take_with_time(0.05)),
+    ("ops.take_until_with_time", 0): kit(lambda: ops.take_until_with_time(0.05)),
+    ("ops.skip_with_time", 0): kit(lambda: ops.skip_with_time(0.06)),
+    ("ops.skip_until_with_time", 0): kit(lambda: ops.skip_until_with_time(0.05)),
+    ("ops.take_last_with_time", 0): kit(lambda: ops.take_last_with_time(0.05)),
+    ("ops.skip_last_with_time", 0): kit(lambda: ops.skip_last_with_time(0.04)),
+    ("ops.delay_subscription", 0): kit(lambda: ops.delay_subscription(0.03)),
+    ("ops.delay_with_mapper", 0): kit(lambda: ops.delay_with_mapper(lambda x: rx.timer(0.04 if x == "a" else 0.01))),
+    ("ops.throttle_with_timeout", 0): kit(lambda: ops.throttle_with_timeout(0.03)),
+    ("ops.throttle_with_mapper", 0): kit(lambda: ops.throttle_with_mapper(lambda x: rx.timer(0.04))),
+    ("ops.timeout_with_mapper", 0): two_sources(lambda source, other: source.pipe(ops.timeout_with_mapper(
+        rx.timer(0.04), lambda x: rx.timer(0.04), other)), subscribed_later=True),
+    ("ops.timeout", 3): two_sources(lambda source, other: source.pipe(ops.timeout(0.03, other)),
+                                    subscribed_later=True),
     ("ops.fork_join", 0): two_sources(lambda source, other: source.pipe(ops.fork_join(other)),
                                       values={"z": (2, "y")}),
 }

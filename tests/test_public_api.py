@@ -53,6 +53,9 @@ DESIGN_3["rxpipe.operators"] |= {"all", "some", "contains", "is_empty", "sequenc
 DESIGN_3["rxpipe.operators"] |= {"merge_all", "concat_all", "switch_latest", "flat_map_indexed", "flat_map_latest",
                                  "switch_map_indexed", "expand", "amb", "zip_latest", "zip_with_iterable", "join",
                                  "on_error_resume_next", "repeat", "do_while", "while_do"}
+DESIGN_3["rxpipe.operators"] |= {"timestamp", "time_interval", "take_with_time", "skip_with_time", "delay_subscription",
+                                 "delay_with_mapper", "throttle_with_timeout", "throttle_with_mapper",
+                                 "timeout_with_mapper"}
 # -- layout, second round (DESIGN §1): the serving domain in its own package
 DESIGN_3["rxpipe.serving"] = {"CompletionRequest", "Completion", "TokenChunk", "CompletionResult", "Engine", "execute",
                               "edge_queue", "fair_queue", "balance", "prefix_affinity", "cache"}
