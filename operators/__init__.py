@@ -141,7 +141,25 @@ if TYPE_CHECKING:  # what type checkers see; _FAMILIES below is what runs (a tes
         take,
         tap,
     )
-    from ._windowing import group_by
+    from ._window_core import Window
+    from ._windowing import (
+        buffer_toggle,
+        buffer_when,
+        buffer_with_count,
+        buffer_with_time,
+        buffer_with_time_or_count,
+        group_by,
+        group_by_until,
+        group_join,
+        partition,
+        partition_indexed,
+        window,
+        window_toggle,
+        window_when,
+        window_with_count,
+        window_with_time,
+        window_with_time_or_count,
+    )
 
 #: module -> the public names it defines, in the order of ``__all__``. A module name starting
 #: with "." is a module of this package (a family's manual); the others are absolute: the
@@ -159,7 +177,10 @@ _FAMILIES: dict[str, tuple[str, ...]] = {
                       "single_or_default", "find", "find_index", "take_last", "take_last_buffer", "last_or_default",
                       "ignore_elements", "fork_join"),
     "._flow_control": ("buffer", "limit_rate", "batch", "rate_limit", "map_async"),
-    "._windowing": ("group_by",),
+    "._windowing": ("group_by", "buffer_with_count", "buffer_with_time", "buffer_with_time_or_count", "buffer_when",
+                    "buffer_toggle", "window", "window_with_count", "window_with_time", "window_with_time_or_count",
+                    "window_when", "window_toggle", "group_by_until", "group_join", "partition",
+                    "partition_indexed"),
     "._timing": ("timeout", "debounce", "sample", "throttle_first", "delay", "timestamp", "time_interval",
                  "take_with_time", "skip_with_time", "take_last_with_time", "skip_last_with_time",
                  "take_until_with_time", "skip_until_with_time", "delay_subscription", "delay_with_mapper",
@@ -174,6 +195,7 @@ _FAMILIES: dict[str, tuple[str, ...]] = {
     # not operators: the policies of map_async, the type of group_by's groups
     "rxpipe.resilience": ("Retry", "CircuitBreaker"),
     "._group_by": ("GroupedFlowable",),
+    "._window_core": ("Window",),
     "rxpipe.serving": ("execute", "fair_queue", "balance", "prefix_affinity", "cache"),
 }
 

@@ -133,6 +133,11 @@ class Stage:
     :meth:`cancel_upstream`.
     State: :attr:`demanded`, :attr:`outstanding`, :attr:`now`, :attr:`stage_name`, :attr:`upstream_flowable`.
 
+    ``items_per_output = k`` (default 1; demand-driven stages only) counts downstream demand in
+    upstream items for a stage emitting lists of up to ``k`` items (``buffer_with_count``): a
+    ``request(n)`` asks upstream for up to ``n * k`` items (capped at ``UNBOUNDED``), its emitted
+    lists waiting downstream count ``k`` each (Reactor ``FluxBuffer``'s ``multiplyCap``).
+
     Class attributes: ``prefetch`` (above), ``replenish`` (items, None: ``p - p // 4``),
     ``max_held`` and ``held_bounds_credit`` (above), ``lazy`` (above), ``log_hook_errors``
     (False: a hook's exception is signalled without a log line, for hooks that call user
@@ -160,6 +165,9 @@ class Stage:
     lazy: ClassVar[bool] = False
     #: Items the stage may hold (``held``) before it fails with BufferOverflowError.
     max_held: ClassVar[int] = 4096
+    #: Demand-driven stages (prefetch None) that emit lists of up to k items: each item downstream
+    #: asks for is worth k upstream items (``request(n)`` -> ``n * k``, capped at UNBOUNDED).
+    items_per_output: ClassVar[int] = 1
     #: Held items are released by something other than more input (calls, inner streams):
     #: they bound upstream credit strictly (a concurrency limit), see above.
     held_bounds_credit: ClassVar[bool] = False

@@ -27,6 +27,7 @@ NOT_OPERATORS = {
     "prefix_affinity": "a routing policy object for balance(affinity=)",
     "Timestamp": "the type of the items timestamp emits",
     "TimeInterval": "the type of the items time_interval emits",
+    "Window": "the type of the windows the window operators emit",
 }
 
 
@@ -69,6 +70,12 @@ def _once() -> Callable[[Any], bool]:
         calls[0] += 1
         return calls[0] == 1
     return condition
+
+
+def _flat(name: str | None = None) -> Operator:
+    """Every window (or group) subscribed as it comes, its items merged (at most 4 at once, so the
+    windows' items queued in flat_map stay within 4 x its prefetch)."""
+    return ops.flat_map(lambda window: window, max_concurrency=4, name=name)
 
 
 async def _awaited(future: Any) -> Any:
@@ -240,6 +247,41 @@ BUILT_INS: dict[str, tuple[Callable[[], Operator], dict[str, Any]]] = {
                              {"emits_every_item": False, "time_based": True, "max_held": 1}),
     "timeout_with_mapper": (lambda: ops.timeout_with_mapper(rx.never(), lambda x: rx.never()), {"max_held": 0}),
     "timeout/other": (lambda: ops.timeout(60.0, rx.empty()), {"max_held": 0}),
+    # -- third round (issue 34): buffers (lists) and windows (flattened, so that every window is
+    # consumed: a window nobody subscribes holds its credit, as group_by's groups)
+    "buffer/boundaries": (lambda: ops.buffer(rx.interval(0.05)), {"emits_every_item": False, "time_based": True,
+                                                                  "max_held": 256}),
+    "buffer_with_count": (lambda: ops.buffer_with_count(3), {"emits_every_item": False, "max_held": 0}),
+    "buffer_with_count/overlapping": (lambda: ops.buffer_with_count(3, 1), {"emits_every_item": False,
+                                                                            "max_held": 0}),
+    "buffer_with_time": (lambda: ops.buffer_with_time(0.05), {"emits_every_item": False, "time_based": True,
+                                                              "max_held": 256}),
+    "buffer_with_time_or_count": (lambda: ops.buffer_with_time_or_count(0.05, 3),
+                                  {"emits_every_item": False, "time_based": True, "max_held": 3}),
+    "buffer_when": (lambda: ops.buffer_when(lambda: rx.timer(0.05)), {"emits_every_item": False,
+                                                                      "time_based": True, "max_held": 256}),
+    "buffer_toggle": (lambda: ops.buffer_toggle(rx.interval(0.05).pipe(ops.take(30)), lambda x: rx.timer(0.03)),
+                      {"emits_every_item": False, "time_based": True, "max_held": 256}),
+    "window": (lambda: rx.pipe(ops.window(rx.interval(0.05)), _flat()),
+               {"time_based": True, "max_held": 256}),
+    "window_with_count": (lambda: rx.pipe(ops.window_with_count(3), _flat()), {"max_held": 256}),
+    "window_with_time": (lambda: rx.pipe(ops.window_with_time(0.05), _flat()), {"time_based": True, "max_held": 256}),
+    "window_with_time_or_count": (lambda: rx.pipe(ops.window_with_time_or_count(0.05, 3), _flat()),
+                                  {"time_based": True, "max_held": 256}),
+    "window_when": (lambda: rx.pipe(ops.window_when(lambda: rx.timer(0.05)), _flat()),
+                    {"time_based": True, "max_held": 256}),
+    # one name for both stages: the check counts the drops of the stages named as the flow
+    "window_toggle": (lambda: rx.pipe(ops.window_toggle(rx.interval(0.05).pipe(ops.take(30)), lambda x: rx.timer(0.03),
+                                                        name="window_toggle"), _flat("window_toggle")),
+                      {"emits_every_item": False, "time_based": True, "max_held": 256}),
+    "group_by_until": (lambda: rx.pipe(ops.group_by_until(lambda x: x % 2, None, lambda g: rx.timer(0.05)), _flat()),
+                       {"time_based": True, "max_held": 256}),
+    "group_join": (lambda: rx.pipe(ops.group_join(rx.just(-1), lambda x: rx.timer(0.05), lambda x: rx.never()),
+                                   ops.flat_map(lambda pair: pair[1].pipe(ops.map(lambda r: (pair[0], r))),
+                                                max_concurrency=64)), {"time_based": True, "max_held": 256}),
+    "partition": (lambda: lambda s: rx.merge(*s.pipe(ops.partition(lambda x: x % 2 == 0))), {"max_held": 64}),
+    "partition_indexed": (lambda: lambda s: rx.merge(*s.pipe(ops.partition_indexed(lambda x, i: i % 3 == 0))),
+                          {"max_held": 64}),
     # a terminal operator: the future's stream takes the checks (awaited in a task of from_future's,
     # which a cancel cancels, and so the future, and so the stream)
     "to_future": (lambda: lambda s: rx.defer(lambda: rx.from_future(_awaited(s.pipe(ops.to_future())))),
