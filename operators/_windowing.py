@@ -87,7 +87,7 @@ def buffer_with_count(count: int, skip: int | None = None, *, name: str | None =
         source:    -a-b-c-d-e-|
         demand:    ^2
         upstream:  ^4            request(2) lists: up to 2 * 2 items asked at once
-        output:    ---x---y---|  buffer_with_count(2): x = [a, b], y = [c, d]; [e] waits for demand
+        output:    ---x---y----  buffer_with_count(2): x = [a, b], y = [c, d]; [e] and | wait for demand
 
     The partial lists go out at completion (empty ones left out, as reactivex's).
     Demand: ``request(n)`` lists asks upstream for up to ``n * count`` items (capped at
@@ -166,7 +166,7 @@ def buffer_when(closing_mapper: Callable[[], Any], *, prefetch: int = DEFAULT_PR
 
         source:    -a-b---c--|
         demand:    ^*
-        output:    ----x----y(z|)    each closing stream: 4 frames; x = [a, b], y = [c], z = []
+        output:    ----x---y-(z|)    each closing stream: 4 frames; x = [a, b], y = [c], z = []
 
     Demand: the next closing stream is made only once downstream wants another list (the open
     list goes on gathering meanwhile, within ``prefetch`` items): lists never pile up unasked.
@@ -188,7 +188,7 @@ def buffer_toggle(openings: Flowable[Any], closing_mapper: Callable[[Any], Any],
         source:    -a-b-c-d-e-|
         other:     --o-----o--|
         demand:    ^*
-        output:    ------x-----y|    each closing: 4 frames; x = [b, c], y = [e]
+        output:    ------x-----(y|)  each closing: 4 frames; x = [b, c], y = [e]
 
     Completes when the openings completed and every list closed (the source's completion ends
     nothing, as in reactivex).
@@ -219,10 +219,10 @@ def window_with_count(count: int, skip: int | None = None, *, prefetch: int = DE
     (default ``count``); each window is a Flowable with its own demand.
 
         source:  -a-b-c-d-e-|
-        main:    A---B---C--|        window_with_count(2)
+        main:    A--B---C---|        window_with_count(2)
         A:       -a-(b|)
-        B:           -c-(d|)
-        C:               -e-|
+        B:          --c-(d|)
+        C:              --e-|
 
     The first window opens at once; at completion the open ones complete (the last may be empty).
     Demand: the main stream emits a window on its demand; each window delivers on its own
@@ -333,7 +333,7 @@ def window_toggle(openings: Flowable[Any], closing_mapper: Callable[[Any], Any],
 
         source:  -a-b-c-d-e-|
         other:   --o-----o--|
-        main:    --A-----B----|      each closing: 4 frames
+        main:    --A-----B---|       each closing: 4 frames
         A:         -b-c|
         B:               -e-|
 
@@ -356,10 +356,10 @@ def group_by_until(key_mapper: Callable[[T], Hashable], element_mapper: Callable
     duration stream, ``duration_mapper(group)``, emits or completes; the key's next item opens a
     new group.
 
-        source:  -a1-a2---a3-|       key = first letter; each duration: 4 frames
-        main:    -A-------B--|
-        A:        -a1-a2(|)
-        B:                 -a3|
+        source:  -a-A---a-|          key = str.lower; each duration: 4 frames
+        main:    -A-----B-|
+        A:        -a-A|
+        B:              -a|
 
     ``duration_mapper`` gets the group itself (unicast: a duration made of the group takes its one
     subscription); ``subject_mapper`` is reactivex's and must be None (rxpipe's groups are

@@ -8,7 +8,7 @@ The graph, with demand flowing right to left::
     gateway ─> rate_limit(rate, burst) ─> edge_queue(queue_capacity) ─> batch(batch_max_size,
         batch_max_delay_s) ─> execute(SimulatedEngine(max_num_seqs, ...))
 
-With ``tenants_file`` (many tenants, README "Many tenants") the queue is per tenant and comes
+With ``tenants_file`` (many tenants, docs/tutorials/tenants.md) the queue is per tenant and comes
 first, so the edge can ask it for room *for this tenant*::
 
     gateway ─> fair_queue(queue_capacity, tenant, weight, cost=VTC estimate, priority)
@@ -20,8 +20,8 @@ request only while demand is > 0 and otherwise answers 429 with Retry-After at o
 
 Settings (``--set key=value``; values parse as JSON, else strings; each is type-checked and a
 wrong one stops the start with a one-line error naming it). Defaults and meanings are in
-``SETTINGS`` below (``rxpipe run pipelines/llm_gateway.py --help-settings`` prints them; README.md's
-table is generated from it); the graph's bounds: ``queue_capacity`` (requests
+``SETTINGS`` below (``rxpipe run pipelines/llm_gateway.py --help-settings`` prints them; the manual's
+settings table, docs/guides/settings.md, is generated from it); the graph's bounds: ``queue_capacity`` (requests
 admitted and not running, counting what ``batch`` holds), ``max_num_seqs``, ``rate``/``burst``;
 the edge's: ``max_model_len``, ``max_body_bytes``, ``max_connections``, ``keepalive_timeout_s``,
 ``header_timeout_s``, ``latency_budget_s``, ``key_rate``/``key_burst``; tenants: ``tenants_file``
@@ -29,13 +29,14 @@ the edge's: ``max_model_len``, ``max_body_bytes``, ``max_connections``, ``keepal
 prefer the ``RXPIPE_API_KEYS`` environment variable (a command line is readable by every local
 user).
 
-With ``broker_url`` (``redis://…`` or ``nats://…``) the gateway forwards to workers on other
+With ``broker_url`` (``redis://…``, ``nats://…`` or ``kafka://…``) the gateway forwards to workers on other
 hosts (``pipelines/llm_worker.py`` with the same ``broker_url``) instead of a local engine; the
-settings ``with broker_url`` (``stream``, ``group``, ``max_backlog``, ``refresh_interval_s``,
-``credit_window``), the edge's and ``stall_timeout_s`` apply then, the queue's and the engine's
-do not::
+settings ``with broker_url`` (``stream``, ``group``, ``max_backlog``, ``max_queue_wait_s``: the
+wait bound of admission, ``refresh_interval_s``, ``credit_window``; on Kafka ``partitions`` and
+``fetch_max_wait_ms``), the edge's and
+``stall_timeout_s`` apply then, the queue's and the engine's do not::
 
-    gateway ─> broker sink(max_backlog) ══ Redis stream / NATS JetStream ══> workers
+    gateway ─> broker sink(max_backlog) ══ Redis stream / NATS JetStream / Kafka topic ══> workers
             <── replies (token chunks with sequence numbers, results); cancels and credit ══>
 
 The engine's step costs are in the range of a 7B model on one modern GPU (see
@@ -60,17 +61,24 @@ from rxpipe.gateway import (
     reply_departure,
     vtc_cost,
 )
+from rxpipe.kafka import KAFKA_SETTINGS
 from rxpipe.runtime import DRAIN_TIMEOUT, Pipeline
 from rxpipe.settings import Schema, Setting, SettingError
-from rxpipe.transport import BROKER_URL, TRANSPORT_SETTINGS, transport_sink
+from rxpipe.transport import BROKER_URL, TRANSPORT_SETTINGS, broker_name, transport_sink
+
+#: Kafka's own settings a gateway takes (it may be the first to create the request topic)
+GATEWAY_KAFKA = ("partitions", "fetch_max_wait_ms")
 
 #: the broker's settings: ``broker_url`` turns the gateway into one in front of workers; the
 #: others apply with it (those of :class:`~rxpipe.transport.TransportSettings`)
 BROKER_SETTINGS = Schema(
-    dataclasses.replace(BROKER_URL, doc="redis://… or nats://…: forward to workers (pipelines/llm_worker.py) "
-                                        "through this broker instead of a local engine; null: local engine"),
+    dataclasses.replace(BROKER_URL, doc="redis://…, nats://… or kafka://…: forward to workers "
+                                        "(pipelines/llm_worker.py) through this broker instead of a local engine; "
+                                        "null: local engine"),
     *(dataclasses.replace(s, doc=f"with broker_url: {s.doc}") for s in TRANSPORT_SETTINGS.pick(
-        "stream", "group", "max_backlog", "refresh_interval_s", "credit_window").values()),
+        "stream", "group", "max_backlog", "max_queue_wait_s", "refresh_interval_s", "credit_window").values()),
+    *(dataclasses.replace(s, doc=f"with a kafka:// broker_url: {s.doc}") for s in KAFKA_SETTINGS.pick(
+        *GATEWAY_KAFKA).values()),
 )
 
 #: every setting (``--set key=value``; ``rxpipe run pipelines/llm_gateway.py --help-settings``)
@@ -121,9 +129,12 @@ def forward(s: dict[str, Any], *, name: str = "llm_gateway") -> Pipeline:
     """The gateway in front of workers on other hosts (``broker_url``; DESIGN §8): the edge, then
     the broker's sink (demand = room under ``max_backlog``); the queue and the engines are the
     workers'. ``stall_timeout_s`` ends a stalled stream here and on its worker."""
-    sink = transport_sink(s["broker_url"], name="broker", stream=s["stream"], group=s["group"],
-                          max_backlog=s["max_backlog"], refresh_interval_s=s["refresh_interval_s"],
-                          credit_window=s["credit_window"], stall_timeout_s=s["stall_timeout_s"])
+    url = s["broker_url"]
+    kafka = {name: s[name] for name in GATEWAY_KAFKA} if broker_name(url) == "kafka" else {}
+    sink = transport_sink(url, name="broker", stream=s["stream"], group=s["group"],
+                          max_backlog=s["max_backlog"], max_queue_wait_s=s["max_queue_wait_s"],
+                          refresh_interval_s=s["refresh_interval_s"], credit_window=s["credit_window"],
+                          stall_timeout_s=s["stall_timeout_s"], **kafka)
     return Pipeline(_gateway(s), sink, name=name, drain_timeout_s=s["drain_timeout_s"])
 
 

@@ -14,7 +14,7 @@ is unreachable it answers 503 ``unavailable`` and recovers on its own (DESIGN §
 
 Settings (``--set key=value``; values parse as JSON, else strings; each type-checked): ``SETTINGS``
 below (``rxpipe run pipelines/llm_gateway_redis.py --help-settings`` prints them, with their
-defaults): the broker's (``redis_url``, ``stream``, ``group``, ``max_backlog``,
+defaults): the broker's (``redis_url``, ``stream``, ``group``, ``max_backlog``, ``max_queue_wait_s``,
 ``refresh_interval_s``), the edge's (those of ``llm_gateway.py`` but ``tenants_file``) and
 ``drain_timeout_s``.
 """
@@ -30,7 +30,7 @@ from rxpipe.settings import Schema
 
 #: every setting (``--set key=value``; ``rxpipe run pipelines/llm_gateway_redis.py --help-settings``)
 SETTINGS = Schema(
-    REDIS_SETTINGS.pick("redis_url", "stream", "group", "max_backlog", "refresh_interval_s"),
+    REDIS_SETTINGS.pick("redis_url", "stream", "group", "max_backlog", "max_queue_wait_s", "refresh_interval_s"),
     EDGE_SETTINGS.without("tenants_file"),
     DRAIN_TIMEOUT,
 )

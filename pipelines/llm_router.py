@@ -22,8 +22,8 @@ or a ``seed``) are answered from the cache when the same request was answered wi
 ``cache_ttl_s`` (``x-rxpipe-cache: hit``), and identical ones in flight share one backend call.
 
 Settings (``--set key=value``, values parsed as JSON, else strings; each type-checked): see
-``SETTINGS`` (``rxpipe run pipelines/llm_router.py --help-settings`` prints them) and README.md
-("Many backends: `pipelines/llm_router.py`", whose table is generated from it).
+``SETTINGS`` (``rxpipe run pipelines/llm_router.py --help-settings`` prints them) and the manual's
+settings page (docs/guides/settings.md, whose table is generated from it).
 """
 
 from __future__ import annotations

@@ -18,6 +18,8 @@ R = TypeVar("R")
 #: Demand meaning "no limit" (Reactive Streams §3.17, Java's ``Long.MAX_VALUE``). Demand is
 #: additive and saturates at this value; Python ints never overflow, so every sum is capped.
 UNBOUNDED: int = 2**63 - 1
+"""``request(UNBOUNDED)`` means "no limit" (Reactive Streams §3.17: demand adds up and saturates
+here, 2**63 - 1, Java's Long.MAX_VALUE; Python's ints never overflow, so the cap is explicit)."""
 
 
 def _has_methods(cls: type, names: tuple[str, ...]) -> bool:

@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 import gc
 import logging
+import os
 import re
 import signal
 import sys
@@ -18,7 +19,7 @@ from typing import Any, Callable
 import click
 
 from .errors import StartError
-from .loader import PipelineLoadError, build_pipeline, load_module, locate_error, parse_settings, split_spec
+from .loader import PipelineLoadError, build_pipeline, load_module, locate_error, parse_settings, resolve_spec
 from .logs import LOG_FORMATS, LOG_LEVELS, configure_logging, event, public_url
 from .runtime import Pipeline, walk
 from .settings import Schema, SettingError
@@ -37,7 +38,7 @@ def _loop_factory(name: str) -> Callable[[], asyncio.AbstractEventLoop]:
 
 
 def _fail(error: BaseException, spec: str, show_traceback: bool) -> None:
-    path = str(split_spec(spec)[0])
+    path = str(resolve_spec(spec)[0])
     if show_traceback:
         traceback.print_exception(error, file=sys.stderr)
     if isinstance(error, (PipelineLoadError, StartError)) or (isinstance(error, SettingError) and error.key):
@@ -55,7 +56,7 @@ def _load(spec: str, settings: tuple[str, ...], show_traceback: bool) -> tuple[M
     try:
         config = parse_settings(settings)
         module, name = load_module(spec)
-        return module, build_pipeline(module, name, config, path=split_spec(spec)[0]), config
+        return module, build_pipeline(module, name, config, path=resolve_spec(spec)[0]), config
     except Exception as error:
         _fail(error, spec, show_traceback)
         raise  # unreachable
@@ -133,18 +134,22 @@ async def _serve(pipeline: Pipeline, host: str, port: int, start_fields: dict[st
 
 
 def _log_start(pipeline: Pipeline, url: str, fields: dict[str, Any]) -> None:
-    """The one start line: URL, pipeline, engines, metrics port, settings that differ from the
-    defaults (a secret shown as ``(hidden)``: :meth:`~rxpipe.settings.Schema.changed`)."""
+    """The one start line: URL, pipeline, engines, whether auth is on (how many keys, never a
+    key), metrics port, settings that differ from the defaults (a secret shown as ``(hidden)``:
+    :meth:`~rxpipe.settings.Schema.changed`)."""
     engines = describe_engines(pipeline)
     parts = [f"{pipeline.name} serving on {url}"]
     if engines:
         parts.append("engines: " + ", ".join(engines))
+    keys = sum(getattr(service, "auth_keys", 0) for service in pipeline.services)
+    if keys:
+        parts.append(f"auth on ({keys} key{'s' if keys != 1 else ''})")
     if fields.get("metrics_port") is not None:
         parts.append(f"metrics port {fields['metrics_port']}")
     settings = fields.get("settings") or {}
     if settings:
         parts.append("settings: " + " ".join(f"{k}={_shown(v)}" for k, v in settings.items()))
-    event(log, logging.INFO, "; ".join(parts), pipeline=pipeline.name, url=url, engines=engines,
+    event(log, logging.INFO, "; ".join(parts), pipeline=pipeline.name, url=url, engines=engines, auth_keys=keys,
           metrics_port=fields.get("metrics_port"), settings=settings)
     every = fields.get("all_settings")
     if every:
@@ -216,17 +221,20 @@ def run(spec: str, settings: tuple[str, ...], host: str, port: int, loop_name: s
         show_traceback: bool) -> None:
     """Run the pipeline defined in FILE (attribute NAME, default `pipeline`).
 
-    The attribute is a rxpipe.Pipeline, a Flowable, or a factory `def pipeline(config: dict)`
+    FILE is a path, or the name of a pipeline shipped with rxpipe, found from any directory:
+    hello, llm_gateway, llm_router, llm_worker, llm_gateway_redis, embed_documents,
+    seed_petproject. The attribute is a rxpipe.Pipeline, a Flowable, or a factory `def pipeline(config: dict)`
     that receives the --set values. A pipeline with an HTTP edge is served on --host/--port
     until SIGINT/SIGTERM, then drained; any other pipeline's items are printed one per line
-    until it completes. Exit status: 0 on completion or a requested stop, 1 on error (with the
-    file and line that raised).
+    until it completes (a reader that closes the pipe, as `| head` does, stops it quietly). Exit
+    status: 0 on completion or a requested stop, 1 on error (with the file and line that raised).
 
     \b
     Examples:
-      rxpipe run pipelines/hello.py
-      rxpipe run pipelines/llm_gateway.py --port 8000 --set queue_capacity=20
-      rxpipe run pipelines/llm_gateway.py --log-format json --access-log
+      rxpipe run hello
+      rxpipe run llm_gateway --port 8000 --set queue_capacity=20
+      rxpipe run llm_gateway --log-format json --access-log
+      rxpipe run ./my_pipeline.py:evens
     """
     if help_settings:
         _print_settings(spec, show_traceback)
@@ -253,10 +261,23 @@ def run(spec: str, settings: tuple[str, ...], host: str, port: int, loop_name: s
                                  f"pick another --metrics-port") from error
         with asyncio.Runner(loop_factory=_loop_factory(loop_name)) as runner:
             runner.run(_serve(pipeline, host, port, fields))
+    except BrokenPipeError:
+        _stdout_closed()
     except Exception as error:
         _fail(error, spec, show_traceback)
     except KeyboardInterrupt:
         sys.exit(130)
+
+
+def _stdout_closed() -> None:
+    """The reader of stdout went away (``rxpipe run FILE | head``): the pipeline was cancelled
+    like any downstream that stops asking, so it ends quietly with status 0. stdout is pointed at
+    /dev/null first, so the interpreter's last flush at exit writes nowhere instead of printing
+    another BrokenPipeError (the recipe of Python's signal module documentation, "Note on SIGPIPE")."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+    sys.exit(0)
 
 
 def _schema_of(module: ModuleType) -> Schema | None:
@@ -272,7 +293,7 @@ def _print_settings(spec: str, show_traceback: bool) -> None:
         _fail(error, spec, show_traceback)
     schema = _schema_of(module)
     if schema is None:
-        path = split_spec(spec)[0]
+        path = resolve_spec(spec)[0]
         takes = "no settings" if not callable(getattr(module, name)) or isinstance(getattr(module, name), type) \
             else "settings its docstring describes"
         click.echo(f"{path}: declares no SETTINGS schema (rxpipe.settings.Schema); {name!r} takes {takes}")

@@ -1,7 +1,13 @@
-"""Loading pipeline files (``rxpipe run FILE[:NAME]``) and ``--set key=value`` configuration."""
+"""Loading pipeline files (``rxpipe run FILE[:NAME]``) and ``--set key=value`` configuration.
+
+A pipeline is named by its path (``pipelines/llm_gateway.py``) or, for the pipelines shipped with
+rxpipe (the package :mod:`rxpipe.pipelines`, the checkout's ``pipelines/`` folder), by its bare
+name from any directory: ``rxpipe run llm_gateway``, ``load_pipeline("llm_gateway")``.
+"""
 
 from __future__ import annotations
 
+import importlib.resources
 import importlib.util
 import inspect
 import os
@@ -16,8 +22,11 @@ import orjson
 from .flowable import Flowable
 from .runtime import Pipeline
 
-__all__ = ["PipelineLoadError", "parse_settings", "split_spec", "load_pipeline", "load_module", "build_pipeline",
-           "locate_error"]
+__all__ = ["PipelineLoadError", "parse_settings", "split_spec", "resolve_spec", "shipped_pipelines", "load_pipeline",
+           "load_module", "build_pipeline", "locate_error", "PIPELINES_PACKAGE"]
+
+#: the package the shipped pipeline files are installed as (the checkout's ``pipelines/``)
+PIPELINES_PACKAGE = "rxpipe.pipelines"
 
 
 class PipelineLoadError(Exception):
@@ -52,18 +61,54 @@ def split_spec(spec: str) -> tuple[Path, str]:
     return Path(path), name
 
 
-def _import_file(path: Path) -> ModuleType:
+def shipped_pipelines() -> dict[str, Path]:
+    """The pipelines shipped with rxpipe, by name: ``{"hello": Path(".../hello.py"), ...}``
+    (the modules of :data:`PIPELINES_PACKAGE`, sorted; ``rxpipe run NAME`` runs one)."""
+    folder = importlib.resources.files(PIPELINES_PACKAGE)
+    found = {entry.name[:-3]: Path(str(entry)) for entry in folder.iterdir()
+             if entry.name.endswith(".py") and not entry.name.startswith("_")}
+    return dict(sorted(found.items()))
+
+
+def _shipped(name: str) -> bool:
+    return name.isidentifier() and name in shipped_pipelines()
+
+
+def resolve_spec(spec: str) -> tuple[Path, str]:
+    """``FILE[:NAME]`` → (the pipeline file, NAME): :func:`split_spec`, where FILE is a path as
+    given when it exists, else a bare name (``llm_gateway``: no directory, no ``.py``) of a
+    :func:`shipped_pipelines` file, found from any directory. Anything else is returned as given
+    (loading it then says that no such file exists)."""
+    path, name = split_spec(spec)
+    if not path.exists() and len(path.parts) == 1 and not path.suffix and _shipped(str(path)):
+        return shipped_pipelines()[str(path)], name
+    return path, name
+
+
+def _missing(path: Path) -> PipelineLoadError:
+    shipped = shipped_pipelines()
+    if path.stem in shipped:
+        hint = f"; rxpipe ships {path.stem}: rxpipe run {path.stem} finds it from any directory"
+    elif len(path.parts) == 1 and not path.suffix:
+        hint = f"; the pipelines shipped with rxpipe: {', '.join(shipped)}"
+    else:
+        hint = ""
+    return PipelineLoadError(f"{path}: no such pipeline file{hint}")
+
+
+def _import_file(path: Path, *, shipped: bool = False) -> ModuleType:
     if not path.is_file():
-        raise PipelineLoadError(f"{path}: no such pipeline file")
+        raise _missing(path)
     module_name = f"rxpipe_pipeline_{path.stem}_{abs(hash(str(path.resolve())))}"
     spec = importlib.util.spec_from_file_location(module_name, path)
     if spec is None or spec.loader is None:
         raise PipelineLoadError(f"{path}: cannot be imported as Python")
     module = importlib.util.module_from_spec(spec)
     # As `python FILE` does: the file's directory comes first on sys.path, so a pipeline file
-    # imports the modules beside it (an operator of its own, README's pairs.py).
+    # imports the modules beside it (an operator of its own, the manual's pairs.py). Not for a
+    # shipped one: they import only rxpipe, and their folder's names must not shadow the user's.
     directory = str(path.resolve().parent)
-    if directory not in sys.path:
+    if not shipped and directory not in sys.path:
         sys.path.insert(0, directory)
     sys.modules[module_name] = module
     try:
@@ -75,7 +120,9 @@ def _import_file(path: Path) -> ModuleType:
 
 
 def load_pipeline(spec: str, config: dict[str, Any] | None = None) -> Pipeline:
-    """Load ``FILE[:NAME]`` (NAME defaults to ``pipeline``) and build the Pipeline.
+    """Load ``FILE[:NAME]`` (NAME defaults to ``pipeline``) and build the Pipeline. FILE is a
+    path, or the bare name of a pipeline shipped with rxpipe (``"llm_gateway"``:
+    :func:`resolve_spec`), from any directory.
 
     The attribute may be a :class:`Pipeline`, a Flowable, or a factory called with the config
     dict (``def pipeline(config: dict)``) returning either. The file's directory is put first on
@@ -85,14 +132,15 @@ def load_pipeline(spec: str, config: dict[str, Any] | None = None) -> Pipeline:
     a missing or unusable attribute raises PipelineLoadError.
     """
     module, name = load_module(spec)
-    return build_pipeline(module, name, config, path=split_spec(spec)[0])
+    return build_pipeline(module, name, config, path=resolve_spec(spec)[0])
 
 
 def load_module(spec: str) -> tuple[ModuleType, str]:
-    """Import the file of ``FILE[:NAME]``; return the module and NAME (default ``pipeline``).
+    """Import the file of ``FILE[:NAME]`` (a path, or a shipped pipeline's name:
+    :func:`resolve_spec`); return the module and NAME (default ``pipeline``).
     Raises PipelineLoadError for a missing file or one without that attribute."""
-    path, name = split_spec(spec)
-    module = _import_file(path)
+    path, name = resolve_spec(spec)
+    module = _import_file(path, shipped=path != split_spec(spec)[0])
     if not hasattr(module, name):
         raise PipelineLoadError(f"{path}: defines no {name!r} (a Pipeline, a Flowable, or a "
                                 f"factory taking a config dict)")

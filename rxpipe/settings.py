@@ -6,8 +6,8 @@ A :class:`Setting` is one typed field: its name, default, type (``int``, ``numbe
 ``bool``, or a named kind with its own parser), range, whether null is allowed, and what it is
 (its doc, with units). A :class:`Schema` is an ordered set of settings: it resolves a
 configuration (defaults, then every value checked; an unknown key is an error naming the known
-ones), prints itself as a table (``rxpipe run FILE --help-settings``; README's settings tables are
-generated from it), and shows the values that differ from their defaults with secrets hidden (the
+ones), prints itself as a table (``rxpipe run FILE --help-settings``; the manual's settings tables
+are generated from it), and shows the values that differ from their defaults with secrets hidden (the
 start line of ``rxpipe run``).
 
 One error class, :class:`SettingError` (a ``ValueError``), and one message shape, naming the
@@ -30,13 +30,14 @@ Adding a setting
   pipelines build their engine from that list);
 - a pipeline's own key: one ``Setting(...)`` line in the file's ``SETTINGS`` (``broker_url``, say).
 
-Then regenerate README's tables: ``python -m rxpipe.readme_tables README.md``
+Then regenerate the manual's tables (``docs/guides/settings.md``): ``python -m rxpipe._docsite``
 (``tests/test_settings.py`` fails while they differ).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import math
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
@@ -262,11 +263,15 @@ class Schema(Mapping[str, Setting]):
 
     def resolve(self, config: Mapping[str, Any]) -> dict[str, Any]:
         """Every setting: its value in ``config``, else its default; each checked. Raises
-        :class:`SettingError` for an unknown key (naming the known ones) or a bad value."""
+        :class:`SettingError` for an unknown key (naming the known ones, and the closest one as
+        "did you mean", after :func:`difflib.get_close_matches`) or a bad value."""
         unknown = sorted(set(config) - set(self._settings))
         if unknown:
-            raise SettingError(f"unknown setting(s) {', '.join(unknown)}; known: {', '.join(self._settings)} "
-                               f"(rxpipe run FILE --help-settings lists them)", unknown[0])
+            guesses = {name: difflib.get_close_matches(name, self._settings, n=1) for name in unknown}
+            hint = "; ".join(f"{name}: did you mean {guess[0]}?" for name, guess in guesses.items() if guess)
+            raise SettingError(f"unknown setting(s) {', '.join(unknown)}{' (' + hint + ')' if hint else ''}; "
+                               f"known: {', '.join(self._settings)} (rxpipe run FILE --help-settings lists them)",
+                               unknown[0])
         return {name: s.check(config[name]) if name in config else s.default for name, s in self._settings.items()}
 
     def shown(self, values: Mapping[str, Any]) -> dict[str, Any]:
@@ -290,7 +295,7 @@ class Schema(Mapping[str, Setting]):
 
     # -- the table ---------------------------------------------------------------------------------
     def table(self, fmt: str = "text") -> str:
-        """The settings as a table: ``"markdown"`` (README) or ``"text"`` (aligned columns)."""
+        """The settings as a table: ``"markdown"`` (the manual's tables) or ``"text"`` (aligned columns)."""
         rows = [(name, s.type_text(), s.default_json(), s.doc) for name, s in self._settings.items()]
         if fmt == "markdown":
             lines = ["| setting | type | default | meaning |", "|---|---|---|---|"]

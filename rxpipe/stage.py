@@ -23,7 +23,7 @@ is built from two halves, each written once in rxpipe and used by every built-in
 Shedding stages queue-or-drop with :func:`offer` and drop-and-tell with :func:`shed` /
 :func:`discard_all` (a dropped item learns it through ``on_discard(reason)``); a stage declares what
 it emits with :class:`Capabilities` (``Flowable.capabilities``) instead of being recognised by its
-name. A complete example is in the README ("Write your own operator"), the rules in
+name. A complete example is in the manual (docs/tutorials/operator.md), the rules in
 ``docs/architecture.md``.
 
 Every signal is a plain synchronous call on the event loop's thread (Reactive Streams 1.0.4).

@@ -154,3 +154,81 @@ def test_graph_shows_the_routers_backends_one_branch_each(tmp_path: Path) -> Non
     code, out, _ = rxpipe(tmp_path, "graph", "pipelines/llm_router.py", "--set", "backends=http://127.0.0.1:8001",
                           "--set", "model=m", "--format", "mermaid")
     assert code == 0 and "  balance --> balance_0_" in out.splitlines() and "  balance_0_ --> executor_backend0" in out
+
+
+@pytest.mark.parametrize("loop", ["asyncio", "uvloop"])
+def test_a_reader_that_closes_the_pipe_ends_the_run_quietly(tmp_path: Path, loop: str) -> None:
+    # `rxpipe run … | head -1`: the reader goes away after one line; no BrokenPipeError, status 0
+    (tmp_path / "many.py").write_text("import rxpipe as rx\npipeline = rx.range(0, 10**7)\n")
+    err = tmp_path / "stderr.txt"
+    with err.open("wb") as stderr:
+        proc = subprocess.Popen([sys.executable, "-m", "rxpipe", "run", str(tmp_path / "many.py"), "--loop", loop],
+                                stdout=subprocess.PIPE, stderr=stderr, cwd=tmp_path)
+        assert proc.stdout is not None
+        assert proc.stdout.readline() == b"0\n"
+        proc.stdout.close()
+        code = proc.wait(timeout=60)
+    assert (code, err.read_text()) == (0, "")
+
+
+def test_help_settings_of_a_file_without_a_schema_says_so(tmp_path: Path) -> None:
+    (tmp_path / "plain.py").write_text("import rxpipe as rx\npipeline = rx.range(0, 3)\n")
+    (tmp_path / "factory.py").write_text("import rxpipe as rx\n\ndef pipeline(config):\n    return rx.range(0, 3)\n")
+    for name, takes in (("plain.py", "no settings"), ("factory.py", "settings its docstring describes")):
+        code, out, err = rxpipe(tmp_path, "run", name, "--help-settings", cwd=tmp_path)
+        assert (code, err) == (0, "")
+        assert out == f"{name}: declares no SETTINGS schema (rxpipe.settings.Schema); 'pipeline' takes {takes}\n"
+
+
+
+def test_run_a_shipped_pipeline_by_name_from_an_empty_directory(tmp_path: Path) -> None:
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    code, out, err = rxpipe(tmp_path, "run", "hello", "--set", "count=2", cwd=empty)
+    assert (code, out.splitlines(), err) == (0, HELLO_LINES[:2], "")
+    code, out, _ = rxpipe(tmp_path, "graph", "hello", cwd=empty)
+    assert code == 0 and out.splitlines()[0] == "range_0  (range)"
+
+
+def test_rxpipe_run_llm_gateway_from_an_empty_directory_serves(tmp_path: Path) -> None:
+    import json
+    import re
+    import signal
+    import socket
+    import time
+    import urllib.request
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    log = tmp_path / "gateway.log"
+    with log.open("wb") as out:
+        proc = subprocess.Popen([sys.executable, "-m", "rxpipe", "run", "llm_gateway", "--port", str(port)],
+                                cwd=empty, stdout=out, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 30
+        while "serving on" not in log.read_text():
+            assert proc.poll() is None and time.monotonic() < deadline, log.read_text()
+            time.sleep(0.05)
+        body = json.dumps({"model": "sim", "prompt": "Hello", "max_tokens": 4}).encode()
+        request = urllib.request.Request(f"http://127.0.0.1:{port}/v1/completions", data=body,
+                                         headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(request, timeout=30) as response:
+            answer = json.loads(response.read())
+        assert answer["usage"]["completion_tokens"] == 4 and answer["object"] == "text_completion"
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        code = proc.wait(timeout=60)
+    assert code == 0
+    assert re.search(rf"INFO rxpipe: llm_gateway serving on http://127\.0\.0\.1:{port}; engines: sim", log.read_text())
+    assert list(empty.iterdir()) == []
+
+
+def test_run_help_names_every_shipped_pipeline(tmp_path: Path) -> None:
+    from rxpipe.loader import shipped_pipelines
+
+    code, out, _ = rxpipe(tmp_path, "run", "--help")
+    named = out[out.index("FILE is a path"):out.index("The attribute")]
+    assert code == 0 and [n for n in shipped_pipelines() if n not in named] == []

@@ -12,7 +12,6 @@ driving the stage step by step and comparing with the diagram's tokens. A diagra
 from __future__ import annotations
 
 import asyncio
-import inspect
 import operator
 import re
 from typing import Any, Callable
@@ -27,41 +26,10 @@ from rxpipe import operators as ops
 from rxpipe.engines import Completion, CompletionRequest, SimulatedEngine
 from rxpipe.testing import Marbles, TestPublisher, TestSubscriber, assert_marbles, parse_demand, run_virtual
 from rxpipe.testing import _marbles as marble_module
-
-_LABEL = re.compile(r"^\s{4,}(?P<label>[A-Za-z_][\w ,]*):(?P<rest>\s.*)?$")
-_COMMENT = re.compile(r"\s{2,}(?=[^\s^])")
+from rxpipe.testing._marble_parse import docstring_marbles
 
 Block = dict[str, str]
-
-
-def diagrams(doc: str) -> list[Block]:
-    """The marble blocks of a docstring, each ``{label: diagram}`` on one column origin."""
-    blocks: list[list[tuple[str, str, int]]] = []
-    current: list[tuple[str, str, int]] = []
-    for line in inspect.cleandoc(doc).splitlines():
-        match = _LABEL.match(line)
-        if match is None:
-            if current:
-                blocks.append(current)
-                current = []
-            continue
-        rest = match["rest"] or ""
-        start = match.end("label") + 1 + len(rest) - len(rest.lstrip())
-        current.append((match["label"], line, start))
-    if current:
-        blocks.append(current)
-    found: list[Block] = []
-    for rows in blocks:
-        if not {label for label, _, _ in rows} & {"source", "observable"}:
-            continue
-        origin = min(start for _, _, start in rows)
-        block: Block = {}
-        for label, line, start in rows:
-            diagram = line[origin:]
-            cut = _COMMENT.search(diagram, start - origin + 1)
-            block[label] = (diagram[:cut.start()] if cut else diagram).rstrip()
-        found.append(block)
-    return found
+diagrams = docstring_marbles  # the blocks of a docstring: the ones the manual draws (rxpipe.testing.draw_marbles)
 
 
 def _public_docs() -> dict[str, str]:
@@ -431,6 +399,51 @@ def two_sources(build: Callable[[Any, Any], Any], *, other_cancelled_at: int | N
     return run
 
 
+def windows(build: Callable[..., Any], *, pairs: bool = False) -> Callable[[Block], None]:
+    """A block whose ``main`` row names the windows (``A``, ``B`` ...) as they come, each with its
+    own row: the main row is played exactly (cold ``source`` and ``other``, virtual time); each
+    window is subscribed as it comes, without bound, and its items and terminal signal are
+    its row's (as ``group_by``'s lanes). ``pairs``: the stream emits ``(item, window)``."""
+    def run(block: Block) -> None:
+        async def main() -> None:
+            m = Marbles()
+            labels = iter(c for c in block["main"] if c not in "-()|# ")  # one-character marbles
+            lanes: dict[str, TestSubscriber[Any]] = {}
+
+            def attach(window: Any) -> str:
+                label = next(labels)
+                lanes[label] = ts = TestSubscriber[Any](initial_request=UNBOUNDED)
+                (window[1] if pairs else window).subscribe(ts)
+                return label
+
+            sources = [m.cold(block["source"])] + ([m.cold(block["other"])] if "other" in block else [])
+            (await m.run(build(*sources).pipe(ops.map(attach)), demand="^*")).expect(block["main"])
+            for label, ts in lanes.items():
+                row = [c for c in block[label] if c not in "-() "]
+                assert [str(v) for v in ts.values] + (["|"] if ts.completed else []) == row, label
+        run_virtual(main())
+    return run
+
+
+def partition(predicate: Callable[..., Any], *, indexed: bool = False) -> Callable[[Block], None]:
+    """Both halves of ``partition`` played exactly on one cold source (one-character marbles):
+    each half's items at their frames, and the completion of both at its frame."""
+    def run(block: Block) -> None:
+        async def main() -> None:
+            m = Marbles(values=None if indexed else {str(i): i for i in range(10)})
+            source = m.cold(block["source"])
+            holds, fails = source.pipe(ops.partition_indexed(predicate) if indexed else ops.partition(predicate))
+            both = rx.merge(holds.pipe(ops.map(lambda x: ("holds", x))), fails.pipe(ops.map(lambda x: ("fails", x))))
+            timeline = (await m.run(both, demand="^*")).timeline
+            for half in ("holds", "fails"):
+                row = block[half]
+                got = [(e.frame, str(e.value[1])) for e in timeline if e.kind == "next" and e.value[0] == half]
+                assert got == [(i, c) for i, c in enumerate(row) if c not in "-|"], half
+                assert [e.frame for e in timeline if e.kind == "complete"] == [row.index("|")]
+        run_virtual(main())
+    return run
+
+
 RUNNERS: dict[tuple[str, int], Callable[[Block], None]] = {
     ("ops.map", 0): kit(lambda: ops.map(lambda x: x * 2)),
     ("ops.filter", 0): kit(lambda: ops.filter(lambda x: x % 2 == 0)),
@@ -462,6 +475,7 @@ RUNNERS: dict[tuple[str, int], Callable[[Block], None]] = {
     ("ops.cache", 0): cache,
     ("rx.from_observable", 0): from_observable,
     ("testing.assert_marbles", 0): kit(lambda: ops.map(lambda x: x * 2)),
+    ("testing.draw_marbles", 0): kit(lambda: ops.map(lambda x: x * 2)),
     ("testing (module)", 0): kit(lambda: ops.filter(lambda x: x % 2 == 0)),
     # -- second round: filters, reducers, take_until, start_with, catch, retry
     ("ops.pairwise", 0): kit(lambda: ops.pairwise(), values={"x": ("a", "b"), "y": ("b", "c"), "z": ("c", "d")}),
@@ -600,6 +614,31 @@ RUNNERS: dict[tuple[str, int], Callable[[Block], None]] = {
         rx.timer(0.04), lambda x: rx.timer(0.04), other)), subscribed_later=True),
     ("ops.timeout", 3): two_sources(lambda source, other: source.pipe(ops.timeout(0.03, other)),
                                     subscribed_later=True),
+    # -- buffers and windows (issue 34)
+    ("ops.buffer", 2): two_sources(lambda source, other: source.pipe(ops.buffer(other)),
+                                   values={"p": ["a", "b"], "q": ["c"], "r": []}),
+    ("ops.buffer_with_count", 0): kit(lambda: ops.buffer_with_count(2), values={"x": ["a", "b"], "y": ["c", "d"]}),
+    ("ops.buffer_with_time", 0): kit(lambda: ops.buffer_with_time(0.04),
+                                     values={"x": ["a", "b"], "y": ["c"], "z": [], "w": []}),
+    ("ops.buffer_with_time_or_count", 0): kit(lambda: ops.buffer_with_time_or_count(0.05, 3),
+                                              values={"x": ["a", "b", "c"], "y": [], "z": ["d"]}),
+    ("ops.buffer_when", 0): kit(lambda: ops.buffer_when(lambda: rx.timer(0.04)),
+                                values={"x": ["a", "b"], "y": ["c"], "z": []}),
+    ("ops.buffer_toggle", 0): two_sources(lambda source, other: source.pipe(
+        ops.buffer_toggle(other, lambda o: rx.timer(0.04))), values={"x": ["b", "c"], "y": ["e"]}),
+    ("ops.partition", 0): partition(lambda x: x % 2 == 0),
+    ("ops.partition_indexed", 0): partition(lambda x, i: i % 2 == 0, indexed=True),
+    ("ops.window", 0): windows(lambda source, other: source.pipe(ops.window(other))),
+    ("ops.window_with_count", 0): windows(lambda source: source.pipe(ops.window_with_count(2))),
+    ("ops.window_with_time", 0): windows(lambda source: source.pipe(ops.window_with_time(0.04))),
+    ("ops.window_with_time_or_count", 0): windows(lambda source: source.pipe(ops.window_with_time_or_count(0.05, 3))),
+    ("ops.window_when", 0): windows(lambda source: source.pipe(ops.window_when(lambda: rx.timer(0.04)))),
+    ("ops.window_toggle", 0): windows(lambda source, other: source.pipe(
+        ops.window_toggle(other, lambda o: rx.timer(0.04)))),
+    ("ops.group_by_until", 0): windows(lambda source: source.pipe(
+        ops.group_by_until(str.lower, None, lambda g: rx.timer(0.04)))),
+    ("ops.group_join", 0): windows(lambda source, other: source.pipe(ops.group_join(
+        other, lambda x: rx.timer(0.05 if x == "a" else 0.01), lambda r: rx.timer(0.01))), pairs=True),
     ("ops.fork_join", 0): two_sources(lambda source, other: source.pipe(ops.fork_join(other)),
                                       values={"z": (2, "y")}),
 }

@@ -9,6 +9,7 @@
   and the core, never the gateway, the engines or each other;
 - ``operators`` (the generic vocabulary) imports only the core at module level (the serving names it
   exports are looked up from ``rxpipe.serving`` on first use, PEP 562);
+- ``rxpipe._docsite`` (the manual's generator) may import any of them, and nothing imports it;
 - no import cycle at module level anywhere, and in the serving domain and the packages above it no
   two modules import each other at all (not inside a function, not for typing: a declared
   protocol stands between them instead);
@@ -38,6 +39,10 @@ ALLOWED = {
     "operators": set(),
     "testing": set(),
     "load": set(),
+    # the manual's generator documents every public module: it sits above them all (never imported
+    # by the library; mkdocs and ``python -m rxpipe._docsite`` load it)
+    "_docsite": {"serving", "engines", "gateway", "transport", "redis", "nats", "kafka", "operators",
+                 "testing", "load"},
 }
 #: package -> packages it may import only inside a function or a TYPE_CHECKING block
 LAZY = {"operators": {"serving"}}
@@ -101,6 +106,12 @@ def test_every_import_follows_the_layer_rules() -> None:
                 allowed = sorted(ALLOWED[source]) or "the core only"
                 broken.append(f"{module} -> {target} ({source} may import {allowed})")
     assert broken == []
+
+
+def test_nothing_imports_the_manuals_generator() -> None:
+    importers = sorted(module for module, path in MODULES.items() if _layer(module) != "_docsite"
+                       for target, _ in _imports(module, path) if _layer(target) == "_docsite")
+    assert importers == []
 
 
 def test_the_transport_interface_imports_no_adapter_and_loads_no_client_library() -> None:

@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 import rxpipe as rx
-from rxpipe.loader import PipelineLoadError, load_pipeline, parse_settings, split_spec
+from rxpipe.loader import PipelineLoadError, load_pipeline, parse_settings, resolve_spec, shipped_pipelines, split_spec
 from rxpipe.runtime import Pipeline
 
 
@@ -63,3 +63,43 @@ async def test_pipeline_run_and_start() -> None:
         assert running.url is None
         assert await running.wait() == 3
     assert running.done
+
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_the_shipped_pipelines_are_the_checkouts_pipeline_files() -> None:
+    files = sorted(p.stem for p in (ROOT / "pipelines").glob("*.py") if not p.name.startswith("_"))
+    assert list(shipped_pipelines()) == files == ["embed_documents", "hello", "llm_gateway", "llm_gateway_redis",
+                                                  "llm_router", "llm_worker", "seed_petproject"]
+    assert shipped_pipelines()["llm_gateway"].samefile(ROOT / "pipelines" / "llm_gateway.py")
+
+
+def test_a_shipped_pipeline_is_found_by_name_from_any_directory(tmp_path: Path,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)  # an empty directory: no pipelines/ folder here
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    before = list(sys.path)
+    gateway = load_pipeline("llm_gateway", {"queue_capacity": 7})
+    assert [stage.kind for stage in gateway.stages] == ["gateway", "rate_limit", "edge_queue", "batch", "execute"]
+    assert gateway.stages[2].capacity == 7  # type: ignore[attr-defined]
+    assert sys.path == before  # a shipped pipeline's folder is not put on sys.path
+    assert resolve_spec("hello:pipeline") == (shipped_pipelines()["hello"], "pipeline")
+    # a path keeps meaning that path
+    (tmp_path / "hello").mkdir()
+    assert resolve_spec("hello") == (Path("hello"), "pipeline")
+
+
+def test_a_missing_pipeline_says_what_is_shipped(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(PipelineLoadError) as caught:
+        load_pipeline("pipelines/llm_gateway.py")
+    assert str(caught.value) == ("pipelines/llm_gateway.py: no such pipeline file; rxpipe ships llm_gateway: "
+                                 "rxpipe run llm_gateway finds it from any directory")
+    with pytest.raises(PipelineLoadError) as caught:
+        load_pipeline("llm_gatway")
+    assert str(caught.value) == ("llm_gatway: no such pipeline file; the pipelines shipped with rxpipe: "
+                                 "embed_documents, hello, llm_gateway, llm_gateway_redis, llm_router, llm_worker, "
+                                 "seed_petproject")
+    with pytest.raises(PipelineLoadError, match=r"^mine\.py: no such pipeline file$"):
+        load_pipeline("mine.py")

@@ -6,6 +6,7 @@ import json
 import logging
 import re
 import socket
+import time
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -45,7 +46,8 @@ def test_the_start_line_names_url_pipeline_engine_metrics_port_and_changed_setti
         (start,) = lines_of(gateway, "serving on")
         assert re.fullmatch(
             rf"{TIME} INFO rxpipe: llm_gateway serving on {re.escape(gateway.url)}; engines: sim \(SimulatedEngine\); "
-            rf"metrics port {metrics_port}; settings: queue_capacity=20 max_num_seqs=4 api_keys=\(hidden\)",
+            rf"auth on \(1 key\); metrics port {metrics_port}; settings: queue_capacity=20 max_num_seqs=4 "
+            r"api_keys=\(hidden\)",
             start), start
         assert not lines_of(gateway, "DEBUG")
     finally:
@@ -68,7 +70,7 @@ def test_log_level_debug_adds_the_settings_in_force_and_json_lines_carry_fields(
     (start,) = [r for r in records if "serving on" in r["message"]]
     assert (start["level"], start["logger"], start["pipeline"], start["url"]) == (
         "info", "rxpipe", "llm_gateway", gateway.url)
-    assert start["engines"] == ["sim (SimulatedEngine)"]
+    assert start["engines"] == ["sim (SimulatedEngine)"] and start["auth_keys"] == 1
     assert start["settings"] == {"queue_capacity": 7, "api_keys": "(hidden)"}
     assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}[+-]\d\d:\d\d", start["time"])
     (every,) = [r for r in records if r["message"].startswith("settings in force:")]
@@ -121,6 +123,48 @@ def test_the_access_log_names_the_tenant(tmp_path: Path) -> None:
     assert " status=200 tenant=acme " in ok
     assert " status=400 code=" in bad and " tenant=beta " in bad
     assert SECRET not in gateway.output
+
+
+def test_the_start_line_says_when_auth_is_on_and_with_how_many_keys(tmp_path: Path) -> None:
+    open_gateway = GatewayProcess(tmp_path)
+    from_env = GatewayProcess(tmp_path, env={"RXPIPE_API_KEYS": f"{SECRET},sk-other"})
+    tenants = tmp_path / "tenants.json"
+    tenants.write_text(json.dumps({"acme": {"keys": ["sk-a1", "sk-a2"]}, "beta": {"keys": ["sk-b"]}}))
+    with_tenants = GatewayProcess(tmp_path, f"tenants_file={tenants}", "api_keys=sk-a1")
+    for gateway in (open_gateway, from_env, with_tenants):
+        gateway.terminate()
+    (line,) = lines_of(open_gateway, "serving on")
+    assert "auth" not in line
+    (line,) = lines_of(from_env, "serving on")
+    assert "; engines: sim (SimulatedEngine); auth on (2 keys)" in line and SECRET not in from_env.output
+    (line,) = lines_of(with_tenants, "serving on")  # api_keys and the tenants' keys, each once
+    assert "; engines: sim (SimulatedEngine); auth on (3 keys); settings: " in line
+
+
+def test_the_access_log_has_a_line_for_a_request_its_client_closed(tmp_path: Path) -> None:
+    # a long answer (200 tokens of 50 ms steps); the client leaves once it runs on the engine
+    gateway = GatewayProcess(tmp_path, "step_overhead_s=0.05", args=("--access-log",))
+    try:
+        body = json.dumps({"model": "sim", "prompt": "x", "max_tokens": 200}).encode()
+        client = socket.create_connection(("127.0.0.1", gateway.port), timeout=10)
+        client.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                       b"x-request-id: leaving-client-1\r\n"
+                       b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
+        running = 'rxpipe_engine_running_seqs{engine="sim"} 1.0'
+        deadline = time.monotonic() + 30
+        while running not in urllib.request.urlopen(gateway.url + "/metrics", timeout=10).read().decode():
+            assert time.monotonic() < deadline, "the request never ran"
+            time.sleep(0.02)
+        client.close()
+        deadline = time.monotonic() + 30
+        while not lines_of(gateway, "rxpipe.access"):
+            assert time.monotonic() < deadline, gateway.output
+            time.sleep(0.02)
+    finally:
+        gateway.terminate()
+    (line,) = lines_of(gateway, "rxpipe.access")
+    assert re.fullmatch(rf"{TIME} INFO rxpipe.access: POST /v1/completions 499 method=POST route=/v1/completions "
+                        r"status=499 stream=False total_s=[0-9.e-]+ request_id=leaving-client-1", line), line
 
 
 def test_embedding_keeps_the_users_logging_configuration() -> None:

@@ -1,6 +1,6 @@
 """The public names: ``__all__`` of rxpipe, rxpipe.operators and rxpipe.stage match the contract.
 
-DESIGN §3 is the contract; it is transcribed here (the design file is not in the repository)
+DESIGN §3 (docs/design.md) is the contract; the names it spells out are transcribed here,
 and ``docs/architecture.md`` ("Public names") lists every public name, so a name added or
 removed without saying so fails.
 """
@@ -128,3 +128,8 @@ def test_importing_the_generic_vocabulary_loads_no_llm_record() -> None:
     code = "import sys, rxpipe, rxpipe.operators; print('rxpipe.serving' in sys.modules, 'aiohttp' in sys.modules)"
     assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                           timeout=60).stdout.split() == ["False", "False"]
+
+
+def test_dir_of_the_operators_lists_the_public_names_only() -> None:
+    assert dir(operators) == sorted(operators.__all__)
+    assert not {"Any", "Callable", "TypeVar", "TYPE_CHECKING", "T", "R", "math", "fuse"} & set(dir(operators))

@@ -1,5 +1,5 @@
 """One settings schema (``rxpipe.settings``): the field, the schema, the config objects and every
-pipeline; ``--help-settings`` and README's generated tables, in real processes where a user meets them."""
+pipeline; ``--help-settings`` and the manual's generated tables, in real processes where a user meets them."""
 
 from __future__ import annotations
 
@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
+from rxpipe._docsite.tables import marked_files, settings_tables
 from rxpipe.engines import OpenAIEngine, SimulatedEngine
 from rxpipe.gateway import EDGE_SETTINGS, GatewayConfig
 from rxpipe.loader import load_module, load_pipeline
-from rxpipe.readme_tables import MARKER, readme_tables
 from rxpipe.settings import HIDDEN, Schema, Setting, SettingError, check_fields, check_int, schema_of, setting
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -105,6 +105,24 @@ def test_a_schema_resolves_picks_renames_and_hides_secrets() -> None:
         "| setting | type | default | meaning |", "|---|---|---|---|", "| `a` | int >= 0 | `1` | the a |"]
 
 
+def test_an_unknown_setting_close_to_a_known_one_says_did_you_mean() -> None:
+    schema = Schema(Setting("queue_capacity", 1, "int", ""), Setting("max_num_seqs", 1, "int", ""))
+    with pytest.raises(SettingError) as caught:
+        schema.resolve({"queue_capacty": 3, "max_seqs": 2, "zzz": 1})
+    assert str(caught.value) == ("unknown setting(s) max_seqs, queue_capacty, zzz (max_seqs: did you mean "
+                                 "max_num_seqs?; queue_capacty: did you mean queue_capacity?); known: "
+                                 "queue_capacity, max_num_seqs (rxpipe run FILE --help-settings lists them)")
+    assert caught.value.key == "max_seqs"
+
+
+def test_the_command_line_says_did_you_mean(tmp_path: Path) -> None:
+    code, output = rxpipe(tmp_path, "run", "pipelines/llm_gateway.py", "--port", "0", "--set", "queue_capacty=3")
+    assert code == 1
+    (line,) = output.splitlines()
+    assert line.startswith("rxpipe: error: unknown setting(s) queue_capacty (queue_capacty: did you mean "
+                           "queue_capacity?); known: queue_capacity, rate, ")
+
+
 def test_a_config_dataclass_checks_its_fields_by_their_settings() -> None:
     @dataclasses.dataclass(frozen=True)
     class Config:
@@ -185,10 +203,10 @@ def test_every_edge_setting_can_be_set_from_the_command_line() -> None:
     assert engine.retry_after_cap_s == 5.0
 
 
-def test_readmes_tables_are_generated_from_the_schemas() -> None:
-    readme = (ROOT / "README.md").read_text()
-    marked = [m.group("file") for m in MARKER.finditer(readme)]
-    assert marked == ["pipelines/llm_gateway.py", "pipelines/llm_router.py", "pipelines/llm_gateway_redis.py",
-                      "pipelines/llm_worker.py"]
-    stale = "README's settings tables are stale: python -m rxpipe.readme_tables README.md"
-    assert readme_tables(readme, ROOT) == readme, stale
+def test_the_manuals_tables_are_generated_from_the_schemas() -> None:
+    assert marked_files(ROOT) == {"docs/guides/settings.md": ["pipelines/llm_gateway.py", "pipelines/llm_router.py",
+                                                             "pipelines/llm_gateway_redis.py",
+                                                             "pipelines/llm_worker.py"]}
+    text = (ROOT / "docs" / "guides" / "settings.md").read_text()
+    stale = "the manual's settings tables are stale: python -m rxpipe._docsite"
+    assert settings_tables(text, ROOT) == text, stale

@@ -11,7 +11,7 @@
   with credit, awaitable ``.result``), :class:`CompletionResult`; :class:`Engine`, the interface
   ``execute`` drives (``free_slots`` is the pipeline's demand) and the base of a user's engine:
   ``submit`` is written once there; an engine implements ``start`` and the hooks
-  ``cancel_completion``, ``credit_granted`` (README "Write your own engine").
+  ``cancel_completion``, ``credit_granted`` (the manual's "Write your own engine", docs/tutorials/engine.md).
 - :class:`SimulatedEngine`: the embedded default, continuous batching like vLLM, on the loop clock.
 - :class:`OpenAIEngine`: a real OpenAI-compatible server (vLLM, TGI, llama.cpp) over HTTP/SSE.
 - :class:`BatchFunctionEngine`: a local synchronous batch function (a model) in worker threads.
@@ -22,6 +22,7 @@ from ..errors import BackendError, EngineError, EngineUnavailableError
 from ..serving.engine import Engine
 from ..serving.records import (
     FINISH_REASONS,
+    UNANSWERED_REASONS,
     Completion,
     CompletionRequest,
     CompletionResult,
@@ -40,6 +41,7 @@ __all__ = [
     "CompletionResult",
     "Completion",
     "FINISH_REASONS",
+    "UNANSWERED_REASONS",
     "estimate_tokens",
     "Engine",
     "SimulatedEngine",

@@ -1,5 +1,5 @@
-"""A backend's error answer, as the client of the gateway sees it (DESIGN §4, README "What a
-client is told").
+"""A backend's error answer, as the client of the gateway sees it (DESIGN §4; the manual's
+"Many backends", docs/tutorials/backends.md).
 
 The mapping (:func:`client_status`), one row per backend answer:
 

@@ -12,7 +12,7 @@ from aiohttp import web
 from aiohttp.http_exceptions import ContentEncodingError
 
 from ..errors import BackendError, DroppedError, EngineError, EngineUnavailableError, UnsupportedRequestError
-from ..serving import Completion, CompletionRequest
+from ..serving import UNANSWERED_REASONS, Completion, CompletionRequest
 from ._edge import Edge
 from ._metrics import REQUEST_DURATION, count_request
 from ._openai import InvalidRequest, completion_body, now_created, parse_request
@@ -74,6 +74,8 @@ class CompletionRoutes:
             response = await self._complete(request, chat=chat)
         except asyncio.CancelledError:
             count_request(route, 499)  # client closed the request (nginx's convention)
+            if self.edge.access_log:
+                access_line(self.edge, request, route, None, time.perf_counter() - started)
             raise
         except Exception as error:
             response = unhandled(request, error)
@@ -126,8 +128,9 @@ class CompletionRoutes:
             bad.force_close()  # what is left of the body cannot be parsed: close after answering
             return bad
         except TimeoutError:
-            return error_response(408, f"the request body did not arrive within {self.config.body_timeout_s:g} s",
-                                  "invalid_request_error", "request_timeout")
+            return await self._close_after(request, error_response(
+                408, f"the request body did not arrive within {self.config.body_timeout_s:g} s",
+                "invalid_request_error", "request_timeout"))
         try:
             item = parse_request(body, chat=chat, default_model=self.config.model,
                                  max_tokens_limit=self.config.max_tokens_limit,
@@ -189,6 +192,30 @@ class CompletionRoutes:
         log.warning("request %s failed in the engine: %r", item.id, error)
         return error_response(500, "the model backend failed the request", "server_error", "engine_error")
 
+    def _unanswered(self, item: CompletionRequest, reason: str) -> web.Response:
+        """The answer to a request that ended without an answer before its status line went out
+        (one of :data:`~rxpipe.serving.UNANSWERED_REASONS`): ``deadline`` (queued past its
+        latency budget, on this host or in a worker's queue: it never ran) → 429 ``deadline`` as
+        an early deadline; ``cancelled`` or ``stalled`` (the server stopped it) → 503."""
+        if reason == "deadline":
+            return self._refuse(Refusal(429, "deadline", self.config.retry_after_min_s,
+                                        "the request waited longer than the latency budget and was not started"),
+                                item.tenant)
+        return self._stopped_response(f"the request was {reason} by the server before it answered", item.tenant)
+
+    async def _close_after(self, request: web.Request, response: web.Response) -> web.Response:
+        """Send ``response`` with ``Connection: close`` and close the connection at once, without
+        aiohttp's lingering read of the unread body (up to 10 s holding the connection, for a body
+        that is not coming: a 408's). Everything the client sent was read, so closing loses
+        nothing of the answer (no reset over unread bytes)."""
+        response.force_close()
+        answer_headers(request, response, self.edge.draining)
+        await response.prepare(request)
+        await response.write_eof()
+        if request.protocol is not None:
+            request.protocol.force_close()  # the transport writes what it holds, then closes
+        return response
+
     def _stopped_response(self, reason: str, tenant: str | None) -> web.Response:
         """The request was admitted, then cut off by the edge itself: draining past its timeout,
         or the graph behind it stopped."""
@@ -240,21 +267,18 @@ class CompletionRoutes:
                                             f"the server shed the request ({error.reason}); retry later"), item.tenant)
             except EngineUnavailableError as error:
                 return self._unavailable(item, error)
-            if completion.finish_reason == "deadline":
-                # Queued past its latency budget: it never ran. Refuse it like an early deadline.
-                return self._refuse(Refusal(429, "deadline", self.config.retry_after_min_s,
-                                            "the request waited longer than the latency budget and was not started"),
-                                    item.tenant)
+            if completion.finish_reason in UNANSWERED_REASONS:
+                return self._unanswered(item, completion.finish_reason)
             if item.stream:
                 return await stream_answer(self.edge, self.loop, request, item, completion, chat=chat,
-                                           failed=self._failed)
+                                           failed=self._failed, unanswered=self._unanswered)
             try:
                 result = await result_of(completion)  # done already: no wait
             except EngineUnavailableError as error:
                 return self._unavailable(item, error)
             request[RESULT] = result
-            if result.finish_reason == "cancelled":
-                return self._stopped_response("the request was cancelled while running", item.tenant)
+            if result.finish_reason in UNANSWERED_REASONS:
+                return self._unanswered(item, result.finish_reason)
             observe_ttft(result)
             self.edge.policy.meter.record_service(result.e2e_s - result.queue_time_s)
             return json_response(200, completion_body(item, result, chat=chat, created=now_created()))

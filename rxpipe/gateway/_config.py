@@ -115,7 +115,7 @@ class GatewayConfig:
                                                        "long to have what they sent answered 503 draining (s)",
                                         minimum=0)
     tenants_file: str | None = setting(None, "str", "tenants (JSON or TOML): per-tenant fair queue, priority, "
-                                                    "rpm/tpm (README \"Many tenants\"); null: one tenant",
+                                                    "rpm/tpm (the manual's \"Many tenants\"); null: one tenant",
                                        nullable=True, allow_empty=False)
 
     def __post_init__(self) -> None:

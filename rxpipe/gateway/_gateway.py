@@ -212,6 +212,12 @@ class Gateway(Flowable[CompletionRequest], Service):
         return self.policy.engines
 
     @property
+    def auth_keys(self) -> int:
+        """Bearer keys the edge accepts (``api_keys`` and the tenants' ``keys``); 0: authentication
+        is off and every request is served (the start line of ``rxpipe run`` says which)."""
+        return len(self.keys)
+
+    @property
     def available(self) -> bool:
         """False when the graph behind the edge stopped or an engine is down (503)."""
         if self.stopped:

@@ -41,6 +41,10 @@ class KeyRing:
         """True when keys are configured (every completion route and ``/v1/models`` need one)."""
         return bool(self._keys)
 
+    def __len__(self) -> int:
+        """How many keys are configured (``api_keys`` and the tenants' other keys, each once)."""
+        return len(self._keys)
+
     def authenticate(self, header: str | None) -> str | None:
         """The key id (``key_<i>``) for ``Authorization: Bearer <key>``, ``"anonymous"`` when no
         keys are configured, or None when the key is missing, wrong or not UTF-8. The scheme is

@@ -12,7 +12,7 @@ from typing import Any
 
 import orjson
 
-from ..serving import CompletionRequest, CompletionResult
+from ..serving import UNANSWERED_REASONS, CompletionRequest, CompletionResult
 from ..serving._ids import new_id_hex
 
 __all__ = ["InvalidRequest", "parse_request", "completion_body", "chunk_body", "error_body", "sse",
@@ -185,7 +185,12 @@ def _usage(result: CompletionResult) -> dict[str, int]:
 
 
 def _finish_reason(result: CompletionResult) -> str:
-    return result.finish_reason if result.finish_reason in ("stop", "length") else "stop"
+    """The model's finish reason as the engine gave it (never replaced by ``"stop"``). The edge
+    answers the reasons that are no answer (``UNANSWERED_REASONS``) before any body is built."""
+    reason = result.finish_reason
+    if reason in UNANSWERED_REASONS:
+        raise ValueError(f"finish reason {reason!r} is not an answer (the edge refuses it)")
+    return reason
 
 
 def completion_body(request: CompletionRequest, result: CompletionResult, *, chat: bool, created: int) -> bytes:

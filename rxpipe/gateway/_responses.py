@@ -149,9 +149,12 @@ def answer_headers(request: web.Request, response: web.StreamResponse, draining:
             headers.setdefault(name, value)
 
 
-def access_line(edge: Edge, request: web.Request, route: str, response: web.StreamResponse, elapsed_s: float) -> None:
+def access_line(edge: Edge, request: web.Request, route: str, response: web.StreamResponse | None,
+                elapsed_s: float) -> None:
     """One access-log line (logger ``rxpipe.access``): status, the refusal or error code,
-    tenant, token counts, queue and total time, request id, never a key or a prompt."""
+    tenant, token counts, queue and total time, request id, never a key or a prompt.
+    ``response`` None: the client closed the request before its answer was complete, logged
+    as status 499 (nginx's "client closed request"), with what was known of it by then."""
     if not ACCESS_LOG.isEnabledFor(logging.INFO):
         return
     item: CompletionRequest | None = request[ITEM]
@@ -162,20 +165,22 @@ def access_line(edge: Edge, request: web.Request, route: str, response: web.Stre
         key_id = edge.keys.authenticate(request.headers.get("Authorization"))
         if key_id is not None:
             tenant = tenancy.tenant_of(edge.keys, key_id, request.headers.get(TENANT_HEADER))
+    status = 499 if response is None else response.status
     code = None
-    if response.status >= 400 and isinstance(response, web.Response) and response.body:
+    if response is not None and status >= 400 and isinstance(response, web.Response) and response.body:
         try:
             code = orjson.loads(response.body)["error"]["code"]  # type: ignore[arg-type]
         except (orjson.JSONDecodeError, KeyError, TypeError):
             code = None
     fields: dict[str, Any] = {
-        "method": request.method, "route": route, "status": response.status, "code": code, "tenant": tenant,
+        "method": request.method, "route": route, "status": status, "code": code, "tenant": tenant,
         "stream": item.stream if item is not None else None,
         "prompt_tokens": result.prompt_tokens if result is not None else None,
         "completion_tokens": result.completion_tokens if result is not None else None,
         "finish_reason": result.finish_reason if result is not None else None,
         "queue_s": round(result.queue_time_s, 6) if result is not None else None,
         "total_s": round(elapsed_s, 6),
-        "request_id": response.headers.get("x-request-id"),
+        "request_id": response.headers.get("x-request-id") if response is not None else new_request_id(
+            request.headers.get("x-request-id"), item.id if item is not None else None),
     }
-    ACCESS_LOG.info("%s %s %d", request.method, route, response.status, extra={"fields": fields})
+    ACCESS_LOG.info("%s %s %d", request.method, route, status, extra={"fields": fields})

@@ -21,6 +21,7 @@ from ._responses import (
     error_response,
     json_response,
     model_not_found,
+    too_large,
     unauthorized,
     unhandled,
 )
@@ -116,6 +117,24 @@ def _unrouted(edge: Edge, request: web.Request, allowed: Iterable[str]) -> web.R
     return response
 
 
+def _transfer_coding(edge: Edge, request: web.Request) -> web.Response | None:
+    """RFC 9112 §6.1: the only transfer coding the edge decodes is ``chunked`` (aiohttp's parser
+    reads the chunks and ignores any coding before it, so ``gzip, chunked`` would reach the
+    handler as a plain body). Any other coding gets 501 ``unsupported_transfer_encoding`` (the
+    JSON error body), and the connection is closed: its body cannot be framed as meant."""
+    codings = [c.strip().lower() for c in ",".join(request.headers.getall("Transfer-Encoding")).split(",")]
+    if all(coding in ("chunked", "") for coding in codings):
+        return None
+    clear_answer_state(request)
+    shown = ", ".join(c for c in codings if c)[:100]
+    response = error_response(501, f"the transfer coding {shown!r} is not supported (only chunked)",
+                              "invalid_request_error", "unsupported_transfer_encoding")
+    response.force_close()
+    count_request(request.path if request.path in _ROUTES else "other", response.status)
+    answer_headers(request, response, edge.draining)
+    return response
+
+
 async def _expect(edge: Edge, request: web.Request) -> web.Response | None:
     """RFC 9110 §10.1.1 ``Expect``, as aiohttp's router does it: ``100-continue`` on HTTP/1.1
     gets ``100 Continue`` written at once (the client then sends its body; None: the route
@@ -123,6 +142,18 @@ async def _expect(edge: Edge, request: web.Request) -> web.Response | None:
     ``expectation_failed`` (OpenAI's JSON error body, counted like any answer)."""
     expect = request.headers.get("Expect", "")
     if request.version == HttpVersion11 and expect.lower() == "100-continue":
+        limit = edge.config.max_body_bytes
+        length = request.content_length
+        if length is not None and length > limit:
+            # decided on the Content-Length before inviting the body (RFC 9110 §10.1.1: a server
+            # that will refuse it answers the final status instead of 100), and closed after:
+            # a client may send the body anyway
+            clear_answer_state(request)
+            response = too_large(limit)
+            response.force_close()
+            count_request(request.path if request.path in _ROUTES else "other", response.status)
+            answer_headers(request, response, edge.draining)
+            return response
         await request.writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
         request.writer.output_size = 0  # the answer's own status line is still to be written
         await request.writer.drain()
@@ -175,6 +206,10 @@ def make_app(edge: Edge, loop: asyncio.AbstractEventLoop) -> EdgeApp:
             handler = methods.get(request.method) if methods is not None else None
             if handler is None:
                 return _unrouted(edge, request, methods or ())
+        if "Transfer-Encoding" in request.headers:
+            refused = _transfer_coding(edge, request)
+            if refused is not None:
+                return refused
         if "Expect" in request.headers:
             refused = await _expect(edge, request)
             if refused is not None:

@@ -15,9 +15,13 @@ Its documented extension point is the request handler class itself, so the edge 
 
 - every error answer is OpenAI's JSON error body, with ``x-request-id``; a 4xx is the client's
   fault and is logged at DEBUG, never with a traceback at ERROR;
-- ``max_connections``: a connection over the limit gets ``503`` (JSON, ``Retry-After``) and is
-  closed at once, so idle clients cannot take every file descriptor of the process (the limit
-  is lowered to what ``RLIMIT_NOFILE`` allows, leaving room for the process's own files);
+- ``max_connections``: at the limit, a new connection makes room by closing the connection idle
+  the longest (an idle keep-alive connection, or one that has not sent a whole request head
+  yet: neither owes an answer), as nginx reuses idle keep-alive connections and Envoy and HAProxy
+  close idle ones under connection pressure, so idle clients cannot keep real ones out; only
+  when every connection is busy does the new one get ``503`` (JSON, ``Retry-After``) and is
+  closed at once (the limit is lowered to what ``RLIMIT_NOFILE`` allows, leaving room for the
+  process's own files);
 - ``header_timeout_s``: a connection that has not completed a request head within it of being
   opened is closed (slow-header clients); idle keep-alive connections, and a slow head on one,
   are closed after ``keepalive_timeout_s`` (aiohttp's keep-alive timer);
@@ -32,6 +36,7 @@ import asyncio
 import errno
 import logging
 import socket
+from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
@@ -133,17 +138,30 @@ class _EdgeProtocol(RequestHandler):
     """aiohttp's connection protocol with the edge's error bodies, connection limit and header
     timeout (see the module docstring)."""
 
-    __slots__ = ("_header_timer",)
+    __slots__ = ("_header_timer", "_edge")
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self._header_timer: asyncio.TimerHandle | None = None
         super().connection_made(transport)
         server = self._manager
         assert isinstance(server, _EdgeServer)
-        if server.open_connections > server.max_connections:
+        self._edge = server
+        if server.open_connections > server.max_connections and not server.evict_idle():
             self._refuse_connection(transport)
             return
+        server.activity[self] = None
         self._header_timer = self._loop.call_later(server.header_timeout_s, self._header_timeout)
+
+    @property
+    def evictable(self) -> bool:
+        """Closing it loses nothing: it is open, has no request being answered, and none parsed
+        and waiting (idle after an answer, or no whole request head received yet)."""
+        if self.transport is None or self._force_close or self._messages:
+            return False
+        if self._request_count == 0:
+            return True
+        waiter = self._waiter
+        return waiter is not None and not waiter.done()
 
     def _refuse_connection(self, transport: asyncio.BaseTransport) -> None:
         body = error_body("the server has too many open connections; retry after the indicated delay",
@@ -164,12 +182,15 @@ class _EdgeProtocol(RequestHandler):
             self.force_close()
 
     def data_received(self, data: bytes) -> None:
+        if self._edge.activity.get(self, 0) is None:  # most recently active last: the front is idle the longest
+            self._edge.activity.move_to_end(self)
         super().data_received(data)
         if self._header_timer is not None and self._request_count:
             self._header_timer.cancel()
             self._header_timer = None
 
     def connection_lost(self, exc: BaseException | None) -> None:
+        self._edge.activity.pop(self, None)
         if self._header_timer is not None:
             self._header_timer.cancel()
             self._header_timer = None
@@ -230,6 +251,25 @@ class _EdgeServer(web.Server):
         self.max_connections = max_connections
         self.header_timeout_s = header_timeout_s
         self.open_connections = 0
+        #: open connections, least recently active first (moved to the end on every read)
+        self.activity: OrderedDict[_EdgeProtocol, None] = OrderedDict()
+        #: connections closed to make room for new ones (idle keep-alive or no request yet)
+        self.evicted = 0
+
+    def evict_idle(self) -> bool:
+        """Close the connection idle the longest that owes no answer (see
+        :attr:`_EdgeProtocol.evictable`) to make room for a new one; False if every connection
+        is busy. Scans from the least recently active: a connection that received nothing for
+        long and is busy (a long stream) is passed over, at most once per connection."""
+        for connection in self.activity:
+            if connection.evictable:
+                self.evicted += 1
+                log.debug("max_connections (%d) reached: closing the connection idle the longest",
+                          self.max_connections)
+                self.activity.pop(connection, None)
+                connection.force_close()
+                return True
+        return False
 
     def _edge_request(self, message: RawRequestMessage, payload: StreamReader, protocol: RequestHandler,
                       writer: AbstractStreamWriter, task: asyncio.Task[None]) -> web.Request:

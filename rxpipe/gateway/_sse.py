@@ -14,7 +14,7 @@ from aiohttp import web
 
 from .._protocol import Subscription
 from ..errors import BackendError, EngineError, EngineUnavailableError
-from ..serving import Completion, CompletionRequest, CompletionResult
+from ..serving import UNANSWERED_REASONS, Completion, CompletionRequest, CompletionResult
 from ..stage import InternalSubscriber
 from ._openai import SSE_DONE, chunk_body, error_body, now_created, sse, token_event_template
 from ._responses import RESULT, answer_headers, observe_ttft, result_of
@@ -206,21 +206,24 @@ async def stream_error(response: web.StreamResponse, message: str, type: str, co
 
 async def stream_answer(edge: Edge, loop: asyncio.AbstractEventLoop, request: web.Request, item: CompletionRequest,
                         completion: Completion, *, chat: bool,
-                        failed: Callable[[CompletionRequest, EngineError], web.Response]) -> web.StreamResponse:
+                        failed: Callable[[CompletionRequest, EngineError], web.Response],
+                        unanswered: Callable[[CompletionRequest, str], web.Response]) -> web.StreamResponse:
     """The SSE answer to a streamed request the engine took (OpenAI's ``chat.completion.chunk``
     events, then ``data: [DONE]``), with credit toward the reader: the token stream is
     requested only as events leave for the socket (at most ``stream_window`` chunks ahead, and
     ``stream_buffer_bytes`` in the socket's buffers), so a slow reader stalls its own sequence,
     never the engine. The status line waits for the first token (or the end): an engine error
-    before it is answered by ``failed`` with its own status; after it, as an error event. A
+    before it is answered by ``failed`` with its own status, an end without an answer before it
+    (one of ``UNANSWERED_REASONS``: past its deadline in a worker's queue, say) by ``unanswered``
+    (429 ``deadline``, 503), never as a 200 with an empty "stop"; after it, as an error event. A
     reader that goes away cancels the completion (its slot is freed)."""
     response = web.StreamResponse(status=200, headers={
         "Content-Type": "text/event-stream", "Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
     # Subscribe before the first await, so the sequence has its credit for the first step.
     created = now_created()
+    limit = edge.config.stream_buffer_bytes
     writer = EventWriter(loop, edge.config.stream_window,
-                          *token_event_template(item, chat=chat, created=created),
-                          flush_bytes=edge.config.stream_buffer_bytes)
+                          *token_event_template(item, chat=chat, created=created), flush_bytes=limit)
     completion.tokens.subscribe(writer)
     result_future = completion.result
     transport = request.transport
@@ -238,9 +241,12 @@ async def stream_answer(edge: Edge, loop: asyncio.AbstractEventLoop, request: we
         # request (its 4xx, a 503) gets its own status to the client, not a 200 then an error event.
         while not writer.pending and not writer.done:
             await writer.wait()
-        if not writer.pending and isinstance(writer.error, EngineError):
-            return failed(item, writer.error)
-        bound_socket_buffers(request, edge.config.stream_buffer_bytes)
+        if not writer.pending:
+            if isinstance(writer.error, EngineError):
+                return failed(item, writer.error)
+            if completion.finish_reason in UNANSWERED_REASONS:
+                return unanswered(item, completion.finish_reason)
+        bound_socket_buffers(request, limit)
         answer_headers(request, response, edge.draining)
         await response.prepare(request)
         try:
@@ -249,17 +255,26 @@ async def stream_answer(edge: Edge, loop: asyncio.AbstractEventLoop, request: we
             pending = writer.pending
             while True:
                 if pending:
-                    # What arrived while the writer could not write itself (before this
-                    # point, during this task's own write, or while the socket is over its
-                    # high-water mark): one write of whole events, then as much credit back.
-                    n = len(pending)
-                    data = b"".join(pending)
-                    pending.clear()
+                    # What arrived while the writer could not write itself (before this point,
+                    # during this task's own write, or while the socket is over its high-water
+                    # mark): the socket first — a paused transport is waited for before anything
+                    # more is written to it (aiohttp drains only past 64 KiB of its own) — then
+                    # one write of the whole events that fit under stream_buffer_bytes (at least
+                    # one), and as much credit back. The rest stays here, within the credit
+                    # window: a slow reader's socket holds at most stream_buffer_bytes plus one
+                    # event, and the gateway at most one credit window more.
+                    protocol = request.protocol
+                    if protocol is not None and protocol.writing_paused:
+                        await protocol._drain_helper()
+                    transport = request.transport
+                    room = limit - (transport.get_write_buffer_size() if transport is not None else 0)
+                    n, size = 1, len(pending[0])
+                    while n < len(pending) and size + len(pending[n]) <= room:
+                        size += len(pending[n])
+                        n += 1
+                    data = pending[0] if n == 1 else b"".join(pending[:n])
+                    del pending[:n]
                     await response.write(data)
-                    if request.protocol is not None and request.protocol.writing_paused:
-                        # aiohttp drains only past 64 KiB of its own: wait for the socket here,
-                        # so a slow reader holds at most stream_buffer_bytes (plus this write)
-                        await request.protocol._drain_helper()
                     writer.grant(n)
                     continue
                 if writer.broken:
@@ -284,9 +299,11 @@ async def stream_answer(edge: Edge, loop: asyncio.AbstractEventLoop, request: we
                                    "unavailable" if unavailable else "engine_error")
             return response
         request[RESULT] = result
-        if result.finish_reason == "cancelled":
+        if result.finish_reason in UNANSWERED_REASONS:  # after the status line: an error event
             reason = "draining" if edge.draining else "unavailable"
-            await stream_error(response, "the request was cancelled by the server", "overloaded_error", reason)
+            await stream_error(response, "the request was cancelled by the server" if result.finish_reason
+                               == "cancelled" else f"the request ended {result.finish_reason} on the server",
+                               "overloaded_error", reason)
             return response
         observe_ttft(result)
         edge.policy.meter.record_service(result.e2e_s - result.queue_time_s)

@@ -282,13 +282,23 @@ class _NatsBroker:
         return {subject: beat for subject, beat in found if beat is not None}
 
     async def close(self) -> None:
+        """Disconnect. With the server unreachable nothing waits for it: what nats-py buffered
+        while reconnecting can never be sent (the requests it stood for were retried, or are
+        answered 503 by the gateway, or redelivered by the server), so it is dropped, not
+        flushed. nats-py (2.16) would write that buffer at close to the dropped connection's
+        closed transport (a RuntimeError under uvloop: the process exited 1)."""
         nc, self.nc = self.nc, None
-        if nc is not None:
+        if nc is None:
+            return
+        if nc.is_connected:
             try:
                 await nc.flush(timeout=1)
             except Exception:  # closing anyway
                 pass
-            await nc.close()
+        elif getattr(nc, "_pending_data_size", 0):
+            nc._pending = []
+            nc._pending_data_size = 0
+        await nc.close()
 
 
 class NatsGatewayBroker(_NatsBroker, GatewayBroker):
@@ -323,7 +333,7 @@ class NatsGatewayBroker(_NatsBroker, GatewayBroker):
             self._arrived.set()
 
     async def leave(self, gateway_id: str) -> None:
-        if self.nc is not None and self._ready:
+        if self.nc is not None and self._ready and self.nc.is_connected:  # else its beat just ages out
             subject = self.names.live_subject("g", gateway_id)
             await self.nc.request(f"$JS.API.STREAM.PURGE.{self.names.live}", orjson.dumps({"filter": subject}),
                                   timeout=self.settings.command_timeout_s)
@@ -633,7 +643,7 @@ class NatsWorkerBroker(_NatsBroker, WorkerBroker):
         return _ts(info["ts"])
 
     async def leave(self, consumer: str) -> None:
-        if self.nc is not None and self._ready:
+        if self.nc is not None and self._ready and self.nc.is_connected:  # else its beat just ages out
             subject = self.names.live_subject("w", consumer)
             await self.nc.request(f"$JS.API.STREAM.PURGE.{self.names.live}", orjson.dumps({"filter": subject}),
                                   timeout=self.settings.command_timeout_s)

@@ -46,7 +46,7 @@ from ._features import Features, detect_features
 from ._trim import trim_acknowledged
 
 __all__ = ["RedisGatewayBroker", "RedisWorkerBroker", "ensure_group", "workers_key", "gateways_key",
-           "control_key", "group_backlog", "TRANSIENT"]
+           "control_key", "BACKLOG", "backlog_reply", "TRANSIENT"]
 
 log = logging.getLogger("rxpipe.redis")
 
@@ -70,6 +70,25 @@ if pause > 0 then untl = now + pause end
 redis.call('HSET', KEYS[1], ARGV[1],
            string.format('{"at":%.6f,"pause_until":%.6f,"model":%s}', now, untl, cjson.encode(ARGV[3])))
 return t
+"""
+#: Requests queued and not yet acknowledged by the group ARGV[1] on the stream KEYS[1]: the
+#: group's pending entries plus the entries after its last-delivered-id, counted up to ARGV[2]
+#: (more than that is "full" anyway); -1 when the stream or the group is missing. Not the
+#: group's ``lag``: Redis 7.0 keeps counting entries deleted (``XDEL``, a withdrawn request)
+#: before the group read past them, for good, so every client that left while queued took a
+#: slot of ``max_backlog`` forever. The count costs O(what is queued), bounded by ARGV[2].
+BACKLOG = """
+local ok, groups = pcall(redis.call, 'XINFO', 'GROUPS', KEYS[1])
+if not ok then return -1 end
+for _, g in ipairs(groups) do
+  local info = {}
+  for i = 1, #g, 2 do info[g[i]] = g[i + 1] end
+  if info['name'] == ARGV[1] then
+    local queued = redis.call('XRANGE', KEYS[1], '(' .. info['last-delivered-id'], '+', 'COUNT', ARGV[2])
+    return tonumber(info['pending']) + #queued
+  end
+end
+return -1
 """
 
 
@@ -97,17 +116,10 @@ async def ensure_group(client: Redis, settings: RedisSettings) -> None:
             raise
 
 
-def group_backlog(groups: Any, group: str, length: int) -> int:
-    """Entries of ``group`` not yet acknowledged (``lag + pending``; the stream's length when the
-    group or its lag is unknown, e.g. entries were deleted in the range)."""
-    for info in groups if isinstance(groups, list) else ():
-        name = info.get("name")
-        if (name.decode() if isinstance(name, bytes) else name) == group:
-            lag = info.get("lag")
-            if lag is None:
-                return length
-            return int(lag) + int(info.get("pending", 0))
-    return length
+def backlog_reply(reply: Any) -> int | None:
+    """The backlog :data:`BACKLOG` answered (None: the stream or the group is missing)."""
+    count = int(reply)
+    return None if count < 0 else count
 
 
 def _time(reply: Any) -> float:
@@ -227,25 +239,24 @@ class RedisGatewayBroker(_RedisBroker, GatewayBroker):
         assert client is not None
         pipe = client.pipeline(transaction=False)
         pipe.eval(_REGISTER, 1, gateways_key(s), gateway_id)
-        pipe.xinfo_groups(s.stream)
-        pipe.xlen(s.stream)
+        pipe.eval(BACKLOG, 1, s.stream, s.group, s.max_backlog + 1)
         pipe.hgetall(workers_key(s))
         pipe.hgetall(gateways_key(s))
         pipe.expire(self.reply_to, int(s.reply_ttl_s))
         pipe.xtrim(self.reply_to, minid=self._last_reply_id, approximate=True)
-        now, groups, length, workers, gateways, alive, _ = await self._run(pipe)
-        for result in (now, length, workers, gateways):
+        now, backlog, workers, gateways, alive, _ = await self._run(pipe)
+        for result in (now, backlog, workers, gateways):
             if isinstance(result, BaseException):
                 raise result
         reset = False
-        if isinstance(groups, ResponseError) or not alive:
+        queued = backlog_reply(backlog)
+        if queued is None or not alive:
             # a new (or wiped) Redis: make the group and this gateway's reply stream again
             reset = not alive
             await ensure_group(client, s)
             await call(client.xadd, self.reply_to, {b"hello": b"gateway"}, maxlen=1000, approximate=True)
             await call(client.expire, self.reply_to, int(s.reply_ttl_s))
-            groups = []
-        return Snapshot(group_backlog(groups, s.group, int(length)), _time(now),
+        return Snapshot(queued or 0, _time(now),
                         {(k.decode() if isinstance(k, bytes) else str(k)): float(v) for k, v in gateways.items()},
                         _beats(workers), reset)
 
@@ -330,9 +341,10 @@ class RedisWorkerBroker(_RedisBroker, WorkerBroker):
             raise ValueError(f"unknown write {op.kind!r}")
 
     async def fetch(self, n: int, block_s: float) -> list[Delivery]:
-        """This consumer's own pending entries first (a worker restarted under its old name:
-        ``XREADGROUP ... <id>`` reads its pending entries list from the start, until it is read
-        through), then claimed entries (at most once per ``BLOCK`` interval), else new ones."""
+        """This consumer's own pending entries first (a worker restarted under its old name, or
+        whose last read failed: ``XREADGROUP ... <id>`` reads its pending entries list from the
+        start, until it is read through; what it holds already is skipped by the source), then
+        claimed entries (at most once per ``BLOCK`` interval), else new ones."""
         s = self.settings
         if self.commands is None:
             await self.open()
@@ -364,6 +376,11 @@ class RedisWorkerBroker(_RedisBroker, WorkerBroker):
                 return []
             raise
         except TRANSIENT:
+            # A read that failed may have been served all the same: Redis put what it delivered in
+            # this consumer's pending entries list, and the reply was lost with the connection (a
+            # process paused past the socket timeout, SIGSTOP, say). Its own deliveries come first
+            # at the next read, not after a claim once visibility_timeout_s passed.
+            self._own_cursor = b"0-0"
             await self._drop_idle()
             raise
         found = []
@@ -387,8 +404,8 @@ class RedisWorkerBroker(_RedisBroker, WorkerBroker):
             return []
         self._own_cursor = entries[-1][0]
         self.recovered += len(entries)
-        log.info("worker %s: %d entries of its own pending from before its start, read first", s.consumer,
-                 len(entries))
+        log.info("worker %s: %d entries of its own pending entries list (from before its start, or delivered to a "
+                 "read that failed) read first", s.consumer, len(entries))
         return await self._claimed(entries)
 
     async def _claimed(self, entries: list[tuple[bytes, Any]]) -> list[Delivery]:

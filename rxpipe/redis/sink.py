@@ -3,8 +3,10 @@
 
     Pipeline(Gateway(model="sim"), redis_sink(RedisSettings(url=..., max_backlog=1000)))
 
-Demand is the room under ``max_backlog`` (the group's entries not yet acknowledged, ``XINFO
-GROUPS``: ``lag`` + ``pending``; ``XLEN`` when the lag is unknown); see
+Demand is the room under ``max_backlog`` (the group's entries not yet acknowledged: its pending
+entries plus the entries after its last-delivered-id, counted by one script,
+:data:`~rxpipe.redis._adapter.BACKLOG`; never the group's ``lag``, which Redis 7.0 keeps
+counting for deleted entries); see
 :class:`~rxpipe.transport.TransportSink` for the rule shared by every broker.
 """
 
@@ -15,7 +17,7 @@ from typing import Any
 from ..flowable import Flowable, Operator
 from ..serving import CompletionRequest
 from ..transport.sink import TransportSink, pause_floor
-from ._adapter import RedisGatewayBroker, _beats, ensure_group, gateways_key, group_backlog, workers_key
+from ._adapter import RedisGatewayBroker, _beats, ensure_group, gateways_key, workers_key
 from ._connection import RedisSettings
 
 __all__ = ["RedisSink", "redis_sink", "workers_key", "gateways_key", "ensure_group"]
@@ -41,10 +43,6 @@ def redis_sink(settings: RedisSettings, *, name: str | None = None) -> Operator:
     if not isinstance(settings, RedisSettings):
         raise TypeError(f"redis_sink() needs RedisSettings, got {settings!r}")
     return lambda source: RedisSink(source, settings, name=name)
-
-
-def _group_backlog(groups: Any, group: str, length: int) -> int:
-    return group_backlog(groups, group, length)
 
 
 def _pause_floor(workers: Any, now: float) -> float:

@@ -32,7 +32,15 @@ from ._execute import ExecuteFlowable
 from ._operators import balance, cache, execute, fair_queue, prefix_affinity
 from ._outcomes import OUTCOMES, count_finished, outcome_of
 from .engine import Engine
-from .records import FINISH_REASONS, Completion, CompletionRequest, CompletionResult, TokenChunk, estimate_tokens
+from .records import (
+    FINISH_REASONS,
+    UNANSWERED_REASONS,
+    Completion,
+    CompletionRequest,
+    CompletionResult,
+    TokenChunk,
+    estimate_tokens,
+)
 
 __all__ = [
     "CompletionRequest",
@@ -40,6 +48,7 @@ __all__ = [
     "CompletionResult",
     "Completion",
     "FINISH_REASONS",
+    "UNANSWERED_REASONS",
     "estimate_tokens",
     "Engine",
     "execute",

@@ -38,7 +38,7 @@ class Engine(ABC):
     admitted), :meth:`bind_loop` (the engine moves to an event loop), ``available`` with
     :attr:`unavailable_reason`, :meth:`aclose`. :meth:`submit` itself is written once, here
     (a template method): every engine admits requests, refuses them and answers a cancelled or
-    expired one the same way. README "Write your own engine" has a complete one.
+    expired one the same way. The manual's "Write your own engine" (docs/tutorials/engine.md) has a complete one.
 
     Anchors: vLLM's engine core (``add_request`` ↔ :meth:`start`, ``abort_request`` ↔
     :meth:`cancel_completion`, ``max_num_seqs``); the template method of Gamma et al.

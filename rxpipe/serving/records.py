@@ -24,6 +24,7 @@ from ..flowable import Flowable
 from ..stage import EMPTY_SUBSCRIPTION, DrainSubscription
 
 __all__ = ["CompletionRequest", "TokenChunk", "CompletionResult", "Completion", "FINISH_REASONS",
+           "UNANSWERED_REASONS",
            "estimate_tokens"]
 
 #: Why a completion ended. ``stop``: the model ended it (end of sequence); ``length``: it reached
@@ -31,6 +32,13 @@ __all__ = ["CompletionRequest", "TokenChunk", "CompletionResult", "Completion", 
 #: ``cancelled``: cancelled (client gone) or the engine closed; ``deadline``: ``deadline_s`` passed
 #: before it could start (it never ran). Engine failures are not a finish reason: ``result`` raises.
 FINISH_REASONS = ("stop", "length", "stalled", "cancelled", "deadline")
+#: The finish reasons that are not an answer, the same on every path from an engine (local, or a
+#: worker's behind a broker) to the client: the edge turns each into a refusal or an error, never
+#: into a ``finish_reason`` a client reads (``deadline``: 429 ``deadline``; ``cancelled``: 503, or
+#: an error event once the stream started; ``stalled``: the connection is closed). Any other reason
+#: is the model's (``stop``, ``length``, or one an engine of its own gives, e.g. ``content_filter``)
+#: and reaches the client as it is, never replaced by ``stop``.
+UNANSWERED_REASONS = ("stalled", "cancelled", "deadline")
 
 
 def _new_id() -> str:

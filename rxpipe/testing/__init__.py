@@ -6,6 +6,7 @@
   ``call_later`` and ``loop.time()`` advance instantly and deterministically.
 - Marble tests with demand marks on that clock: :func:`assert_marbles` (from a plain test),
   ``await`` :func:`marbles` (inside a virtual-time test), :class:`Marbles` for several sources.
+- :func:`draw_marbles` draws a marble diagram as an SVG picture (the manual's are drawn with it).
 - :func:`check_operator` runs the operator contract (DESIGN §9: demand, bounds, cancel, error,
   completion) on any operator, yours included, and draws the failing run.
 - ``rxpipe.testing.pytest_plugin``: async tests on asyncio and uvloop, ``@pytest.mark.virtual``
@@ -13,6 +14,7 @@
 """
 
 from ._contract import CHECKS, check_operator
+from ._marble_svg import draw_marbles
 from ._marbles import (
     MarbleError,
     MarbleEvent,
@@ -44,4 +46,5 @@ __all__ = [
     "assert_marbles",
     "parse_marbles",
     "parse_demand",
+    "draw_marbles",
 ]

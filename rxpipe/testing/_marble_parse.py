@@ -6,12 +6,15 @@ not the clock or the sources that play it.
 
 from __future__ import annotations
 
+import inspect
+import re
 from collections import defaultdict
 from typing import Any, Mapping, NamedTuple, Sequence
 
 from .._protocol import UNBOUNDED
 
-__all__ = ["MarbleError", "MarbleEvent", "parse_demand", "parse_marbles", "render_marbles"]
+__all__ = ["MarbleError", "MarbleEvent", "MarbleRow", "parse_demand", "parse_marbles", "render_marbles",
+           "docstring_marbles", "docstring_marble_rows", "marble_blocks"]
 
 _SILENT = "- "
 _SPECIAL = frozenset("-|#()^! ")
@@ -243,3 +246,70 @@ def _describe(events: Sequence[MarbleEvent]) -> str:
             parts.append(f"{e.frame}:#{e.value!r}")
     return "[" + ", ".join(parts) + "]"
 
+
+
+# -- the diagrams of a docstring ---------------------------------------------------------------
+_LABEL = re.compile(r"^\s{4,}(?P<label>[A-Za-z_][\w ,]*):(?P<rest>\s.*)?$")
+_COMMENT = re.compile(r"\s{2,}(?=[^\s^])")
+
+
+class MarbleRow(NamedTuple):
+    """One line of a docstring's marble block: ``label`` (``source``, ``demand``, ``output``,
+    ``upstream``, an inner stream's letter ...), the ``diagram`` from the block's common time
+    origin, and the ``comment`` written after it ("" if none)."""
+
+    label: str
+    diagram: str
+    comment: str = ""
+
+
+def docstring_marble_rows(doc: str) -> list[list[MarbleRow]]:
+    """The marble blocks of a docstring, each a list of :class:`MarbleRow` in the written order.
+
+    A block is a run of lines indented by four or more spaces, each ``label: diagram``, with a
+    ``source:`` (or ``observable:``) line among them; the diagrams share one time origin, the
+    leftmost column where one starts. Two or more spaces followed by anything but ``^`` (a
+    request mark) start a comment. The test suite plays every block of every public docstring
+    (``tests/test_docstring_marbles.py``) and the manual draws the same blocks
+    (:func:`~rxpipe.testing.draw_marbles`), so a drawn diagram is an executed one.
+    """
+    return marble_blocks(inspect.cleandoc(doc).splitlines())
+
+
+def marble_blocks(lines: Sequence[str], *, require_source: bool = True) -> list[list[MarbleRow]]:
+    """:func:`docstring_marble_rows` of lines already dedented as :func:`inspect.cleandoc` does
+    (a block's lines are still indented by four or more spaces); with ``require_source=False``
+    a block needs no ``source:`` line (a picture of any diagram)."""
+    blocks: list[list[tuple[str, str, int]]] = []
+    current: list[tuple[str, str, int]] = []
+    for line in lines:
+        match = _LABEL.match(line)
+        if match is None:
+            if current:
+                blocks.append(current)
+                current = []
+            continue
+        rest = match["rest"] or ""
+        start = match.end("label") + 1 + len(rest) - len(rest.lstrip())
+        current.append((match["label"], line, start))
+    if current:
+        blocks.append(current)
+    found: list[list[MarbleRow]] = []
+    for rows in blocks:
+        if require_source and not {label for label, _, _ in rows} & {"source", "observable"}:
+            continue
+        origin = min(start for _, _, start in rows)
+        block: list[MarbleRow] = []
+        for label, line, start in rows:
+            diagram = line[origin:]
+            cut = _COMMENT.search(diagram, start - origin + 1)
+            comment = diagram[cut.end():].strip() if cut else ""
+            block.append(MarbleRow(label, (diagram[:cut.start()] if cut else diagram).rstrip(), comment))
+        found.append(block)
+    return found
+
+
+def docstring_marbles(doc: str) -> list[dict[str, str]]:
+    """The marble blocks of a docstring as ``{label: diagram}`` (comments cut):
+    :func:`docstring_marble_rows` without the comments."""
+    return [{row.label: row.diagram for row in rows} for rows in docstring_marble_rows(doc)]

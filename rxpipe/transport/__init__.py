@@ -17,9 +17,9 @@ The whole contract crosses the wire, once for every broker:
 
 A broker adapter only moves bytes (:class:`GatewayBroker`, :class:`WorkerBroker`) and is found
 by URL scheme: it registers itself (:func:`register_broker`) when its package is imported, and
-the shipped ones are imported by name on first use, so this package imports none of them. Two
-ship: Redis Streams (:mod:`rxpipe.redis`, ``redis://``) and NATS JetStream (:mod:`rxpipe.nats`,
-``nats://``). Pick one by URL:
+the shipped ones are imported by name on first use, so this package imports none of them. Three
+ship: Redis Streams (:mod:`rxpipe.redis`, ``redis://``), NATS JetStream (:mod:`rxpipe.nats`,
+``nats://``) and Kafka (:mod:`rxpipe.kafka`, ``kafka://``). Pick one by URL:
 
     Pipeline(Gateway(model="sim"), transport_sink("nats://127.0.0.1:4222", max_backlog=1000))
     Pipeline(transport_source("nats://127.0.0.1:4222", max_unacked=64), ops.execute(engine))
@@ -57,8 +57,9 @@ __all__ = ["TransportSettings", "TRANSPORT_SETTINGS", "BROKER_URL", "TransportSi
 
 def settings_for(url: str, **settings: Any) -> TransportSettings:
     """The settings class of the broker ``url`` names (``redis://`` → ``RedisSettings``,
-    ``nats://`` → ``NatsSettings``, or a registered adapter's), built with ``settings``. Raises
-    ValueError for a scheme no adapter serves (naming the supported ones) or a bad setting."""
+    ``nats://`` → ``NatsSettings``, ``kafka://`` → ``KafkaSettings``, or a registered adapter's),
+    built with ``settings``. Raises ValueError for a scheme no adapter serves (naming the supported
+    ones) or a bad setting."""
     return adapter_for(url).settings(url=url, **settings)
 
 

@@ -105,7 +105,14 @@ def decode_reply(raw: bytes | None) -> dict[str, Any] | None:
 
 
 def result_from_fields(fields: dict[str, Any]) -> CompletionResult:
-    return CompletionResult(str(fields["text"]), str(fields["finish_reason"]), int(fields["prompt_tokens"]),
+    """The result a ``done`` reply carries. Its finish reason crosses as the worker's engine gave
+    it (one vocabulary from the engine to the client, see
+    :data:`~rxpipe.engines.UNANSWERED_REASONS`); raises ValueError (or KeyError, TypeError) for
+    fields that are not a result, e.g. a finish reason that is not a non-empty string."""
+    reason = fields["finish_reason"]
+    if not isinstance(reason, str) or not reason:
+        raise ValueError(f"the finish reason {reason!r} is not one")
+    return CompletionResult(str(fields["text"]), reason, int(fields["prompt_tokens"]),
                             int(fields["completion_tokens"]), float(fields["queue_time_s"]),
                             None if fields["ttft_s"] is None else float(fields["ttft_s"]), float(fields["e2e_s"]))
 

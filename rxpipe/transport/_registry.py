@@ -47,6 +47,8 @@ class BrokerAdapter:
 BUILTIN_ADAPTERS: dict[str, tuple[tuple[str, ...], str]] = {
     "redis": (("redis://", "rediss://", "unix://"), "rxpipe.redis"),
     "nats": (("nats://", "tls://"), "rxpipe.nats"),
+    # the ends, not rxpipe.kafka itself: its settings import without aiokafka
+    "kafka": (("kafka://",), "rxpipe.kafka._ends"),
 }
 
 _REGISTERED: dict[str, BrokerAdapter] = {}

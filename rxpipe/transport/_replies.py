@@ -28,10 +28,11 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-from typing import Any, Protocol
+from typing import Any, Callable, Protocol
 
 from ..errors import EngineError
 from ..serving import Completion, CompletionRequest, CompletionResult
+from ..serving._drain import DrainMeter
 from ._codec import error_from_fields, result_from_fields
 
 __all__ = ["ReplyRouter"]
@@ -78,8 +79,14 @@ class ReplyRouter:
 
     def __init__(self, loop: asyncio.AbstractEventLoop, control: _Control | None = None, *,
                  credit_window: int = 8, credit_resend_s: float = 0.5,
-                 stall_timeout_s: float | None = None) -> None:
+                 stall_timeout_s: float | None = None, meter: DrainMeter | None = None) -> None:
         self.loop = loop
+        #: the workers' drain as this gateway sees it: each request's admission (``register``),
+        #: start on a worker's engine (``start``), end, or leaving before it started; its
+        #: ``backlog`` is this gateway's requests still queued
+        self.meter = meter if meter is not None else DrainMeter()
+        #: called after each start (the sink's wait bound may have room again)
+        self.on_start: Callable[[], None] | None = None
         self.control = control
         self.credit_window = credit_window
         self.credit_resend_s = credit_resend_s
@@ -98,6 +105,7 @@ class ReplyRouter:
 
     def register(self, request: CompletionRequest) -> None:
         self.waiting[request.id] = _Remote(request, self.credit_window)
+        self.meter.record_admit(self.loop.time())
         reply = request.reply
         if reply is not None:
             reply.add_done_callback(functools.partial(self._reply_done, request.id))
@@ -106,21 +114,37 @@ class ReplyRouter:
         if future.cancelled():
             remote = self.waiting.pop(request_id, None)  # the client left before it started
             if remote is not None:
+                self._left(remote)
                 self._send_cancel(remote)
         elif future.exception() is not None:
-            self.waiting.pop(request_id, None)
+            remote = self.waiting.pop(request_id, None)
+            if remote is not None:
+                self._left(remote)
 
     def fail(self, request_id: str, error: BaseException) -> None:
         """The request never reached the broker (or its fate is unknown): its client gets ``error``."""
         remote = self.waiting.pop(request_id, None)
         if remote is None:
             return
+        self._left(remote)
         self._fail(remote, error)
 
     def fail_all(self, error: BaseException) -> None:
-        for remote in list(self.waiting.values()):
-            self._fail(remote, error)
+        remotes = list(self.waiting.values())
         self.waiting.clear()
+        for remote in remotes:
+            self._left(remote)
+            self._fail(remote, error)
+
+    def _left(self, remote: _Remote) -> None:
+        """``remote`` is no longer waited for (removed from ``waiting``): the drain meter counts
+        the end of a started request, or a queued one that leaves without starting."""
+        now = self.loop.time()
+        if remote.started_s is None:
+            self.meter.record_abandon(now)
+        else:
+            self.meter.record_finish(now)
+            self.meter.record_service(now - remote.started_s)
 
     def _fail(self, remote: _Remote, error: BaseException) -> None:
         if remote.completion is not None:
@@ -166,26 +190,44 @@ class ReplyRouter:
                 log.warning("reply for %s: chunk %r arrived while %d was expected; the stream fails",
                             remote.request.id, index, remote.next_chunk)
                 del self.waiting[remote.request.id]
+                self._left(remote)
                 self._send_cancel(remote)
                 completion.fail(EngineError(f"chunk {index!r} arrived while {remote.next_chunk} was expected: "
                                             "the reply stream lost a chunk"))
         elif kind == "done":
-            completion = remote.completion or self._start(remote)
+            try:
+                result: CompletionResult | None = result_from_fields(message["r"])
+            except (KeyError, TypeError, ValueError) as error:  # never a guessed "stop"
+                log.warning("reply for %s: a result that is not one (%s): %r", remote.request.id, error,
+                            message.get("r"))
+                result = None
+            # past its deadline when a worker read it: it never ran (no start, no slot drained)
+            never_ran = remote.completion is None and result is not None and result.finish_reason == "deadline"
+            completion = remote.completion or self._start(remote, counted=not never_ran)
             del self.waiting[remote.request.id]
-            completion.finish(self._result(remote, result_from_fields(message["r"])))
+            self._left(remote)
+            if result is None:
+                completion.fail(EngineError("the worker's result is malformed"))
+                return
+            completion.finish(self._result(remote, result))
         elif kind == "error":
             del self.waiting[remote.request.id]
+            self._left(remote)
             self._fail(remote, error_from_fields(message))
 
-    def _start(self, remote: _Remote) -> Completion:
+    def _start(self, remote: _Remote, *, counted: bool = True) -> Completion:
         request = remote.request
         completion = Completion(request, self, self.loop)
         request.completion = completion
         remote.completion = completion
-        remote.started_s = self.loop.time()
+        if counted:
+            remote.started_s = self.loop.time()
+            self.meter.record_start(remote.started_s)
         reply = request.reply
         if reply is not None and not reply.done():
             reply.set_result(completion)
+        if counted and self.on_start is not None:
+            self.on_start()
         return completion
 
     def _result(self, remote: _Remote, worker: CompletionResult) -> CompletionResult:
@@ -269,6 +311,7 @@ class ReplyRouter:
             self.control.credit(credits)
         for remote in stalled:
             del self.waiting[remote.request.id]
+            self._left(remote)
             self._send_cancel(remote)
             self._finish(remote, "stalled")
 
@@ -285,6 +328,7 @@ class ReplyRouter:
         messages for it are strays."""
         remote = self.waiting.pop(completion.request.id, None)
         if remote is not None:
+            self._left(remote)
             self._send_cancel(remote)
             self._finish(remote, "cancelled")
 

@@ -141,7 +141,8 @@ class ReplyPublisher:
             self._failed(request, handle, error)
             return
         completion = future.result()
-        self.send(request, start_payload(request.id, self.worker))
+        if completion.finish_reason != "deadline":  # one past its deadline never started here
+            self.send(request, start_payload(request.id, self.worker))
         if request.stream:
             forwarder = self.forwarders[request.id] = _ChunkForwarder(self, request)
             completion.tokens.subscribe(forwarder)

@@ -38,11 +38,17 @@ class TransportSettings:
     a typed setting (``schema_of(RedisSettings)`` is their table; a wrong value raises
     :class:`~rxpipe.settings.SettingError` naming the field).
 
-    url: the broker (its scheme picks the adapter: ``redis://``, ``nats://``).
+    url: the broker (its scheme picks the adapter: ``redis://``, ``nats://``, ``kafka://``).
     stream: the request queue's name. group: the workers' consumer group (durable consumer).
     consumer: this worker's name in the group (default ``<host>-<pid>``).
     max_backlog: requests admitted and not yet acknowledged by a worker, at most; the gateway
         refuses (429 ``queue_full``) beyond it.
+    max_queue_wait_s: the wait bound of the gateway's admission (s): it admits no more requests
+        than the workers drain in this time (the drain rate measured from its own requests'
+        starts and ends on the workers, ``DrainMeter``), so what it admits starts within about
+        this long instead of waiting behind ``max_backlog`` (at a drain of 8/s, 1,000 requests
+        are 125 s deep: past every client's timeout); before a rate is measured only
+        ``max_backlog`` bounds. None: only ``max_backlog``.
     visibility_timeout_s: a request delivered to a worker that neither acknowledged nor refreshed
         it this long is delivered to another worker (Redis ``XAUTOCLAIM`` min-idle-time, NATS
         ``ack_wait``). A live worker refreshes what it holds every third of it.
@@ -66,8 +72,9 @@ class TransportSettings:
     cancel_memory_s: how long a worker remembers a cancel for a request it has not read (s).
     """
 
-    url: str = setting("", "URL", "the broker: redis://… or nats://… (its scheme picks the adapter)",
-                       parse=broker_url, expected="a redis:// (or rediss://, unix://) or nats:// (or tls://) URL")
+    url: str = setting("", "URL", "the broker: redis://…, nats://… or kafka://… (its scheme picks the adapter)",
+                       parse=broker_url, expected="a redis:// (or rediss://, unix://), nats:// (or tls://) or kafka:// "
+                                                  "URL")
     stream: str = setting("rxpipe:requests", "str", "the request queue (Redis: the stream's key; NATS: the stream's "
                                                     "name and subject prefix)", allow_empty=False)
     group: str = setting("workers", "str", "the workers' consumer group (NATS: their durable pull consumer)",
@@ -76,6 +83,9 @@ class TransportSettings:
                             allow_empty=False, default_text="<host>-<pid>")
     max_backlog: int = setting(1000, "int", "requests queued and not yet acknowledged by a worker, at most (more get "
                                             "429)", minimum=1)
+    max_queue_wait_s: float | None = setting(10.0, "number", "admit no more than the workers drain in this long "
+                                                             "(s, measured drain); null: only max_backlog bounds",
+                                             minimum=0, exclusive_minimum=True, nullable=True)
     visibility_timeout_s: float = setting(30.0, "number", "a request idle this long on a worker that stopped is run "
                                                           "elsewhere (s)", minimum=0, exclusive_minimum=True)
     block_ms: int | None = setting(None, "int", "BLOCK of every blocking read (ms); null: min(1000, "
@@ -128,6 +138,6 @@ class TransportSettings:
 TRANSPORT_SETTINGS: Schema = schema_of(TransportSettings)
 
 #: the one switch of the gateway and worker pipelines: the broker to use, by URL (DESIGN §8)
-BROKER_URL = Setting("broker_url", None, "URL", "redis://… or nats://…: the broker between gateways and workers; "
-                     "null: none", parse=broker_url, expected="a redis:// (or rediss://, unix://) or nats:// (or "
-                     "tls://) URL", nullable=True)
+BROKER_URL = Setting("broker_url", None, "URL", "redis://…, nats://… or kafka://…: the broker between gateways and "
+                     "workers; null: none", parse=broker_url, expected="a redis:// (or rediss://, unix://), nats:// "
+                     "(or tls://) or kafka:// URL", nullable=True)

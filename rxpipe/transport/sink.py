@@ -12,6 +12,14 @@ most its share of the room it saw: ``ceil(room / gateways)``, where ``gateways``
 gateways on the queue (each registers at every refresh, on the broker's clock). So the backlog
 exceeds ``max_backlog`` by at most ``gateways - 1``. No room: no demand, and the edge answers 429
 ``queue_full``. The sink is written once for every broker: an adapter only moves bytes.
+
+The count is not the wait: at a drain of 8 requests/s a full ``max_backlog`` of 1,000 is 125 s
+deep, past every client's timeout, and workers would run sequences nobody waits for any more.
+So admission also bounds the wait (``max_queue_wait_s``), as the edge's latency budget does
+locally: the sink admits no more than the workers drain in that time, from the drain rate it
+measures on its own requests (their starts on a worker's engine and their ends, while some
+waited: :class:`~rxpipe.gateway._policy.DrainMeter`), re-checked at each start. Beyond it the
+edge answers 429 ``queue_full`` with a Retry-After from the same drain.
 """
 
 from __future__ import annotations
@@ -30,6 +38,7 @@ from ..flowable import Flowable
 from ..metrics import StageCounters, StageStatistics, track
 from ..runtime import Service
 from ..serving import CompletionRequest
+from ..serving._drain import DrainMeter
 from ..stage import DrainSubscription, InternalSubscriber
 from ._backoff import Backoff
 from ._clock import BrokerClock
@@ -198,6 +207,10 @@ class TransportSink(Flowable[Any], Service):
         self._admitted_at_refresh = 0
         #: publishes sent and not yet answered
         self.unconfirmed = 0
+        #: the workers' drain as this gateway sees it (its requests' admissions, starts on a
+        #: worker's engine and ends: fed by the ReplyRouter), for the wait bound
+        self.meter = DrainMeter()
+        self._last_rate: float | None = None
         #: broker time until which every live worker's engine is paused (0: none is)
         self.paused_until_s = 0.0
         self.router: ReplyRouter | None = None
@@ -223,10 +236,32 @@ class TransportSink(Flowable[Any], Service):
 
     def room(self) -> int:
         """Admissions allowed now: this gateway's share of the room seen at the last refresh, less
-        what it admitted since (0 while the broker is unreachable)."""
+        what it admitted since (0 while the broker is unreachable), and no more than
+        :meth:`wait_room`."""
         if not self.up:
             return 0
-        return self.allowance - (self.admitted - self._admitted_at_refresh)
+        room = self.allowance - (self.admitted - self._admitted_at_refresh)
+        by_wait = self.wait_room()
+        return room if by_wait is None or by_wait > room else by_wait
+
+    def wait_room(self) -> int | None:
+        """Admissions the wait bound allows now: what the workers drain in ``max_queue_wait_s``
+        (at least one: an empty queue admits), less this gateway's requests still queued
+        (``meter.backlog``). The drain rate is the meter's (finishes while this gateway's
+        requests waited, per second; with several gateways each sees its share of the drain and
+        of the queue, so the bound is the same wait); while none is measured, the last one
+        measured; None before any (or without the bound): ``max_backlog`` alone bounds."""
+        wait = self.settings.max_queue_wait_s
+        if wait is None or self.router is None:
+            return None
+        rate = self.meter.rate(self.router.loop.time())
+        if rate is None:
+            rate = self._last_rate
+            if rate is None:
+                return None
+        else:
+            self._last_rate = rate
+        return max(1, int(rate * wait)) - self.meter.backlog
 
     # -- Flowable --------------------------------------------------------------------------------
     def _subscribe(self, subscriber: Subscriber[Any]) -> None:
@@ -254,6 +289,11 @@ class TransportSink(Flowable[Any], Service):
         payload = encode_request(request, self.reply_key, now,
                                  credit=self.settings.credit_window if request.stream else None)
         writer.put("publish", payload, done=functools.partial(self._published, request.id))
+
+    def _started(self) -> None:
+        """A request of this gateway started on a worker: the wait bound may have room again."""
+        if self._link is not None and self.settings.max_queue_wait_s is not None:
+            self._link.top_up()
 
     def _published(self, request_id: str, result: Any) -> None:
         self.unconfirmed -= 1
@@ -341,7 +381,8 @@ class TransportSink(Flowable[Any], Service):
         self._stopping = False
         self.clock.loop = loop
         self.router = ReplyRouter(loop, self, credit_window=s.credit_window, credit_resend_s=s.credit_resend_s,
-                                  stall_timeout_s=s.stall_timeout_s)
+                                  stall_timeout_s=s.stall_timeout_s, meter=self.meter)
+        self.router.on_start = self._started
         try:
             await self.broker.open()
         except self.broker.transient as error:

@@ -243,14 +243,31 @@ def test_connection_limit_header_timeout_and_idle_keep_alive(limited: GatewayPro
         for sock in kept:  # each answered: the server holds three open connections
             sock.sendall(health)
             assert sock.recv(65536).startswith(b"HTTP/1.1 200")
+        # at the limit a new client is served: the connection idle the longest makes room
+        # (was: 503 while idle clients held every slot)
         status, headers, body = exchange(port, health)
-        assert status == 503 and headers["connection"] == "close" and headers["retry-after"] == "1"
-        assert orjson.loads(body)["error"]["code"] == "too_many_connections"
-        # idle keep-alive connections are closed after keepalive_timeout_s (3 s)
-        waited = [closed_within(sock, 10.0) for sock in kept]
+        assert status == 200 and body == b'{"status":"ok"}'
+        assert closed_within(kept[0], 2.0) is not None  # the oldest idle one, at once
+        assert closed_within(kept[1], 0.3) is None  # only that one
+        # the other idle keep-alive connections are closed after keepalive_timeout_s (3 s)
+        waited = [closed_within(sock, 10.0) for sock in kept[1:]]
         assert all(w is not None for w in waited), waited
     finally:
         for sock in kept:
+            sock.close()
+    # every connection busy (a request whose body is still arriving): nothing to close, 503
+    partial = b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{"
+    busy = [socket.create_connection(("127.0.0.1", port)) for _ in range(3)]
+    try:
+        for sock in busy:
+            sock.sendall(partial)
+        time.sleep(0.2)  # the heads are read: a handler waits for each body (a wait, not an assertion)
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:  # sends nothing: no reset
+            head, body = read_answer(sock)
+        assert head.startswith(b"HTTP/1.1 503 ") and b"Connection: close" in head and b"Retry-After: 1" in head
+        assert orjson.loads(body)["error"]["code"] == "too_many_connections"
+    finally:
+        for sock in busy:
             sock.close()
     # a connection that never completes a request head is closed after header_timeout_s (0.3 s),
     # well before the keep-alive timer (3 s) would
@@ -292,3 +309,106 @@ def test_an_exception_let_out_of_a_handler_becomes_openais_json_error() -> None:
     failed = unhandled(request, ValueError("a bug"))
     assert failed.status == 500
     assert orjson.loads(failed.body)["error"]["code"] == "internal_error"
+
+
+def read_answer(sock: socket.socket) -> tuple[bytes, bytes]:
+    """(head, what followed it until the server closed the connection)."""
+    raw = b""
+    while True:
+        chunk = sock.recv(65536)
+        if not chunk:
+            break
+        raw += chunk
+    head, _, rest = raw.partition(b"\r\n\r\n")
+    return head, rest
+
+
+def test_expect_100_continue_with_a_body_over_the_limit_gets_413_and_no_100(gateway: GatewayProcess) -> None:
+    """The Content-Length is decided on before the body is invited (RFC 9110 §10.1.1)."""
+    with socket.create_connection(("127.0.0.1", gateway.port), timeout=10) as sock:
+        sock.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n" + AUTH
+                     + b"Expect: 100-continue\r\nContent-Length: %d\r\n\r\n" % (2 << 20))
+        raw = b""
+        while b"request_too_large" not in raw:
+            chunk = sock.recv(65536)
+            assert chunk, raw
+            raw += chunk
+    head, _, body = raw.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 413 ") and b"100 Continue" not in raw, raw
+    assert b"Connection: close" in head  # a client may send the body anyway: closed after it
+    assert orjson.loads(body)["error"]["code"] == "request_too_large"
+
+
+@pytest.mark.parametrize("coding, status, code", [
+    (b"gzip, chunked", 501, "unsupported_transfer_encoding"),
+    (b"deflate,chunked", 501, "unsupported_transfer_encoding"),
+    (b"gzip", 400, "bad_http_request"),  # not ending in chunked: no framing at all (the parser's 400)
+])
+def test_a_transfer_coding_other_than_chunked_is_refused(gateway: GatewayProcess, coding: bytes, status: int,
+                                                         code: str) -> None:
+    body = orjson.dumps({"prompt": "x", "max_tokens": 2})
+    framed = b"%x\r\n%b\r\n0\r\n\r\n" % (len(body), body)  # a plain body, chunked
+    with socket.create_connection(("127.0.0.1", gateway.port), timeout=10) as sock:
+        sock.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n" + AUTH
+                     + b"Transfer-Encoding: " + coding + b"\r\n\r\n" + framed)
+        head, rest = read_answer(sock)
+    assert int(head.split(b" ", 2)[1]) == status, head  # and the server closed (read_answer returned)
+    assert status == 400 or b"Connection: close" in head  # the parser's 400 is an HTTP/1.0 answer
+    assert b"Content-Type: application/json" in head
+    error = orjson.loads(rest)["error"]
+    assert (error["type"], error["code"]) == ("invalid_request_error", code)
+
+
+def test_a_408_says_connection_close_and_closes(tmp_path: Path) -> None:
+    process = GatewayProcess(tmp_path, "body_timeout_s=1", env={"RXPIPE_API_KEYS": KEY})
+    try:
+        with socket.create_connection(("127.0.0.1", process.port), timeout=10) as sock:
+            sock.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n" + AUTH
+                         + b"Content-Length: 100\r\n\r\n{\"prompt\": ")
+            sent = time.monotonic()
+            head, rest = read_answer(sock)
+            closed_s = time.monotonic() - sent
+    finally:
+        process.kill()
+    assert head.startswith(b"HTTP/1.1 408 ") and b"Connection: close" in head, head
+    assert orjson.loads(rest)["error"]["code"] == "request_timeout"
+    assert closed_s < 5.0  # at the 408 (1 s), not after the keep-alive timeout
+
+
+def test_idle_connections_at_max_connections_do_not_keep_a_new_client_out(tmp_path: Path) -> None:
+    """At ``max_connections`` of connections that never sent a request, a new client is served at
+    once (the one idle the longest is closed for it), not refused with 503 until the idle ones hit
+    ``header_timeout_s``."""
+    limit = 1024
+    process = GatewayProcess(tmp_path, f"max_connections={limit}", "header_timeout_s=20")
+    idle: list[socket.socket] = []
+    fds = Path(f"/proc/{process.proc.pid}/fd")
+    before = len(list(fds.iterdir()))
+    try:
+        for _ in range(limit):
+            idle.append(socket.create_connection(("127.0.0.1", process.port)))
+        deadline = time.monotonic() + 15
+        while len(list(fds.iterdir())) < before + limit:  # until the server accepted every one
+            assert time.monotonic() < deadline, f"the server did not accept the {limit} connections"
+            time.sleep(0.1)
+        started, refused = time.monotonic(), 0
+        while True:
+            with socket.create_connection(("127.0.0.1", process.port), timeout=10) as sock:
+                sock.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+                try:
+                    answer = sock.recv(65536)
+                except ConnectionResetError:
+                    answer = b""
+            if answer.startswith(b"HTTP/1.1 200"):
+                break
+            refused += 1
+            assert time.monotonic() - started < 30, answer
+            time.sleep(0.05)
+        served_s = time.monotonic() - started
+        print(f"\nunder {limit} idle connections: a new client served after {served_s:.2f} s ({refused} refused first)")
+        assert refused == 0 and served_s < 2.0
+        assert closed_within(idle[0], 2.0) is not None  # the oldest made room
+    finally:
+        for sock in idle:
+            sock.close()
+        process.kill()

@@ -8,7 +8,7 @@ from typing import Any
 import orjson
 import pytest
 
-from rxpipe.engines import CompletionRequest, CompletionResult
+from rxpipe.engines import UNANSWERED_REASONS, CompletionRequest, CompletionResult
 from rxpipe.gateway._openai import (
     InvalidRequest,
     chunk_body,
@@ -108,3 +108,19 @@ def test_token_event_template_is_byte_for_byte_the_chunk_event(chat: bool, text:
     req = CompletionRequest(prompt="p", id="cmpl-abc", model="m-1")
     prefix, suffix = token_event_template(req, chat=chat, created=12)
     assert prefix + orjson.dumps(text) + suffix == sse(chunk_body(req, chat=chat, created=12, text=text))
+
+
+def test_a_finish_reason_reaches_the_client_as_the_engine_gave_it_never_replaced_by_stop() -> None:
+    """One vocabulary from the engine to the client: the model's reasons pass as they are (one an
+    engine of its own gives too); those that are no answer are refused by the edge before any
+    body is built, so building one from them is a bug, said loudly (not a silent "stop")."""
+    req = CompletionRequest(prompt="p", id="cmpl-1")
+    for reason in ("stop", "length", "content_filter"):
+        result = CompletionResult("t", reason, 1, 1, 0.0, None, 0.0)
+        assert orjson.loads(completion_body(req, result, chat=True, created=1))["choices"][0]["finish_reason"] == reason
+        final = orjson.loads(chunk_body(req, chat=False, created=1, result=result))
+        assert final["choices"][0]["finish_reason"] == reason
+    for reason in UNANSWERED_REASONS:
+        with pytest.raises(ValueError, match="not an answer"):
+            completion_body(req, CompletionResult("", reason, 1, 0, 0.0, None, 0.0), chat=False, created=1)
+    assert UNANSWERED_REASONS == ("stalled", "cancelled", "deadline")

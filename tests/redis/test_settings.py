@@ -13,7 +13,7 @@ from rxpipe.redis import Backoff, RedisSettings
 from rxpipe.redis._connection import public_url
 from rxpipe.redis._features import detect_features, parse_version
 from rxpipe.redis._trim import next_id
-from rxpipe.redis.sink import _group_backlog, _pause_floor
+from rxpipe.redis.sink import _pause_floor
 
 from .servers import RedisServer
 
@@ -41,10 +41,6 @@ def test_backoff_is_full_jitter_below_a_doubling_cap() -> None:
 
 def test_ids_backlog_and_pause_floor() -> None:
     assert next_id(b"5-3") == b"5-4" and next_id("17") == b"17-1"
-    groups = [{"name": b"other", "lag": 9, "pending": 9}, {"name": b"workers", "lag": 4, "pending": 3}]
-    assert _group_backlog(groups, "workers", 100) == 7
-    assert _group_backlog([{"name": b"workers", "lag": None, "pending": 3}], "workers", 100) == 100
-    assert _group_backlog([], "workers", 12) == 12
     now = time.time()
     beat = lambda at, until: orjson.dumps({"at": at, "pause_until": until})  # noqa: E731
     assert _pause_floor({b"a": beat(now, now + 3), b"b": beat(now, now + 5)}, now) == now + 3

@@ -12,6 +12,7 @@ from rxpipe import operators as ops
 from rxpipe.engines import CompletionRequest, SimulatedEngine
 from rxpipe.errors import EngineUnavailableError
 from rxpipe.redis import RedisGroupSource, RedisSettings, RedisSink
+from rxpipe.redis._adapter import BACKLOG, backlog_reply, ensure_group
 from rxpipe.runtime import Pipeline
 from rxpipe.testing import TestPublisher, TestSubscriber
 
@@ -137,4 +138,34 @@ async def test_requests_waiting_when_redis_loses_its_data_are_answered_503(redis
         assert sink.up and sink.router is not None and len(sink.router) == 0
     finally:
         await sink.stop()
+        await client.aclose()
+
+
+async def test_the_backlog_is_what_is_queued_not_the_lag_redis_7_0_keeps_for_deleted_entries(
+        redis_server: RedisServer) -> None:
+    settings = RedisSettings(url=redis_server.url, consumer="w1")
+    client = Redis.from_url(redis_server.url)
+    try:
+        async def backlog(limit: int = 1001) -> int | None:
+            return backlog_reply(await client.eval(BACKLOG, 1, settings.stream, settings.group, limit))
+
+        assert await backlog() is None  # no stream yet
+        await ensure_group(client, settings)
+        ids = [await client.xadd(settings.stream, {b"r": b"x"}) for _ in range(5)]
+        await client.xreadgroup(settings.group, "w1", {settings.stream: ">"}, count=2)
+        await client.xdel(settings.stream, ids[2], ids[3])  # withdrawn while queued
+        await client.xreadgroup(settings.group, "w1", {settings.stream: ">"}, count=10)  # reads past them
+        assert await backlog() == 3  # 3 pending, nothing queued
+        await client.xack(settings.stream, settings.group, *ids)
+        await client.xadd(settings.stream, {b"r": b"y"})
+        info = (await client.xinfo_groups(settings.stream))[0]
+        assert (info["pending"], info["lag"]) == (0, 3)  # Redis 7.0: 2 of them are the deleted entries
+        assert await backlog() == 1
+        for _ in range(4):
+            await client.xadd(settings.stream, {b"r": b"z"})
+        assert await backlog() == 5 and await backlog(limit=3) == 3  # counted up to the limit
+        await client.delete(settings.stream)
+        await client.xadd(settings.stream, {b"r": b"w"})
+        assert await backlog() is None  # a stream without the group
+    finally:
         await client.aclose()

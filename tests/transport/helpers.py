@@ -33,12 +33,22 @@ def skewed_env(tmp_path: Path, offset_s: float) -> dict[str, str]:
     return {"PYTHONPATH": str(folder), "RXPIPE_TEST_CLOCK_OFFSET_S": repr(offset_s)}
 
 
-def gateway(processes: Processes, url: str, *settings: str, env: dict[str, str] | None = None) -> PipelineProcess:
-    return processes.start("llm_gateway.py", f"broker_url={url}", *settings, port=free_port(), env=env)
+def _options(broker: Any, side: str) -> tuple[str, ...]:
+    """``broker_url=…`` and the ``--set`` pairs a broker's ``side`` (``worker``/``gateway``) starts
+    with (``broker`` a URL, or a broker fixture with ``worker_options``/``gateway_options``)."""
+    if isinstance(broker, str):
+        return (f"broker_url={broker}",)
+    extra = getattr(broker, f"{side}_options", {})
+    return (f"broker_url={broker.url}", *(f"{key}={value}" for key, value in extra.items()))
 
 
-def worker(processes: Processes, url: str, *settings: str, wait: bool = True) -> PipelineProcess:
-    return processes.start("llm_worker.py", f"broker_url={url}", *settings, wait=wait, metrics_port=free_port())
+def gateway(processes: Processes, broker: Any, *settings: str, env: dict[str, str] | None = None) -> PipelineProcess:
+    return processes.start("llm_gateway.py", *_options(broker, "gateway"), *settings, port=free_port(), env=env)
+
+
+def worker(processes: Processes, broker: Any, *settings: str, wait: bool = True) -> PipelineProcess:
+    return processes.start("llm_worker.py", *_options(broker, "worker"), *settings, wait=wait,
+                           metrics_port=free_port())
 
 
 def scrape(url: str) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:

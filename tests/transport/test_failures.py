@@ -47,14 +47,14 @@ async def test_kill_9_of_a_worker_every_accepted_request_completes_exactly_once(
         broker: Broker, processes: Processes) -> None:
     visibility_s, tokens = 2.0, 60
     slow = ("max_num_seqs=8", "step_overhead_s=0.05", f"visibility_timeout_s={visibility_s}")
-    gw = gateway(processes, broker.url)
-    victim = worker(processes, broker.url, *slow, "consumer=victim")
+    gw = gateway(processes, broker)
+    victim = worker(processes, broker, *slow, "consumer=victim")
     async with session() as http:
         tasks = [asyncio.ensure_future(complete(http, gw.url, f"request {i}", tokens, stream=i % 2 == 0))
                  for i in range(8)]
         await until_running(victim, 8)  # it holds all 8
         await asyncio.sleep(0.3)  # a few tokens streamed
-        rescuer = worker(processes, broker.url, *slow, "consumer=rescuer")
+        rescuer = worker(processes, broker, *slow, "consumer=rescuer")
         assert not any(t.done() for t in tasks)
         killed = time.monotonic()
         victim.kill9()
@@ -70,9 +70,16 @@ async def test_kill_9_of_a_worker_every_accepted_request_completes_exactly_once(
             text, finish = body["choices"][0]["text"], body["choices"][0]["finish_reason"]
             assert body["usage"]["completion_tokens"] == tokens and finish == "length"
         assert len(text.split()) == tokens, text  # every token exactly once (one word per token)
-    # taken over only once idle visibility_timeout_s since the victim's last refresh (at most a
-    # third of it before the kill: Redis XCLAIM, NATS in_progress), then run again (~3.2 s each)
-    assert visibility_s * 2 / 3 + 3.0 <= recovery_s <= visibility_s + 3.2 + 4.0
+    if kind(broker) == "kafka":
+        # Kafka: taken over once the victim's group session expired (heartbeats stop at the kill)
+        # and the group rebalanced (two join rounds of ~2 s each on Tansu: the rescuer's, cut short
+        # by the dead member, and the one without it), then run again (~3.2 s each)
+        session_s = broker.worker_options["session_timeout_ms"] / 1000
+        assert session_s + 3.0 <= recovery_s <= 2 * session_s + 2 * 2.0 + 3.2 + 4.0
+    else:
+        # taken over only once idle visibility_timeout_s since the victim's last refresh (at most a
+        # third of it before the kill: Redis XCLAIM, NATS in_progress), then run again (~3.2 s each)
+        assert visibility_s * 2 / 3 + 3.0 <= recovery_s <= visibility_s + 3.2 + 4.0
     deadline = time.monotonic() + 5
     while sample(scrape(f"{gw.url}/metrics"), "rxpipe_stage_buffered_items", stage="broker") != 0:
         assert time.monotonic() < deadline, "the queue still holds requests"  # all acknowledged
@@ -85,18 +92,19 @@ async def test_a_worker_restarted_under_its_name_after_kill_9_takes_up_what_it_h
         broker: Broker, processes: Processes) -> None:
     """Redis: its own pending entries list, read first (XREADGROUP ... 0); NATS: the ack subjects
     its liveness message listed, given back (-NAK) at start. Either way what the killed process
-    held runs again as soon as the new one is up, not after visibility_timeout_s (30 s)."""
+    held runs again as soon as the new one is up, not after visibility_timeout_s (30 s). Kafka:
+    once the group has rebalanced (see below)."""
     visibility_s, tokens = 30.0, 20
     slow = ("max_num_seqs=4", "step_overhead_s=0.05", f"visibility_timeout_s={visibility_s}")
-    gw = gateway(processes, broker.url)
-    victim = worker(processes, broker.url, *slow, "consumer=w1")
+    gw = gateway(processes, broker)
+    victim = worker(processes, broker, *slow, "consumer=w1")
     async with session() as http:
         tasks = [asyncio.ensure_future(complete(http, gw.url, f"request {i}", tokens, stream=i % 2 == 0))
                  for i in range(4)]
         await until_running(victim, 4)  # it holds all 4
         victim.kill9()
         killed = time.monotonic()
-        again = worker(processes, broker.url, *slow, "consumer=w1")
+        again = worker(processes, broker, *slow, "consumer=w1")
         started_s = time.monotonic() - killed
         results = await asyncio.wait_for(asyncio.gather(*tasks), 60)
     recovery_s = max(done for *_, done in results) - killed
@@ -106,8 +114,16 @@ async def test_a_worker_restarted_under_its_name_after_kill_9_takes_up_what_it_h
         assert status == 200, body
         text = streamed_text(body)[0] if i % 2 == 0 else body["choices"][0]["text"]
         assert len(text.split()) == tokens, text
-    # up, then each request run again (20 steps of 50 ms): far from the 30 s a claim would wait
-    assert recovery_s <= started_s + 5.0 < visibility_s / 2, (recovery_s, started_s)
+    if kind(broker) == "kafka":
+        # Kafka owns no request per worker name: the new process joins the group, which gives it
+        # the partitions once the dead member's session has expired (two join rounds of ~2 s each
+        # on Tansu), then each request runs again (1 s): still far from visibility_timeout_s
+        session_s = broker.worker_options["session_timeout_ms"] / 1000
+        rebalance_s = 2 * session_s + 2 * 2.0 + 3.0
+        assert rebalance_s < visibility_s / 2 and recovery_s <= started_s + rebalance_s, (recovery_s, started_s)
+    else:
+        # up, then each request run again (20 steps of 50 ms): far from the 30 s a claim would wait
+        assert recovery_s <= started_s + 5.0 < visibility_s / 2, (recovery_s, started_s)
     assert again.proc.poll() is None
 
 
@@ -126,9 +142,12 @@ async def greedy_texts(prompts: list[str], max_tokens: int) -> list[str]:
 @pytest.mark.timeout(90)
 async def test_broker_stopped_mid_load_503_while_down_200_after_restart_nothing_accepted_lost(
         broker: Broker, processes: Processes) -> None:
+    if kind(broker) == "kafka":
+        pytest.skip("the Kafka test broker (Tansu) keeps its data in memory only: a restart loses every topic "
+                    "(tests/kafka/test_adapter.py covers 503 while it is down)")
     tokens, long_tokens = 10, 300
-    gw = gateway(processes, broker.url, "refresh_interval_s=0.1")
-    wk = worker(processes, broker.url, "max_num_seqs=12", "step_overhead_s=0.02")
+    gw = gateway(processes, broker, "refresh_interval_s=0.1")
+    wk = worker(processes, broker, "max_num_seqs=12", "step_overhead_s=0.02")
     stop = asyncio.Event()
     log: list[tuple[float, int, dict[str, str], Any, float]] = []
     # accepted before the crash and certainly running on the worker when it comes: 300 tokens at

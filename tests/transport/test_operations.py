@@ -27,8 +27,8 @@ async def test_a_backend_4xx_behind_a_worker_reaches_the_client_with_its_status_
     try:
         stub.control(fail=2, fail_status=422, fail_message=f"prompt too long for {stub.url}/v1",
                      fail_code="context_length_exceeded")
-        gw = gateway(processes, broker.url)
-        worker(processes, broker.url, f"backend_url={stub.url}", "max_num_seqs=4", "model=sim", "consumer=w1")
+        gw = gateway(processes, broker)
+        worker(processes, broker, f"backend_url={stub.url}", "max_num_seqs=4", "model=sim", "consumer=w1")
         expected = {"error": {"message": "prompt too long for (address removed)", "type": "invalid_request_error",
                               "code": "context_length_exceeded", "param": None}}
         async with session() as http:
@@ -48,8 +48,8 @@ async def test_a_gateway_names_a_worker_serving_another_model(tmp_path: Path, br
                                                             processes: Processes) -> None:
     stub = StubServer(tmp_path)
     try:
-        gw = gateway(processes, broker.url)  # serves "sim": clients asking for my-model get 404
-        worker(processes, broker.url, f"backend_url={stub.url}", "model=my-model", "consumer=w9")
+        gw = gateway(processes, broker)  # serves "sim": clients asking for my-model get 404
+        worker(processes, broker, f"backend_url={stub.url}", "model=my-model", "consumer=w9")
         deadline = time.monotonic() + 20
         needle = ("worker w9 serves model 'my-model' but this gateway serves 'sim': requests for 'my-model' get 404 "
                   "here; start the gateway with --set model=my-model")

@@ -205,3 +205,23 @@ async def test_credit_is_cumulative_a_window_ahead_of_the_reader_resent_while_st
         router.tick()
     result = await (await r.reply).result
     assert result.finish_reason == "stalled" and control.cancels == ["c"] and len(router) == 0
+
+
+@pytest.mark.virtual
+async def test_a_finish_reason_crosses_the_wire_as_the_worker_gave_it_and_a_malformed_one_fails() -> None:
+    loop = asyncio.get_running_loop()
+    router = ReplyRouter(loop)
+    reasons = {"deadline": "deadline", "filtered": "content_filter", "none": None, "number": 3}
+    waiting = {rid: request(loop, rid, stream=False) for rid in reasons}
+    for rid, r in waiting.items():
+        router.register(r)
+        fields = decode_reply(done_message(rid, RESULT))
+        assert fields is not None
+        fields["r"]["finish_reason"] = reasons[rid]
+        router.dispatch(fields)
+    assert (await (await waiting["deadline"].reply).result).finish_reason == "deadline"
+    assert (await (await waiting["filtered"].reply).result).finish_reason == "content_filter"
+    for rid in ("none", "number"):  # never a guessed "stop"
+        with pytest.raises(EngineError, match="malformed"):
+            await (await waiting[rid].reply).result
+    assert len(router) == 0

@@ -25,7 +25,7 @@ def fast(url: str, **extra: object) -> dict[str, object]:
 @pytest.mark.timeout(90)
 async def test_two_thousand_requests_streamed_and_unary_each_answered_once(broker: Broker) -> None:
     total, backlog = 2000, 200
-    settings = fast(broker.url, max_backlog=backlog)
+    settings = fast(broker.url, max_backlog=backlog, **broker.worker_options)
     edge: TestPublisher[CompletionRequest] = TestPublisher()
     sink = transport_sink(broker.url, **settings)(edge)
     await sink.start("127.0.0.1", None)  # type: ignore[attr-defined]
