@@ -78,6 +78,10 @@ class BranchSubscription(QueueDrainSubscription):
     """One branch's link to its subscriber; ``total`` is everything it ever requested."""
 
     __slots__ = ("run", "k", "total")
+    #: a fused filter after a branch drops an item by asking for one more (a request, counted in
+    #: ``total``): with conditional delivery the drop would keep its demand unseen by the run,
+    #: and the minimum over the branches would never move (partition's branches are such filters)
+    conditional_delivery = False
 
     def __init__(self, downstream: Subscriber[Any], run: BroadcastRun, k: int) -> None:
         super().__init__(downstream)

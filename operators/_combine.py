@@ -26,7 +26,8 @@ from typing import Any
 from rxpipe import UNBOUNDED, Flowable
 from rxpipe.stage import Input, Stage, operator
 
-__all__ = ["Zip", "CombineLatest", "WithLatestFrom", "Concat", "zip_stage", "combine_latest_stage",
+__all__ = ["Zip", "CombineLatest", "WithLatestFrom", "Concat", "ZipLatest", "ZipWithIterable", "zip_stage",
+           "combine_latest_stage", "zip_latest_stage", "zip_with_iterable_stage",
            "with_latest_from_stage", "concat_stage"]
 
 
@@ -233,3 +234,82 @@ class Concat(_Sources):
 
 
 concat_stage = operator(Concat)
+
+
+# -- zip_latest, zip_with_iterable (third round) ---------------------------------------------------------
+class ZipLatest(_Sources):
+    """One run of ``zip_latest``: a tuple each time every source has a value it has not been in a
+    tuple with (reactivex's "fresh" mask). A source's newer value replaces its fresh one (the older
+    is dropped, counted ``"superseded"``). Completes when a source ended without a fresh value, or
+    at the tuple after any source ended. State: ``latest``, ``fresh``, ``ended``."""
+
+    kind = "zip_latest"
+
+    def __init__(self, others: tuple[Flowable[Any], ...], prefetch: int) -> None:
+        super().__init__(others)
+        self.prefetch = self.others_prefetch = prefetch  # type: ignore[misc]
+        n = len(others) + 1
+        self.latest: list[Any] = [Stage.NOTHING] * n
+        self.fresh = [False] * n
+        self.ended = [False] * n
+
+    def on_start(self) -> None:
+        self.open_others()
+
+    def on_next(self, item: Any) -> None:
+        self.arrive(0, item)
+
+    def on_input_next(self, input: Input, item: Any) -> None:
+        self.arrive(input.key, item)
+
+    def arrive(self, position: int, item: Any) -> None:
+        if self.fresh[position]:
+            self.drop(self.latest[position], "superseded")
+        self.latest[position] = item
+        self.fresh[position] = True
+        if all(self.fresh):
+            self.fresh = [False] * len(self.fresh)
+            self.emit(tuple(self.latest))
+            if any(self.ended):
+                self.complete()
+
+    def on_complete(self) -> None:
+        self.source_ended(0)
+
+    def on_input_complete(self, input: Input) -> None:
+        self.source_ended(input.key)
+
+    def source_ended(self, position: int) -> None:
+        self.ended[position] = True
+        if not self.fresh[position]:  # its last value was used, or it never had one: no tuple can come
+            self.complete()
+
+
+zip_latest_stage = operator(ZipLatest)
+
+
+class ZipWithIterable(Stage):
+    """``(item, next(iterator))`` per item; the iterator's end completes the stream (upstream
+    cancelled). The iterator is made per subscription, at its first item."""
+
+    log_hook_errors = False  # a raising iterator is the stream's error
+    prefetch = None
+    kind = "zip_with_iterable"
+
+    def __init__(self, second: Any) -> None:
+        self.second = second
+        self.iterator: Any = None
+
+    def on_start(self) -> None:
+        self.iterator = iter(self.second)
+
+    def on_next(self, item: Any) -> None:
+        try:
+            other = next(self.iterator)
+        except StopIteration:
+            self.complete()
+            return
+        self.emit((item, other))
+
+
+zip_with_iterable_stage = operator(ZipWithIterable)

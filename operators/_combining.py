@@ -4,21 +4,24 @@
 
 from __future__ import annotations
 
-from typing import Any, TypeVar
+from typing import Any, Callable, TypeVar
 
-from rxpipe.flowable import Flowable, Operator
+from rxpipe.flowable import DEFAULT_PREFETCH, Flowable, Operator
 
-from ._args import DEFAULT_INNER_PREFETCH, check_int_arg, check_sources
+from ._args import DEFAULT_INNER_PREFETCH, check_callable, check_int_arg, check_sources, identity
 from ._merge import DEFAULT_MERGE_PREFETCH, MergeFlowable
 from ._start_with import start_with_stage
 
 T = TypeVar("T")
 
-__all__ = ["merge", "zip", "combine_latest", "with_latest_from", "concat", "start_with"]
+__all__ = ["merge", "zip", "combine_latest", "with_latest_from", "concat", "start_with", "amb", "zip_latest",
+           "zip_with_iterable", "zip_with_list", "join"]
 
 
-def merge(*others: Flowable[Any], prefetch: int = DEFAULT_MERGE_PREFETCH, name: str | None = None) -> Operator:
-    """Interleave the source and ``others`` fairly, never beyond downstream demand.
+def merge(*others: Flowable[Any], max_concurrent: int | None = None, prefetch: int = DEFAULT_MERGE_PREFETCH,
+          name: str | None = None) -> Operator:
+    """Interleave the source and ``others`` fairly, never beyond downstream demand; with
+    ``max_concurrent``, merge the source's items, themselves streams, at most that many at once.
 
         source:  -a---b---c-|
         other:   --1-2-3-|
@@ -36,12 +39,26 @@ def merge(*others: Flowable[Any], prefetch: int = DEFAULT_MERGE_PREFETCH, name: 
     ``prefetch < 1``. Completes when every input completed and its items went out. An error from
     any input cancels the others and is signalled at once (queued items are dropped). An input
     emitting beyond its prefetch signals ``MissingBackpressureError``. Cancel reaches every input.
-    Anchor: Reactor ``Flux.merge`` (prefetch per source), Akka ``Merge`` (fair).
+    ``merge(max_concurrent=n)`` (reactivex's higher-order form) is ``flat_map`` of the items
+    themselves: at most ``n`` inner streams subscribed, the next one when one ends, each a window
+    of ``prefetch`` items; it takes no ``others`` (reactivex ignores them there: a TypeError
+    here). ``merge_all()`` is the same with a default bound.
+    Anchor: Reactor ``Flux.merge`` (prefetch per source), Akka ``Merge`` (fair); reactivex
+        ``merge(*sources, max_concurrent=None)``, Reactor ``Flux.merge(Publisher<Publisher>,
+        concurrency)``.
     """
     for other in others:
         if not isinstance(other, Flowable):
             raise TypeError(f"merge() needs Flowables, got {other!r}")
     check_int_arg("merge", "prefetch", prefetch, 1)
+    if max_concurrent is not None:
+        check_int_arg("merge", "max_concurrent", max_concurrent, 1)
+        if others:
+            raise TypeError("merge(max_concurrent=) merges the source's items (streams): it takes no other "
+                            "sources (reactivex ignores them)")
+        from ._flatten import flat_map_stage
+
+        return flat_map_stage(identity, max_concurrent, prefetch, name=name)
     return lambda source: MergeFlowable((source, *others), prefetch, name)
 
 
@@ -182,3 +199,119 @@ def start_with(*items: T, name: str | None = None) -> Operator:
         if item is None:
             raise TypeError("start_with() items are never None (Reactive Streams §2.13)")
     return start_with_stage(items, name=name)
+
+
+# -- third round (DESIGN §3) --------------------------------------------------------------------------
+def amb(right_source: Flowable[Any], *, name: str | None = None) -> Operator:
+    """Mirror whichever of the source and ``right_source`` signals first (an item, its
+    completion or its error); the other is cancelled: ``rx.amb(source, right_source)``.
+
+        source:    ---x-y|
+        other:     --u---v|
+        demand:    ^*
+        output:    --u---v|      the other signalled first: the source is cancelled
+
+    Demand: until one wins, each is asked for what downstream wants (demand-driven, no
+    read-ahead); then only the winner. Between synchronous sources the source wins (it is
+    subscribed and asked first).
+    Signals: TypeError (raised here) for an argument that is not a Flowable; the winner's
+        error is signalled; cancel reaches both.
+    Anchor: reactivex ``amb``; Reactor ``ambWith`` / ``Flux.firstWithSignal``.
+    """
+    from rxpipe import amb as amb_sources
+
+    check_sources("amb", (right_source,))
+    return lambda source: amb_sources(source, right_source, name=name)
+
+
+def zip_latest(*others: Flowable[Any], prefetch: int = DEFAULT_INNER_PREFETCH, name: str | None = None) -> Operator:
+    """Emit a tuple of every source's newest value each time every source has a value it has
+    not yet been paired in.
+
+        source:    -a---b-c----|
+        other:     --1-------2-|
+        demand:    ^*
+        output:    --x-------y-|     x = (a, 1), y = (c, 2); b was replaced by c (dropped)
+
+    A source's newer value replaces its unpaired one (the older one is dropped, counted with
+    reason ``"superseded"``, as reactivex loses it). Completes at the tuple following any
+    source's completion, or when a source completes without an unpaired value.
+    Demand: each source is a window of ``prefetch`` items (as ``zip``'s); a tuple waits for
+    downstream demand in the output queue, which counts against every window, so a slow
+    consumer pauses every source.
+    Signals: TypeError (raised here) for an argument that is not a Flowable; an error from any
+        source cancels the others; cancel reaches every source.
+    Anchor: reactivex ``zip_latest``; RxJava ``zipLatest`` (RxJava2Extensions).
+    """
+    from ._combine import zip_latest_stage
+
+    check_sources("zip_latest", others)
+    check_int_arg("zip_latest", "prefetch", prefetch, 1)
+    return zip_latest_stage(others, prefetch, name=name)
+
+
+def zip_with_iterable(second: Any, *, name: str | None = None) -> Operator:
+    """Pair each item with the next item of the iterable ``second``: ``(item, value)`` tuples;
+    the first item that finds the iterable exhausted completes the stream (upstream cancelled).
+
+        source:    -a-b-c-|
+        demand:    ^*
+        output:    -x-y-|        zip_with_iterable([1, 2]): x = (a, 1), y = (b, 2); c meets its end
+
+    ``iter(second)`` is taken per subscription. Demand: passed through exactly.
+    Signals: TypeError (raised here) for a ``second`` that is not iterable; the iterator raising
+        cancels upstream and signals the exception.
+    Anchor: reactivex ``zip_with_iterable``; Reactor ``zipWithIterable``.
+    """
+    from collections.abc import Iterable
+
+    from ._combine import zip_with_iterable_stage
+
+    if not isinstance(second, Iterable):
+        raise TypeError(f"zip_with_iterable(second) needs an iterable, got {second!r}")
+    return zip_with_iterable_stage(second, name=name)
+
+
+def zip_with_list(second: Any, *, name: str | None = None) -> Operator:
+    """``zip_with_iterable`` under reactivex's other name (any iterable).
+
+        source:    -a-b-c-|
+        demand:    ^*
+        output:    -x-y-|        zip_with_list([1, 2]): x = (a, 1), y = (b, 2); c meets its end
+
+    Demand, signals: as ``zip_with_iterable``'s. Anchor: reactivex ``zip_with_list``.
+    """
+    return zip_with_iterable(second, name=name)
+
+
+def join(right: Flowable[Any], left_duration_mapper: Callable[[Any], Any],
+         right_duration_mapper: Callable[[Any], Any], *, prefetch: int = DEFAULT_PREFETCH,
+         name: str | None = None) -> Operator:
+    """Pair each item of the source with each item of ``right`` whose windows overlap: an item's
+    window lasts until its duration stream (``left_duration_mapper(item)`` /
+    ``right_duration_mapper(item)``) emits or completes.
+
+        source:    -a-----b---|
+        other:     ---1-2-----|
+        demand:    ^*
+        output:    ---x-y-----|      x = (a, 1), y = (a, 2): a's window is still open, b's meets none
+
+    (each duration here: ``rx.timer`` of 5 frames for ``a``, 1 frame for the others). A
+    duration may be a Flowable, a Publisher, an awaitable or an iterable (as ``flat_map``'s).
+    Completes when one side completed and has no open window, or when both completed.
+    Demand: each side is a window of ``prefetch`` items (default 256) counting its open
+    items: a side with that many windows open is asked for nothing more until some close;
+    pairs wait for downstream demand in the output queue, which counts against both windows;
+    each duration is asked for one item.
+    Signals: TypeError (raised here) for a bad argument; a mapper raising or returning no
+        stream, or an error of any stream, cancels the others and is signalled. Cancel reaches
+        both sides and every duration.
+    Anchor: reactivex ``join``; Rx.NET ``Join``.
+    """
+    from ._join import join_stage
+
+    check_sources("join", (right,))
+    check_callable("join", left_duration_mapper)
+    check_callable("join", right_duration_mapper)
+    check_int_arg("join", "prefetch", prefetch, 1)
+    return join_stage(right, left_duration_mapper, right_duration_mapper, prefetch, name=name)

@@ -12,7 +12,7 @@ from ._args import check_int_arg
 from ._publishers import publisher_problem
 from ._recovery import catch_stage, retry_stage
 
-__all__ = ["catch", "retry"]
+__all__ = ["catch", "retry", "on_error_resume_next"]
 
 
 def catch(handler: Flowable[Any] | Callable[[BaseException, Flowable[Any]], Flowable[Any]], *,
@@ -65,3 +65,24 @@ def retry(retry_count: int | None = None, *, name: str | None = None) -> Operato
     if retry_count is not None:
         check_int_arg("retry", "retry_count", retry_count, 1)
     return retry_stage(retry_count, name=name)
+
+
+def on_error_resume_next(second: Any, *, name: str | None = None) -> Operator:
+    """Continue with ``second`` when the source ends, whether it completed *or failed*:
+    ``rx.on_error_resume_next(source, second)``.
+
+        source:    -a-#
+        other:        -b|        subscribed when the source failed
+        demand:    ^*
+        output:    -a--b|
+
+    ``second`` may be a Flowable, a Publisher, an awaitable, an iterable or a function
+    ``(error or None) -> source``. Its own error is swallowed too (reactivex): the stream
+    completes after it.
+    Demand: one source at a time, asked exactly what downstream still wants; the outstanding
+    demand carries over to ``second``.
+    Anchor: reactivex ``on_error_resume_next``; Reactor ``onErrorResume`` + ``concatWith``.
+    """
+    from rxpipe import on_error_resume_next as resume_sources
+
+    return lambda source: resume_sources(source, second, name=name)

@@ -1,11 +1,15 @@
-"""Filters of the second round: ``pairwise``, ``distinct``, ``distinct_until_changed``,
-``take_while``, ``skip_while`` and ``first`` (DESIGN §3, "Operators, second round").
+"""Filters: ``pairwise``, ``distinct``, ``distinct_until_changed``, ``take_while`` (and
+``_indexed``), ``skip_while`` (and ``_indexed``), ``first`` (and ``first_or_default``) of the
+second round; ``element_at`` (and ``_or_default``), ``skip_last``, ``default_if_empty`` of the
+third (DESIGN §3).
 
 Written on :class:`rxpipe.stage.Stage`. All but ``first`` are demand-driven (``prefetch =
 None``): upstream is asked for what downstream asked, and an item that emits nothing frees its
 credit at once, so the kit asks upstream for one more per dropped item — a filter never stalls
 and never reads ahead. ``first`` is lazy with a window of one: one item outstanding, asked for
-once downstream wants the answer, one more per item that did not match.
+once downstream wants the answer, one more per item that did not match; ``element_at(i)`` is
+lazy and asks for ``i + 1`` items once. ``skip_last(n)`` holds ``n`` items (``held``), which never close
+its window: the kit asks beyond them.
 
 Values, order and terminal signals are reactivex 6.1's (checked by the differential tests).
 """
@@ -13,14 +17,15 @@ Values, order and terminal signals are reactivex 6.1's (checked by the different
 from __future__ import annotations
 
 import operator as _operator
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from typing import Any, Callable
 
-from rxpipe.errors import SequenceContainsNoElementsError
+from rxpipe.errors import ArgumentOutOfRangeError, SequenceContainsNoElementsError
 from rxpipe.stage import Stage, operator
 
 __all__ = ["pairwise_stage", "distinct_stage", "distinct_until_changed_stage", "take_while_stage",
-           "skip_while_stage", "first_stage", "KeyMemory"]
+           "skip_while_stage", "first_stage", "element_at_stage", "skip_last_stage", "default_if_empty_stage",
+           "emit_default", "KeyMemory"]
 
 NOTHING = Stage.NOTHING
 
@@ -160,12 +165,19 @@ class TakeWhile(Stage):
     passes_capabilities = True
     kind = "take_while"
 
-    def __init__(self, predicate: Callable[[Any], Any], inclusive: bool) -> None:
+    def __init__(self, predicate: Callable[..., Any], inclusive: bool, indexed: bool = False) -> None:
         self.predicate = predicate
         self.inclusive = inclusive
+        self.index: int | None = 0 if indexed else None  # take_while_indexed: predicate(item, index)
 
     def on_next(self, item: Any) -> None:
-        if self.predicate(item):
+        index = self.index
+        if index is None:
+            holds = self.predicate(item)
+        else:
+            holds = self.predicate(item, index)
+            self.index = index + 1
+        if holds:
             self.emit(item)
             return
         if self.inclusive:
@@ -181,13 +193,20 @@ class SkipWhile(Stage):
     passes_capabilities = True
     kind = "skip_while"
 
-    def __init__(self, predicate: Callable[[Any], Any]) -> None:
+    def __init__(self, predicate: Callable[..., Any], indexed: bool = False) -> None:
         self.predicate = predicate
         self.skipping = True
+        self.index: int | None = 0 if indexed else None  # skip_while_indexed: predicate(item, index)
 
     def on_next(self, item: Any) -> None:
         if self.skipping:
-            if self.predicate(item):
+            index = self.index
+            if index is None:
+                holds = self.predicate(item)
+            else:
+                holds = self.predicate(item, index)
+                self.index = index + 1
+            if holds:
                 return
             self.skipping = False
         self.emit(item)
@@ -202,8 +221,9 @@ class First(Stage):
     passes_capabilities = True
     kind = "first"
 
-    def __init__(self, predicate: Callable[[Any], Any] | None) -> None:
+    def __init__(self, predicate: Callable[[Any], Any] | None, default: Any = NOTHING) -> None:
         self.predicate = predicate
+        self.default = default  # first_or_default's (NOTHING: first's error; None: complete empty)
 
     def on_next(self, item: Any) -> None:
         if self.predicate is None or self.predicate(item):
@@ -211,7 +231,89 @@ class First(Stage):
             self.complete()
 
     def on_complete(self) -> None:
-        self.fail(SequenceContainsNoElementsError())
+        emit_default(self, self.default)
+
+
+def emit_default(stage: Stage, default: Any, error: type[Exception] = SequenceContainsNoElementsError) -> None:
+    """End a stage that found no item: ``default`` then completion; NOTHING (no default): fail with
+    ``error()``; None: complete without an item (items are never None, Reactive Streams §2.13;
+    reactivex emits None)."""
+    if default is NOTHING:
+        stage.fail(error())
+        return
+    if default is not None:
+        stage.emit(default)
+    stage.complete()
+
+
+class ElementAt(Stage):
+    """The item at ``index`` (from 0), then completion; fewer items: the default, or the error."""
+
+    lazy = True  # nothing is read before downstream asks
+    passes_capabilities = True
+    kind = "element_at"
+
+    def __init__(self, index: int, default: Any = NOTHING) -> None:
+        # index + 1 items asked once, never again: the last of them is the answer
+        self.prefetch = self.replenish = index + 1  # type: ignore[misc]
+        self.left = index
+        self.default = default
+
+    def on_next(self, item: Any) -> None:
+        if self.left:
+            self.left -= 1
+            return
+        self.emit(item)
+        self.complete()
+
+    def on_complete(self) -> None:
+        emit_default(self, self.default, ArgumentOutOfRangeError)
+
+
+class SkipLast(Stage):
+    """Every item but the last ``count``: an item goes out once ``count`` newer ones arrived."""
+
+    prefetch = None
+    passes_capabilities = True
+    kind = "skip_last"
+
+    def __init__(self, count: int) -> None:
+        self.count = count
+        self.kept: deque[Any] = deque()
+        self.held = 0
+
+    def on_next(self, item: Any) -> None:
+        kept = self.kept
+        kept.append(item)
+        if len(kept) > self.count:
+            self.emit(kept.popleft())
+        self.held = len(kept)  # the kit reads beyond them: what a stage holds never closes its window
+
+    def on_complete(self) -> None:
+        self.kept.clear()  # the last ``count`` items: skipped by definition
+        self.held = 0
+        self.complete()
+
+
+class DefaultIfEmpty(Stage):
+    """The items; an empty stream: ``default`` (None: nothing, §2.13), then completion."""
+
+    prefetch = None
+    passes_capabilities = True
+    kind = "default_if_empty"
+
+    def __init__(self, default: Any) -> None:
+        self.default = default
+        self.empty = True
+
+    def on_next(self, item: Any) -> None:
+        self.empty = False
+        self.emit(item)
+
+    def on_complete(self) -> None:
+        if self.empty and self.default is not None:
+            self.emit(self.default)
+        self.complete()
 
 
 #: The operators (``rxpipe.operators`` checks the arguments and documents them).
@@ -221,3 +323,6 @@ distinct_until_changed_stage = operator(DistinctUntilChanged)
 take_while_stage = operator(TakeWhile)
 skip_while_stage = operator(SkipWhile)
 first_stage = operator(First)
+element_at_stage = operator(ElementAt)
+skip_last_stage = operator(SkipLast)
+default_if_empty_stage = operator(DefaultIfEmpty)

@@ -174,6 +174,17 @@ def _inner(stage: Stage, fn: Callable[[Any], Any] | None, item: Any, op: str,
         return None
 
 
+def _indexing(fn: Callable[[Any, int], Any]) -> Callable[[Any], Any]:
+    """``fn(item, index)`` as a function of the item, the index counting from 0 (per run: each
+    stage instance makes its own)."""
+    count = iter(range(2**63))
+
+    def indexed(item: Any) -> Any:
+        return fn(item, next(count))
+
+    return indexed
+
+
 # -- flat_map ----------------------------------------------------------------------------------------
 class FlatMap(Stage):
     """One run of ``flat_map``. State: ``outer_done``; ``held`` = unfinished inners (their items
@@ -183,8 +194,8 @@ class FlatMap(Stage):
     replenish = 1  # one outer item per finished inner
     kind = "flat_map"
 
-    def __init__(self, fn: Callable[[Any], Any], max_concurrency: int, prefetch: int) -> None:
-        self.fn = fn
+    def __init__(self, fn: Callable[..., Any], max_concurrency: int, prefetch: int, indexed: bool = False) -> None:
+        self.fn = _indexing(fn) if indexed else fn
         self.prefetch = max_concurrency  # type: ignore[misc]  # this run's window: inner slots
         self.max_held = max(Stage.max_held, max_concurrency)  # type: ignore[misc]  # the window bounds held
         self.inner_prefetch = prefetch
@@ -278,8 +289,8 @@ class SwitchMap(Stage):
     prefetch = UNBOUNDED  # a new item replaces the inner at once: nothing ever queues
     kind = "switch_map"
 
-    def __init__(self, fn: Callable[[Any], Any] | None) -> None:
-        self.fn = fn
+    def __init__(self, fn: Callable[..., Any] | None, indexed: bool = False) -> None:
+        self.fn = _indexing(fn) if indexed and fn is not None else fn
         self.current: Input | None = None
         self.current_item: Any = None
         self.outer_done = False

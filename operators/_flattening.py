@@ -12,7 +12,8 @@ from ._args import ABSENT, DEFAULT_INNER_PREFETCH, check_callable, check_int_arg
 
 T = TypeVar("T")
 
-__all__ = ["flat_map", "concat_map", "switch_map"]
+__all__ = ["flat_map", "concat_map", "switch_map", "merge_all", "concat_all", "switch_latest", "flat_map_indexed",
+           "flat_map_latest", "switch_map_indexed", "expand", "exclusive"]
 
 
 def flat_map(mapper: Callable[[T], Any] | None = ABSENT, max_concurrency: int = 16,
@@ -143,3 +144,183 @@ def switch_map(project: Callable[[T], Any] | None = None, *, name: str | None = 
     if fn is not None:
         check_callable("switch_map", fn)
     return switch_map_stage(fn, name=name)
+
+
+# -- third round (DESIGN §3) --------------------------------------------------------------------------
+def merge_all(*, max_concurrent: int = 16, prefetch: int = DEFAULT_INNER_PREFETCH, name: str | None = None) -> Operator:
+    """Merge the source's items, themselves streams, at most ``max_concurrent`` at once:
+    ``flat_map`` of the items.
+
+        source:   -ab-----|              a, b: the streams the source emits, drawn from the frame
+        a:         x---y|                they are subscribed in
+        b:          z-|
+        demand:   ^*
+        output:   -xz--y--|
+
+    An item may be a Flowable, a Publisher, an awaitable, an async iterable or an iterable.
+    Demand: as ``flat_map``'s (bounded: ``max_concurrent`` inner streams, default 16, the next
+    one when one ends; ``prefetch`` items per inner stream, default 32); reactivex's
+    ``merge_all`` has no bound.
+    Signals: TypeError / ValueError (raised here) for a bad bound; an item that is no stream
+        (TypeError), or an error of the source or of any inner stream, cancels all the others.
+    Anchor: reactivex ``merge_all``; Reactor ``Flux.merge(Publisher<Publisher>, concurrency,
+        prefetch)``.
+    """
+    from ._flatten import flat_map_stage
+
+    check_int_arg("merge_all", "max_concurrent", max_concurrent, 1)
+    check_int_arg("merge_all", "prefetch", prefetch, 1)
+    return flat_map_stage(identity, max_concurrent, prefetch, name=name)
+
+
+def concat_all(*, prefetch: int = 1, name: str | None = None) -> Operator:
+    """Emit the source's items, themselves streams, one after another, in order:
+    ``concat_map`` of the items.
+
+        source:   -ab------|             a, b: the streams the source emits
+        a:         x-y|
+        b:             z-w|              b starts when a completed
+        demand:   ^*
+        output:   -x-yz-w--|
+
+    Demand: as ``concat_map``'s (one inner stream at a time, asked what downstream wants; the
+    source read ``prefetch`` items ahead, default 1). Signals: as ``concat_map``'s.
+    Anchor: reactivex ``concat_all``; Reactor ``Flux.concat(Publisher<Publisher>, prefetch)``.
+    """
+    from ._flatten import concat_map_stage
+
+    check_int_arg("concat_all", "prefetch", prefetch, 0)
+    return concat_map_stage(identity, prefetch, name=name)
+
+
+def switch_latest(*, name: str | None = None) -> Operator:
+    """Emit the items of the newest of the source's items, themselves streams: a new one cancels
+    the one before (``switch_map`` of the items).
+
+        source:   -a--b----|             a, b: the streams the source emits
+        a:         x-y-z|                a is cancelled when b arrives
+        b:            u-v|
+        demand:   ^*
+        output:   -x-yu-v--|
+
+    Demand, signals: as ``switch_map``'s (the source requested without bound, the running stream
+    demand-driven; a stream switched away is counted as dropped, reason ``"switched"``).
+    Anchor: reactivex ``switch_latest``; Reactor ``Flux.switchOnNext``.
+    """
+    from ._flatten import switch_map_stage
+
+    return switch_map_stage(None, name=name)
+
+
+def flat_map_indexed(mapper_indexed: Any = None, *, max_concurrency: int = 16,
+                     prefetch: int = DEFAULT_INNER_PREFETCH, name: str | None = None) -> Operator:
+    """``flat_map`` with ``mapper_indexed(item, index)``, the index counting the source's items
+    from 0; a stream instead of a function maps every item to it (None: the items are the streams).
+
+        source:   -ab-----|              a, b: the streams the function returns for (a, 0), (b, 1)
+        a:         x---y|
+        b:          z-|
+        demand:   ^*
+        output:   -xz--y--|
+
+    Demand, signals: as ``flat_map``'s. Anchor: reactivex ``flat_map_indexed``.
+    """
+    from ._flatten import flat_map_stage, mapper
+
+    check_int_arg("flat_map_indexed", "max_concurrency", max_concurrency, 1)
+    check_int_arg("flat_map_indexed", "prefetch", prefetch, 1)
+    if mapper_indexed is None or not callable(mapper_indexed):
+        fn = mapper("flat_map_indexed", identity if mapper_indexed is None else mapper_indexed)
+        return flat_map_stage(fn, max_concurrency, prefetch, name=name)
+    return flat_map_stage(mapper_indexed, max_concurrency, prefetch, True, name=name)
+
+
+def flat_map_latest(mapper: Callable[[T], Any], *, name: str | None = None) -> Operator:
+    """``switch_map`` under reactivex's other name: each item's stream replaces the one before.
+
+        source:   -a--b----|             a, b: the streams mapper returns
+        a:         x-y-z|
+        b:            u-v|
+        demand:   ^*
+        output:   -x-yu-v--|
+
+    Demand, signals: as ``switch_map``'s. Anchor: reactivex ``flat_map_latest``; Reactor
+    ``switchMap``.
+    """
+    from ._flatten import switch_map_stage
+
+    check_callable("flat_map_latest", mapper)
+    return switch_map_stage(mapper, name=name)
+
+
+def switch_map_indexed(project: Callable[[T, int], Any] | None = None, *, name: str | None = None) -> Operator:
+    """``switch_map`` with ``project(item, index)``, the index counting the source's items from 0
+    (None: the items are the streams).
+
+        source:   -a--b----|             a, b: the streams project returns for (a, 0), (b, 1)
+        a:         x-y-z|
+        b:            u-v|
+        demand:   ^*
+        output:   -x-yu-v--|
+
+    Demand, signals: as ``switch_map``'s. Anchor: reactivex ``switch_map_indexed``.
+    """
+    from ._flatten import switch_map_stage
+
+    if project is not None:
+        check_callable("switch_map_indexed", project)
+        return switch_map_stage(project, True, name=name)
+    return switch_map_stage(None, name=name)
+
+
+def expand(mapper: Callable[[T], Any], *, max_concurrency: int = 16, max_queued: int = 4096,
+           name: str | None = None) -> Operator:
+    """Emit every item, and recursively every item of ``mapper(item)``'s stream, breadth first.
+
+        source:   -a------|              a, b: the streams mapper returns for a and b
+        a:         b|
+        b:          |
+        demand:   ^*
+        output:   -(ab)------|           a, then a's stream's b, then b's stream (empty)
+
+    Each item goes out and its stream (a Flowable, a Publisher, an awaitable or an iterable)
+    joins a FIFO; the FIFO's streams are subscribed in order, at most ``max_concurrency`` at once.
+    Completes when the source and every stream completed. An endless expansion is cut by the
+    consumer: ``expand(f).pipe(take(n))`` cancels everything after ``n`` items.
+    Demand: the source and each running stream are demand-driven (asked what downstream
+    wants); the FIFO and the running streams are bounded by ``max_queued`` (streams, default
+    4096): an expansion growing faster than it is consumed fails with
+    :class:`rxpipe.BufferOverflowError` naming the stage instead of growing without bound.
+    Signals: TypeError / ValueError (raised here) for a bad argument; ``mapper`` raising or
+        returning no stream, or an error of any stream, cancels the others and is signalled.
+    Anchor: reactivex ``expand``; Reactor ``expand`` (breadth first).
+    """
+    from ._higher_order import expand_stage
+
+    check_callable("expand", mapper)
+    check_int_arg("expand", "max_concurrency", max_concurrency, 1)
+    check_int_arg("expand", "max_queued", max_queued, 1)
+    return expand_stage(mapper, max_concurrency, max_queued, name=name)
+
+
+def exclusive(*, name: str | None = None) -> Operator:
+    """Emit the items of the source's items, themselves streams, one stream at a time: a stream
+    arriving while another runs is dropped.
+
+        source:   -ab---c-|              a, b, c: the streams the source emits
+        a:         x-y|
+        b:          w|                   b arrives while a runs: dropped, never subscribed
+        c:               z|
+        demand:   ^*
+        output:   -x-y--z-|
+
+    Demand: the source is requested without bound (a stream is taken or dropped the moment it
+    arrives, as ``switch_map``'s source); a dropped stream is counted, reason ``"busy"``
+    (``rxpipe_stage_dropped_total``); the running stream is demand-driven.
+    Signals: an item that is no stream signals TypeError; an error of the source or of the
+        running stream cancels the other and is signalled; cancel reaches both.
+    Anchor: reactivex ``exclusive``; RxJS ``exhaustAll``.
+    """
+    from ._higher_order import exclusive_stage
+
+    return exclusive_stage(name=name)

@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any, Awaitable, Callable, TypeVar
 
 from rxpipe._durations import as_seconds
-from rxpipe.flowable import Operator
+from rxpipe.flowable import DEFAULT_PREFETCH, Operator
 from rxpipe.resilience import CircuitBreaker, Retry
 
 from ._args import (
@@ -27,8 +27,10 @@ R = TypeVar("R")
 __all__ = ["buffer", "limit_rate", "batch", "rate_limit", "map_async"]
 
 
-def buffer(capacity: int, overflow: str = "backpressure", *, name: str | None = None) -> Operator:
-    """Hold up to ``capacity`` items between a faster upstream and a slower downstream.
+def buffer(capacity: Any, overflow: str = "backpressure", *, prefetch: int = DEFAULT_PREFETCH,
+           name: str | None = None) -> Operator:
+    """Hold up to ``capacity`` items between a faster upstream and a slower downstream; with a
+    Flowable instead of a capacity, reactivex's ``buffer(boundaries)``: lists closed by its items.
 
     An async boundary (a queue stage). ``overflow="backpressure"`` (capacity=4: request(4) at
     subscribe, then request(3) each time 3 = 4 - 4 // 4 more items went downstream)::
@@ -61,7 +63,29 @@ def buffer(capacity: int, overflow: str = "backpressure", *, name: str | None = 
         the buffer.
     Anchor: Reactor ``onBackpressureBuffer(maxSize, BufferOverflowStrategy)`` /
         ``onBackpressureDrop``, ``publishOn`` prefetch; Akka ``buffer(size, OverflowStrategy)``.
+
+    ``buffer(boundaries)`` (a Flowable or any Publisher, by argument type): the items between two
+    items of ``boundaries`` in one list, empty lists included; the boundaries' completion closes
+    the last list and completes the stream::
+
+        source:     -a-b---c-----|
+        other:      ----x-----x|
+        demand:     ^*
+        output:     ----p-----q(r|)    p = [a, b], q = [c], r = []
+
+    Demand there: the boundaries are asked for what downstream wants (one boundary, one list), so
+    lists never pile up unasked; the items come in a window of ``prefetch`` (default 256) items
+    held in the open list. Signals: an error of either stream fails the stream and cancels the
+    other. Anchor: reactivex ``buffer(boundaries)``; Reactor ``buffer(Publisher)``.
     """
+    from rxpipe._protocol import Publisher
+
+    if isinstance(capacity, Publisher):
+        from ._windowing import buffer_boundaries
+
+        if overflow != "backpressure":
+            raise TypeError("buffer(boundaries) takes no overflow: that is buffer(capacity, overflow)'s")
+        return buffer_boundaries(capacity, prefetch=prefetch, name=name)
     check_int_arg("buffer", "capacity", capacity, 1)
     if overflow not in OVERFLOW_STRATEGIES:
         raise ValueError(f"buffer(overflow=) must be one of {', '.join(OVERFLOW_STRATEGIES)}; got {overflow!r}")

@@ -1,4 +1,5 @@
-"""Recovering from an upstream error: ``catch`` and ``retry`` (DESIGN §3, "Operators, second round").
+"""Subscribing again: ``catch`` and ``retry`` (on an upstream error, DESIGN §3's second round),
+``repeat``, ``do_while`` and ``while_do`` (at its completion, the third round).
 
 Written on :class:`rxpipe.stage.Stage`, demand-driven (``prefetch = None``). On an error the
 stage opens the continuation (``catch``: the handler's Flowable; ``retry``: the upstream again)
@@ -24,7 +25,7 @@ from rxpipe.stage import Input, Stage, operator
 
 from ._publishers import publisher_problem
 
-__all__ = ["catch_stage", "retry_stage"]
+__all__ = ["catch_stage", "retry_stage", "repeat_stage", "do_while_stage", "while_do_stage"]
 
 
 class Catch(Stage):
@@ -106,6 +107,75 @@ class RetryStage(Stage):
         self.open_input(self.upstream_flowable, prefetch=None)
 
 
+class Repeat(Stage):
+    """The upstream's items, then, at each completion, the upstream again: ``repeat_count`` runs
+    in all (None: forever), or while ``condition(upstream)`` holds (``while_do``: asked before
+    every run, the first one included; ``do_while``: after every run).
+
+    The next run is subscribed on the loop's next turn (a 0-second timer, as ``retry``'s), so
+    an endless repeat of a synchronous source never monopolises the loop."""
+
+    log_hook_errors = False  # the condition is the user's
+    prefetch = None
+    passes_capabilities = True
+    kind = "repeat"
+
+    def __init__(self, repeat_count: int | None, condition: Callable[[Any], Any] | None = None,
+                 check_first: bool = False) -> None:
+        self.left = repeat_count  # runs still to make, this one included (None: no count)
+        self.condition = condition
+        self.check_first = check_first
+
+    def on_start(self) -> None:
+        if self.left == 0 or (self.check_first and not self.condition(self.upstream_flowable)):  # type: ignore[misc]
+            self.complete()  # no run at all: reactivex subscribes to nothing
+
+    def on_next(self, item: Any) -> None:
+        self.emit(item)
+
+    def on_input_next(self, input: Input, item: Any) -> None:
+        self.emit(item)
+
+    def on_complete(self) -> None:
+        self.again()
+
+    def on_input_complete(self, input: Input) -> None:
+        self.again()
+
+    def on_input_error(self, input: Input, error: BaseException) -> None:
+        self.fail(error)
+
+    def again(self) -> None:
+        if self.left is not None:
+            self.left -= 1
+            if self.left <= 0:
+                self.complete()
+                return
+        if self.condition is not None and not self.condition(self.upstream_flowable):
+            self.complete()
+            return
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            self.open_input(self.upstream_flowable, prefetch=None)
+        else:
+            self.start_timer("resubscribe", 0.0)
+
+    def on_timer(self, key: Any) -> None:
+        self.open_input(self.upstream_flowable, prefetch=None)
+
+
+class DoWhile(Repeat):
+    kind = "do_while"
+
+
+class WhileDo(Repeat):
+    kind = "while_do"
+
+
 #: The operators (``rxpipe.operators`` checks the arguments and documents them).
 catch_stage = operator(Catch)
 retry_stage = operator(RetryStage)
+repeat_stage = operator(Repeat)
+do_while_stage = operator(DoWhile)
+while_do_stage = operator(WhileDo)

@@ -107,10 +107,11 @@ class Last(_Reducer):
     kind = "last"
     passes_capabilities = True
 
-    def __init__(self, predicate: Callable[[Any], Any] | None, prefetch: int) -> None:
+    def __init__(self, predicate: Callable[[Any], Any] | None, prefetch: int, default: Any = NOTHING) -> None:
         super().__init__(prefetch)
         self.predicate = predicate
         self.value: Any = NOTHING
+        self.default = default  # last_or_default's (NOTHING: last's error; None: complete empty)
 
     def on_next(self, item: Any) -> None:
         if self.predicate is None or self.predicate(item):
@@ -118,6 +119,14 @@ class Last(_Reducer):
 
     def result(self) -> Any:
         return self.value
+
+    def on_complete(self) -> None:
+        if self.value is NOTHING and self.default is not NOTHING:
+            if self.default is not None:  # None is never an item (§2.13): reactivex emits it
+                self.emit(self.default)
+            self.complete()
+            return
+        super().on_complete()
 
 
 #: The operators (``rxpipe.operators`` checks the arguments and documents them).

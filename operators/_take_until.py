@@ -16,7 +16,7 @@ from typing import Any
 from rxpipe import Publisher
 from rxpipe.stage import Input, Stage, operator
 
-__all__ = ["take_until_stage"]
+__all__ = ["take_until_stage", "skip_until_stage"]
 
 
 class TakeUntil(Stage):
@@ -45,3 +45,39 @@ class TakeUntil(Stage):
 
 #: ``take_until_stage(other, name=None)`` (``rxpipe.operators.take_until`` checks and documents it)
 take_until_stage = operator(TakeUntil)
+
+
+class SkipUntil(Stage):
+    """Drops the upstream's items until ``other`` emits an item; then passes every item.
+
+    ``other`` is an input asked for one item before the upstream is asked anything (as
+    ``take_until``'s), cancelled at its first item. Dropped items free their credit at once (one
+    more asked per drop). The upstream's completion completes the stream whether or not the gate
+    opened (Reactor ``skipUntilOther``; reactivex stays silent then, never terminating)."""
+
+    prefetch = None
+    passes_capabilities = True
+    kind = "skip_until"
+    inputs_first = True
+
+    def __init__(self, other: Publisher[Any]) -> None:
+        self.other = other
+        self.open = False
+        self.gate: Input | None = None
+
+    def on_start(self) -> None:
+        self.gate = self.open_input(self.other, prefetch=1)  # type: ignore[arg-type]  # a Publisher is adapted
+
+    def on_next(self, item: Any) -> None:
+        if self.open:
+            self.emit(item)
+
+    def on_input_next(self, input: Input, item: Any) -> None:
+        self.open = True
+        input.cancel()
+
+    def on_input_complete(self, input: Input) -> None:
+        """``other`` ended without an item: the gate stays shut (reactivex)."""
+
+
+skip_until_stage = operator(SkipUntil)

@@ -12,6 +12,9 @@ read (idle mode) or one counter decrement (item mode).
 - ``"item"`` (after anything but ``map_async``): each ``request(n)`` opens a group of ``n`` items
   due ``seconds`` after that request; groups are served in order by arriving items. One deadline
   per request call, never one per item.
+
+With ``other`` (reactivex's ``timeout(duetime, other)``), the deadline cancels the upstream and
+the stage goes on with ``other`` as an input, demand-driven: it inherits the outstanding demand.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from collections import deque
 from typing import Any
 
 from rxpipe._protocol import UNBOUNDED
+from rxpipe.flowable import Flowable
 from rxpipe.stage import Stage, operator
 
 __all__ = ["Timeout", "timeout_stage", "TIMEOUT_MODES"]
@@ -38,19 +42,23 @@ class Timeout(Stage):
     later than the earliest deadline).
     """
 
-    __slots__ = ("seconds", "idle", "idle_since", "deadlines", "armed")
+    __slots__ = ("seconds", "idle", "idle_since", "deadlines", "armed", "other", "switched")
     prefetch = None  # demand passed through exactly: no read-ahead, no queue
     passes_capabilities = True
     kind = "timeout"
 
-    def __init__(self, seconds: float, mode: str) -> None:
+    def __init__(self, seconds: float, mode: str, other: Flowable[Any] | None = None) -> None:
         self.seconds = seconds
         self.idle = mode == "idle"
         self.idle_since = 0.0
         self.deadlines: deque[list[float]] = deque()
         self.armed = False
+        self.other = other  # reactivex's timeout(duetime, other): the stream to continue with
+        self.switched = False
 
     def on_request(self, n: int) -> None:
+        if self.switched:
+            return  # the continuation is an input: the kit passes demand to it
         outstanding = self.outstanding  # before the kit asks upstream for these n
         if outstanding == UNBOUNDED:
             return
@@ -76,6 +84,8 @@ class Timeout(Stage):
 
     def on_timer(self, key: Any) -> None:
         self.armed = False
+        if self.switched:
+            return
         if self.idle:
             if self.outstanding == 0:
                 return  # nothing is awaited; the next request re-arms
@@ -86,6 +96,11 @@ class Timeout(Stage):
             due = self.deadlines[0][0]
         now = self.now
         if now + _EARLY_S >= due:
+            if self.other is not None:  # the upstream is let go; ``other`` inherits the demand
+                self.switched = True
+                self.cancel_upstream()
+                self.open_input(self.other, prefetch=None)
+                return
             waiting = self.outstanding
             what = "no item" if self.idle else "a requested item did not arrive"
             self.fail(TimeoutError(
@@ -94,6 +109,10 @@ class Timeout(Stage):
         else:
             self.armed = True
             self.start_timer("deadline", due - now)
+
+
+    def on_input_complete(self, input: Any) -> None:
+        self.complete()
 
 
 #: ``timeout_stage(seconds, mode, name=None)``: the operator (``ops.timeout`` checks the arguments)

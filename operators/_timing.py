@@ -6,7 +6,7 @@ kit's virtual time drives them exactly: ``timeout``, ``debounce``, ``sample``, `
 from __future__ import annotations
 
 from datetime import timedelta
-from typing import Any
+from typing import Any, Callable
 
 from rxpipe._durations import as_seconds
 from rxpipe._protocol import Publisher
@@ -14,14 +14,19 @@ from rxpipe.flowable import Flowable, Operator
 
 from ._args import ABSENT, check_duration, check_positive, either, required
 from ._map_async import with_item_timeout
+from ._timed import TimeInterval, Timestamp
 from ._timeout import TIMEOUT_MODES, timeout_stage
 
-__all__ = ["timeout", "debounce", "sample", "throttle_first", "delay"]
+__all__ = ["timeout", "debounce", "sample", "throttle_first", "delay", "timestamp", "time_interval", "take_with_time",
+           "skip_with_time", "take_last_with_time", "skip_last_with_time", "take_until_with_time",
+           "skip_until_with_time", "delay_subscription", "delay_with_mapper", "throttle_with_timeout",
+           "throttle_with_mapper", "timeout_with_mapper", "Timestamp", "TimeInterval"]
 
 
-def timeout(duetime: float | timedelta = ABSENT, mode: str = "idle", *, name: str | None = None,
+def timeout(duetime: float | timedelta = ABSENT, mode: Any = "idle", *, other: Any = None, name: str | None = None,
             seconds: float | timedelta = ABSENT) -> Operator:
-    """Signal ``TimeoutError`` when a requested item is late; upstream is then cancelled.
+    """Signal ``TimeoutError`` when a requested item is late; upstream is then cancelled. With
+    ``other`` (reactivex's second argument: a Flowable), continue with ``other`` instead.
 
     seconds=5, one column = 1 s. Idle mode: ``TimeoutError`` 5 s after ``a``, ``b`` still wanted::
 
@@ -55,8 +60,19 @@ def timeout(duetime: float | timedelta = ABSENT, mode: str = "idle", *, name: st
     ``rx.never().pipe(timeout(0.2))`` fails after 0.2 s. The error names the stage and the wait.
     Demand: passed through exactly (no prefetch, no queue). Time: ``loop.time()`` and one timer
     per stage (``call_at``), never one per item, so the virtual clock drives it.
+    ``timeout(duetime, other)``: the second argument is rxpipe's ``mode`` when it is a str and
+    reactivex's ``other`` when it is a Flowable (a Publisher or an awaitable, as reactivex's
+    future): at the deadline (idle mode) the upstream is cancelled and ``other`` is subscribed,
+    asked for the outstanding demand (it inherits it)::
+
+        source:  -a-------b|
+        other:   -x|
+        demand:  ^*
+        output:  -a---x|         timeout(3, other): a at 1, nothing by 4; other from 4
+
     Args: duetime (seconds or ``datetime.timedelta``, > 0; also ``seconds=``, rxpipe's name);
-        mode ("idle" or "item").
+        mode ("idle" or "item"); other (a Flowable, a Publisher or an awaitable; keyword, or the
+        second positional argument).
     Signals: ValueError (raised here) for ``seconds <= 0`` or an unknown mode; ``TimeoutError``
     (the builtin, ``asyncio.TimeoutError``) downstream with upstream cancelled; upstream errors
     and completion pass through. Units: seconds.
@@ -65,18 +81,44 @@ def timeout(duetime: float | timedelta = ABSENT, mode: str = "idle", *, name: st
     """
     wait: Any = as_seconds(required("timeout", "duetime", either("timeout", "duetime", duetime, "seconds", seconds)))
     check_positive("timeout", "seconds", wait)
+    if not isinstance(mode, str):  # reactivex's timeout(duetime, other)
+        if other is not None:
+            raise TypeError("timeout() got other twice (as its second argument and as other=)")
+        mode, other = "idle", mode
+    if other is not None:
+        other = _stream("timeout", "other", other)
     if mode not in TIMEOUT_MODES:
         raise ValueError(f"timeout(mode=) must be one of {', '.join(TIMEOUT_MODES)}; got {mode!r}")
     seconds = float(wait)
 
     def apply(source: Flowable[Any]) -> Flowable[Any]:
         if mode == "item":
+            if other is not None:
+                raise TypeError("timeout(other=) takes the idle mode (reactivex's); mode='item' fails")
             per_call = with_item_timeout(source, seconds, name)
             if per_call is not None:
                 return per_call
-        return timeout_stage(seconds, mode, name=name)(source)
+        return timeout_stage(seconds, mode, other, name=name)(source)
 
     return apply
+
+
+def _stream(op: str, arg: str, value: Any) -> Flowable[Any]:
+    """A Flowable for what reactivex accepts as a stream argument: an Observable there, a
+    Flowable, a Publisher or an awaitable (a future) here."""
+    import inspect
+
+    from rxpipe.sources import from_publisher
+
+    if isinstance(value, Flowable):
+        return value
+    if isinstance(value, Publisher):
+        return from_publisher(value)
+    if inspect.isawaitable(value):
+        from rxpipe import from_future
+
+        return from_future(value)
+    raise TypeError(f"{op}({arg}) needs a Flowable, a Publisher or an awaitable, got {value!r}")
 
 
 def debounce(duetime: float | timedelta = ABSENT, *, name: str | None = None,
@@ -237,3 +279,268 @@ def delay(duetime: float | timedelta = ABSENT, *, name: str | None = None,
 
     duration_s = required("delay", "duetime", either("delay", "duetime", duetime, "duration_s", duration_s))
     return delay_stage(check_duration("delay", "duetime", duration_s, zero=True), name=name)
+
+
+# -- third round (DESIGN §3) --------------------------------------------------------------------------
+def timestamp(*, name: str | None = None) -> Operator:
+    """Pair each item with the loop's clock when it arrived: ``Timestamp(value, timestamp)``,
+    ``timestamp`` in seconds of ``loop.time()``.
+
+        source:    -a--b-|
+        demand:    ^*
+        output:    -x--y-|       x = Timestamp(a, 0.01), y = Timestamp(b, 0.04): one column = 10 ms
+
+    reactivex's ``timestamp`` is a ``datetime`` of its scheduler; rxpipe's time is the loop's
+    clock only (virtual time drives it). Demand: passed through exactly.
+    Signals: subscribing off an event loop signals RuntimeError. Anchor: reactivex ``timestamp``;
+    Reactor ``timestamp``.
+    """
+    from ._timed import timestamp_stage
+
+    return timestamp_stage(name=name)
+
+
+def time_interval(*, name: str | None = None) -> Operator:
+    """Pair each item with the seconds since the previous one (the first: since the
+    subscription): ``TimeInterval(value, interval)``.
+
+        source:    -a--b-|
+        demand:    ^*
+        output:    -x--y-|       x = TimeInterval(a, 0.01), y = TimeInterval(b, 0.03)
+
+    reactivex's ``interval`` is a ``timedelta``; rxpipe's is seconds (a float). Demand: passed
+    through exactly. Anchor: reactivex ``time_interval``; Reactor ``elapsed``.
+    """
+    from ._timed import time_interval_stage
+
+    return time_interval_stage(name=name)
+
+
+def take_with_time(duration: float | timedelta, *, name: str | None = None) -> Operator:
+    """Emit the items of the first ``duration`` seconds after the subscription, then complete
+    (upstream cancelled).
+
+        source:    -a-b-c-d-|
+        demand:    ^*
+        output:    -a-b-|        take_with_time(0.05): one column = 10 ms
+
+    Demand: passed through exactly. Time: one timer; an item arriving at the very instant the
+    duration ends is not taken (the end comes first, as in reactivex).
+    Signals: TypeError / ValueError (raised here) for a bad duration (an absolute datetime is
+        refused: only the loop's clock counts).
+    Anchor: reactivex ``take_with_time``; Reactor ``take(Duration)``.
+    """
+    from ._timed import take_with_time_stage
+
+    return take_with_time_stage(check_duration("take_with_time", "duration", duration, zero=True), name=name)
+
+
+def take_until_with_time(end_time: float | timedelta, *, name: str | None = None) -> Operator:
+    """Emit the items until ``end_time`` seconds after the subscription, then complete.
+
+        source:    -a-b-c-d-|
+        demand:    ^*
+        output:    -a-b-|        take_until_with_time(0.05)
+
+    ``end_time`` is relative (seconds or a ``timedelta``); reactivex's absolute ``datetime`` is
+    refused: only the loop's clock counts. Demand: passed through exactly.
+    Anchor: reactivex ``take_until_with_time``; Reactor ``take(Duration)``.
+    """
+    from ._timed import take_until_with_time_stage
+
+    seconds = check_duration("take_until_with_time", "end_time", end_time, zero=True)
+    return take_until_with_time_stage(seconds, name=name)
+
+
+def skip_with_time(duration: float | timedelta, *, name: str | None = None) -> Operator:
+    """Drop the items of the first ``duration`` seconds after the subscription; then pass every item.
+
+        source:    --a--b--c--d-|
+        demand:    ^2
+        upstream:  ^2^1-^1           skip_with_time(0.06): a, b dropped, one more asked for each
+        output:    --------c--d-|
+
+    Demand: passed through; each dropped item asks upstream for one more (never a stall). An
+    item arriving at the very instant the duration ends passes.
+    Signals: TypeError / ValueError (raised here) for a bad duration.
+    Anchor: reactivex ``skip_with_time``; Reactor ``skip(Duration)``.
+    """
+    from ._timed import skip_with_time_stage
+
+    return skip_with_time_stage(check_duration("skip_with_time", "duration", duration, zero=True), name=name)
+
+
+def skip_until_with_time(start_time: float | timedelta, *, name: str | None = None) -> Operator:
+    """Drop the items until ``start_time`` seconds after the subscription; then pass every item.
+
+        source:    -a-b-c-d-|
+        demand:    ^*
+        output:    -----c-d-|    skip_until_with_time(0.05)
+
+    ``start_time`` is relative (seconds or a ``timedelta``; an absolute ``datetime`` is refused).
+    Demand: as ``skip_with_time``'s. Anchor: reactivex ``skip_until_with_time``.
+    """
+    from ._timed import skip_until_with_time_stage
+
+    seconds = check_duration("skip_until_with_time", "start_time", start_time, zero=True)
+    return skip_until_with_time_stage(seconds, name=name)
+
+
+def take_last_with_time(duration: float | timedelta, *, name: str | None = None) -> Operator:
+    """At completion, emit the items that arrived within its last ``duration`` seconds.
+
+        source:    -a-b---c-d-|
+        demand:    ^*
+        output:    -----------(cd|)  take_last_with_time(0.05): c at 7, d at 9, the end at 11
+
+    Demand: an aggregate: nothing is requested before downstream asks; then rounds of 256
+    (75 % replenish), never ``UNBOUNDED``. Memory: the items of the last ``duration``.
+    Signals: TypeError / ValueError (raised here) for a bad duration; an upstream error drops
+        the kept items. Anchor: reactivex ``take_last_with_time``; Reactor ``takeLast`` by time.
+    """
+    from ._timed import take_last_with_time_stage
+
+    seconds = check_duration("take_last_with_time", "duration", duration, zero=True)
+    return take_last_with_time_stage(seconds, name=name)
+
+
+def skip_last_with_time(duration: float | timedelta, *, name: str | None = None) -> Operator:
+    """Drop the items of the last ``duration`` seconds before the completion: an item goes out
+    when an item (or the completion) arrives ``duration`` or more after it.
+
+        source:    -a-b---c-d-|
+        demand:    ^*
+        output:    -------(ab)---(c|)    skip_last_with_time(0.04): d is within 0.04 s of the end
+
+    No timer (reactivex's rule): items leave as later ones arrive.
+    Demand: passed through, plus the recent items held (they never close the window: the stage
+    asks beyond them). Signals: TypeError / ValueError (raised here) for a bad duration.
+    Anchor: reactivex ``skip_last_with_time``.
+    """
+    from ._timed import skip_last_with_time_stage
+
+    seconds = check_duration("skip_last_with_time", "duration", duration, zero=True)
+    return skip_last_with_time_stage(seconds, name=name)
+
+
+def _subscribe_after(trigger: Flowable[Any], source: Flowable[Any], name: str | None) -> Flowable[Any]:
+    """``source``, subscribed when ``trigger`` emits its first item or completes."""
+    from ._filtering import default_if_empty
+    from ._flattening import concat_map
+    from ._transforming import take
+
+    return trigger.pipe(take(1), default_if_empty(True), concat_map(lambda _: source, prefetch=0, name=name))
+
+
+def delay_subscription(duetime: float | timedelta, *, name: str | None = None) -> Operator:
+    """Subscribe to the source ``duetime`` seconds later than asked.
+
+        source:    -a-b|
+        demand:    ^*
+        output:    ----a-b|      delay_subscription(0.03): the source plays from frame 3
+
+    Demand: nothing is asked before the subscription; then what downstream wants, passed
+    through (the source inherits the demand that came meanwhile). A cancel before it stops the
+    timer (the source is never subscribed).
+    Signals: TypeError / ValueError (raised here) for a bad duration (an absolute datetime is
+        refused). Anchor: reactivex ``delay_subscription``; Reactor ``delaySubscription``.
+    """
+    from rxpipe import timer
+
+    seconds = check_duration("delay_subscription", "duetime", duetime, zero=True)
+    return lambda source: _subscribe_after(timer(seconds), source, name)
+
+
+def delay_with_mapper(subscription_delay: Any = None, delay_duration_mapper: Callable[[Any], Any] | None = None, *,
+                      name: str | None = None) -> Operator:
+    """Delay each item until its delay stream, ``delay_duration_mapper(item)``, emits or completes;
+    with a stream as ``subscription_delay``, subscribe to the source only once it emitted or
+    completed (reactivex's argument order: a function alone is the per-item mapper).
+
+        source:    -a-b-|
+        demand:    ^*
+        output:    ----b(a|)     a's delay is 4 frames, b's 1: each goes out when its delay ends
+
+    Items go out in the order their delays end; the stream completes when the source and every
+    delay did. A delay may be a Flowable, a Publisher, an awaitable or an iterable (as
+    ``flat_map``'s); each is asked for one item.
+    Demand: items being delayed count against downstream demand (as ``delay``'s): upstream
+    outstanding + delayed items + items waiting <= downstream demand, so each item finds demand
+    when its delay ends.
+    Signals: TypeError (raised here) for bad arguments; the mapper raising or returning no
+        stream, or an error of any delay or of the subscription delay, cancels the others and
+        is signalled. Cancel reaches the source and every delay.
+    Anchor: reactivex ``delay_with_mapper``; Reactor ``delayUntil`` (in arrival order there).
+    """
+    from ._timed import delay_with_mapper_stage
+
+    if subscription_delay is not None and not callable(subscription_delay):
+        trigger: Flowable[Any] | None = _stream("delay_with_mapper", "subscription_delay", subscription_delay)
+        mapper = delay_duration_mapper
+    else:
+        trigger, mapper = None, subscription_delay if subscription_delay is not None else delay_duration_mapper
+    if mapper is None:
+        raise TypeError("delay_with_mapper() needs a delay_duration_mapper (item -> stream)")
+    if not callable(mapper):
+        raise TypeError(f"delay_with_mapper(delay_duration_mapper) needs a callable, got {mapper!r}")
+    delayed = delay_with_mapper_stage(mapper, name=name)
+    if trigger is None:
+        return delayed
+    subscribe_after = trigger
+    return lambda source: delayed(_subscribe_after(subscribe_after, source, None))
+
+
+#: reactivex's other name of ``debounce``: the same object, as in reactivex
+throttle_with_timeout = debounce
+
+
+def throttle_with_mapper(throttle_duration_mapper: Callable[[Any], Any], *, name: str | None = None) -> Operator:
+    """``debounce`` with a quiet period per item: an item goes out when its stream,
+    ``throttle_duration_mapper(item)``, emits or completes, unless a newer item came first.
+
+        source:    -a-b------c-|
+        demand:    ^*
+        output:    -------b----(c|)  each quiet period: 4 frames; a is superseded by b; c goes with the end
+
+    Demand: lossy by definition, as ``debounce``'s: upstream is requested without bound, at most
+    one item is held; dropped items are counted (``rxpipe_stage_dropped_total{reason}``:
+    ``"superseded"``, ``"no_demand"``, ``"error"``). An item whose quiet period ended without
+    demand is kept for the next request. The latest item goes out with the completion.
+    Signals: TypeError (raised here) for a non-callable; the mapper raising or returning no
+        stream, or an error of a quiet-period stream, fails the stream.
+    Anchor: reactivex ``throttle_with_mapper``; RxJS ``debounce(durationSelector)``.
+    """
+    from ._timed import throttle_with_mapper_stage
+
+    if not callable(throttle_duration_mapper):
+        raise TypeError(f"throttle_with_mapper() needs a callable, got {throttle_duration_mapper!r}")
+    return throttle_with_mapper_stage(throttle_duration_mapper, name=name)
+
+
+def timeout_with_mapper(first_timeout: Any = None, timeout_duration_mapper: Callable[[Any], Any] | None = None,
+                        other: Any = None, *, name: str | None = None) -> Operator:
+    """Switch to ``other`` (None: signal ``TimeoutError``) when an item is late: the first must
+    arrive before ``first_timeout`` emits or completes, each next one before
+    ``timeout_duration_mapper(previous item)`` does (None: no bound).
+
+        source:    -a--------b|
+        other:     -x|
+        demand:    ^*
+        output:    -a----x|      each item's timeout stream: 4 frames; nothing by frame 5: other
+
+    The timeout streams may be Flowables, Publishers, awaitables or iterables; each is asked for
+    one item. The switch cancels the upstream; ``other`` inherits the outstanding demand.
+    Demand: passed through exactly.
+    Signals: TypeError (raised here) for bad arguments; a timeout stream's error, or the
+        mapper raising, fails the stream. Cancel reaches the source, the running timeout stream
+        and ``other``.
+    Anchor: reactivex ``timeout_with_mapper``; Reactor ``timeout(Publisher, Function, fallback)``.
+    """
+    from ._timed import timeout_with_mapper_stage
+
+    first = None if first_timeout is None else _stream("timeout_with_mapper", "first_timeout", first_timeout)
+    if timeout_duration_mapper is not None and not callable(timeout_duration_mapper):
+        raise TypeError(f"timeout_with_mapper(timeout_duration_mapper) needs a callable, "
+                        f"got {timeout_duration_mapper!r}")
+    fallback = None if other is None else _stream("timeout_with_mapper", "other", other)
+    return timeout_with_mapper_stage(first, timeout_duration_mapper, fallback, name=name)

@@ -32,6 +32,7 @@ from ._rx_sources import (
     using,
 )
 from .errors import (
+    ArgumentOutOfRangeError,
     BufferOverflowError,
     CircuitOpenError,
     DroppedError,
@@ -40,6 +41,7 @@ from .errors import (
     MissingBackpressureError,
     ProtocolViolationError,
     RxPipeError,
+    SequenceContainsMoreThanOneElementError,
     SequenceContainsNoElementsError,
     TooManyGroupsError,
 )
@@ -83,6 +85,8 @@ __all__ = [
     "ProtocolViolationError",
     "TooManyGroupsError",
     "SequenceContainsNoElementsError",
+    "SequenceContainsMoreThanOneElementError",
+    "ArgumentOutOfRangeError",
     "Retry",
     "CircuitBreaker",
 ]

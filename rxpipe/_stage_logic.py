@@ -129,8 +129,14 @@ class Stage:
     :meth:`on_error`, :meth:`on_cancel`, :meth:`on_stop`, :meth:`on_timer`, :meth:`on_request`, and for inputs
     opened with :meth:`open_input`: :meth:`on_input_next`, :meth:`on_input_complete`,
     :meth:`on_input_error`. Actions: :meth:`emit`, :meth:`complete`, :meth:`fail`, :meth:`drop`,
-    :meth:`start_timer`, :meth:`cancel_timer`, :meth:`open_input`, :meth:`pull`, :meth:`invoke`.
+    :meth:`start_timer`, :meth:`cancel_timer`, :meth:`open_input`, :meth:`pull`, :meth:`invoke`,
+    :meth:`cancel_upstream`.
     State: :attr:`demanded`, :attr:`outstanding`, :attr:`now`, :attr:`stage_name`, :attr:`upstream_flowable`.
+
+    ``items_per_output = k`` (default 1; demand-driven stages only) counts downstream demand in
+    upstream items for a stage emitting lists of up to ``k`` items (``buffer_with_count``): a
+    ``request(n)`` asks upstream for up to ``n * k`` items (capped at ``UNBOUNDED``), its emitted
+    lists waiting downstream count ``k`` each (Reactor ``FluxBuffer``'s ``multiplyCap``).
 
     Class attributes: ``prefetch`` (above), ``replenish`` (items, None: ``p - p // 4``),
     ``max_held`` and ``held_bounds_credit`` (above), ``lazy`` (above), ``log_hook_errors``
@@ -160,6 +166,9 @@ class Stage:
     lazy: ClassVar[bool] = False
     #: Items the stage may hold (``held``) before it fails with BufferOverflowError.
     max_held: ClassVar[int] = 4096
+    #: Demand-driven stages (prefetch None) that emit lists of up to k items: each item downstream
+    #: asks for is worth k upstream items (``request(n)`` -> ``n * k``, capped at UNBOUNDED).
+    items_per_output: ClassVar[int] = 1
     #: Held items are released by something other than more input (calls, inner streams):
     #: they bound upstream credit strictly (a concurrency limit), see above.
     held_bounds_credit: ClassVar[bool] = False
@@ -286,6 +295,12 @@ class Stage:
     def cancel_timer(self, key: Hashable) -> None:
         """Cancel the timer ``key`` (no-op if it is not running)."""
         self._kit.cancel_timer(key)
+
+    def cancel_upstream(self) -> None:
+        """Cancel the main upstream and go on with the inputs (e.g. continue with another
+        stream: ``timeout(duetime, other)``). Idempotent; the upstream's later signals, its
+        completion included, are not heard. Anchor: Akka ``GraphStageLogic.cancel(in)``."""
+        self._kit.cancel_upstream()
 
     def open_input(self, source: Flowable[Any], *, prefetch: int | None = 32, key: Any = None) -> Input:
         """Subscribe to another ``source`` as an input of this stage; its signals come to

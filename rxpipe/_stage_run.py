@@ -68,6 +68,23 @@ def _max_held(owner: str, max_held: object) -> int:
     return max_held
 
 
+def _per_output(owner: str, items: object, window: int | None) -> int:
+    """Check ``items_per_output`` (an int >= 1; other than 1 only for a demand-driven stage)."""
+    if type(items) is not int or items < 1:
+        raise ValueError(f"{owner}: items_per_output must be an int >= 1 item, got {items!r}")
+    if items != 1 and window is not None:
+        raise ValueError(f"{owner}: items_per_output applies to a demand-driven stage (prefetch = None)")
+    return items
+
+
+def _scaled(requested: int, per_output: int) -> int:
+    """Downstream's demand in upstream items: ``requested * per_output``, capped at UNBOUNDED."""
+    if per_output == 1 or requested == UNBOUNDED:
+        return requested
+    total = requested * per_output
+    return UNBOUNDED if total >= UNBOUNDED else total
+
+
 def _free(window: int | None, requested: int, outstanding: int, pending: int) -> int:
     """How many items an upstream may be asked for now (0: none; UNBOUNDED: everything).
 
@@ -185,7 +202,7 @@ class StageRun(QueueDrainSubscription, UpstreamLink):
     __slots__ = (*LINK_SLOTS, "logic", "flowable", "loop", "window", "replenish_at", "inputs", "timers",
                  "started", "closing", "in_hook", "deferred", "topping", "top_missed", "logged",
                  "downstream_cancelled", "wants_requests", "on_next_hook", "try_next", "lazy", "max_held",
-                 "strict_held", "reports_busy")
+                 "strict_held", "reports_busy", "per_output")
 
     def __init__(self, downstream: Subscriber[Any], logic: Stage, flowable: StageFlowable,
                  loop: asyncio.AbstractEventLoop | None) -> None:
@@ -215,6 +232,7 @@ class StageRun(QueueDrainSubscription, UpstreamLink):
         self.max_held = _max_held(cls.__name__, logic.max_held)
         self.strict_held = bool(logic.held_bounds_credit)
         self.reports_busy = bool(logic.reports_busy)
+        self.per_output = _per_output(cls.__name__, logic.items_per_output, self.window)
         logic._kit = self
         self.on_next_hook = logic.on_next
         #: a fused chain downstream takes items through try_on_next (a dropped one uses no demand)
@@ -447,8 +465,12 @@ class StageRun(QueueDrainSubscription, UpstreamLink):
                     self.bad_held(held, None)
                     return
                 if not self.upstream_done and outstanding != UNBOUNDED:
-                    queued = len(self.queue)
-                    free = _free(self.window, self.requested, outstanding, held + queued)
+                    # a stage emitting lists of k (items_per_output) counts demand, and its
+                    # queued outputs, in upstream items: request(n) lists -> n * k items
+                    per_output = self.per_output
+                    queued = len(self.queue) * per_output
+                    wanted = _scaled(self.requested, per_output)
+                    free = _free(self.window, wanted, outstanding, held + queued)
                     # Request in rounds of at least `replenish_at` (Reactor's limitRate), or
                     # early, whatever is free, when downstream is owed items, none waits in the
                     # queue and nothing is coming from any upstream: then only this request can
@@ -459,7 +481,7 @@ class StageRun(QueueDrainSubscription, UpstreamLink):
                     # for another input (zip's), cost upstream one request per round.
                     if outstanding == 0 and queued == 0 and self.requested > 0 and self.nothing_coming(None):
                         if free <= 0 and held and self.may_pass_held():
-                            free = _free(self.window, self.requested, 0, 0)
+                            free = _free(self.window, wanted, 0, 0)
                         if free > 0:
                             self.request_upstream(free)
                     elif free >= self.replenish_at:

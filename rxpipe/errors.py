@@ -16,6 +16,8 @@ __all__ = [
     "UnsupportedRequestError",
     "StartError",
     "SequenceContainsNoElementsError",
+    "SequenceContainsMoreThanOneElementError",
+    "ArgumentOutOfRangeError",
 ]
 
 
@@ -152,3 +154,21 @@ class SequenceContainsNoElementsError(RxPipeError):
 
     def __init__(self, message: str | None = None) -> None:
         super().__init__(message or "Sequence contains no elements")
+
+
+class SequenceContainsMoreThanOneElementError(RxPipeError):
+    """``single`` (or ``single_or_default``) met a second item (with a predicate: a second item
+    that satisfied it); upstream is cancelled. The message is reactivex's ("Sequence contains more
+    than one element"; reactivex signals a plain Exception)."""
+
+    def __init__(self, message: str | None = None) -> None:
+        super().__init__(message or "Sequence contains more than one element")
+
+
+class ArgumentOutOfRangeError(RxPipeError, ValueError):
+    """``element_at(index)`` met a stream of ``index`` items or fewer. The name and message
+    ("Argument out of range") are reactivex's ``ArgumentOutOfRangeException``'s, a ValueError
+    there too."""
+
+    def __init__(self, message: str | None = None) -> None:
+        super().__init__(message or "Argument out of range")

@@ -124,12 +124,20 @@ class Flowable(Publisher[T], Generic[T]):
 
     # -- composing -----------------------------------------------------------------------------
     def pipe(self, *operators: Operator) -> Flowable[Any]:
-        """Apply operators left to right: ``f.pipe(a, b)`` is ``b(a(f))``."""
+        """Apply operators left to right: ``f.pipe(a, b)`` is ``b(a(f))``.
+
+        Each operator returns a Flowable, except that the last one may be a *terminal* operator
+        (an attribute ``terminal = True``, as ``ops.to_future()``): its result, e.g. a future,
+        is returned as is. TypeError for anything else that is not a Flowable."""
         source: Flowable[Any] = self
-        for op in operators:
-            source = op(source)
-            if not isinstance(source, Flowable):
-                raise TypeError(f"operator {op!r} returned {source!r}, not a Flowable")
+        last = len(operators) - 1
+        for k, op in enumerate(operators):
+            result = op(source)
+            if not isinstance(result, Flowable):
+                if k == last and getattr(op, "terminal", False):
+                    return result  # type: ignore[no-any-return]
+                raise TypeError(f"operator {op!r} returned {result!r}, not a Flowable")
+            source = result
         return source
 
     # -- consuming -----------------------------------------------------------------------------

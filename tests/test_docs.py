@@ -84,6 +84,16 @@ def test_the_migration_page_is_generated_and_lists_every_reactivex_name() -> Non
     assert "| `map` | [`ops.map`](reference/operators.md#rxpipe.operators.map) |" in text
 
 
+def test_the_operator_table_is_generated_from_the_facade() -> None:
+    from rxpipe import operators as ops
+    from rxpipe._docsite.operator_table import BEGIN, END, operator_table
+
+    text = (ROOT / "docs" / "guides" / "operators.md").read_text()
+    table = text[text.index(BEGIN) + len(BEGIN):text.index(END)].strip()
+    assert table == operator_table(), "docs/guides/operators.md is stale: python -m rxpipe._docsite"
+    assert re.findall(r"^\| [\w.]+ \| `(\w+)` \| ", table, re.M) == list(ops.__all__)
+
+
 def operator_names() -> list[str]:
     from rxpipe import operators as ops
 

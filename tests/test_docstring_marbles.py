@@ -12,10 +12,12 @@ driving the stage step by step and comparing with the diagram's tokens. A diagra
 from __future__ import annotations
 
 import asyncio
+import operator
 import re
 from typing import Any, Callable
 
 import pytest
+from reactivex.notification import OnCompleted, OnError, OnNext
 from reactivex.subject import Subject
 
 import rxpipe as rx
@@ -318,6 +320,130 @@ def from_future(block: Block) -> None:
     run_virtual(main())
 
 
+# -- third round (issue 34) -------------------------------------------------------------------------
+class _Recorder:
+    """An observer for ``do(observer)`` writing what it sees into ``calls``."""
+
+    def __init__(self, calls: list[Any]) -> None:
+        self.calls = calls
+
+    def on_next(self, item: Any) -> None:
+        self.calls.append(item)
+
+    def on_completed(self) -> None:
+        self.calls.append("|")
+
+
+def tapped(make: Callable[[list[Any]], Any]) -> Callable[[Block], None]:
+    """A tap's diagram: the items pass unchanged and the callbacks saw each signal in order."""
+    def run(block: Block) -> None:
+        calls: list[Any] = []
+        assert_marbles(make(calls), source=block["source"], demand=block.get("demand"), expected=block["output"])
+        assert calls == [t for t in _tokens(block["source"])]
+    return run
+
+
+def finally_action(block: Block) -> None:
+    seen: list[str] = []
+
+    def action() -> None:
+        seen.append("action")
+
+    op = rx.pipe(ops.finally_action(action), ops.tap(on_completed=lambda: seen.append("|")))
+    assert_marbles(op, source=block["source"], demand=block.get("demand"), expected=block["output"])
+    assert seen == ["|", "action"]
+
+
+def to_future(block: Block) -> None:
+    async def main() -> None:  # the future's outcome as a stream, drawn on the same clock
+        m = Marbles()
+        source = m.cold(block["source"])
+        outcome = rx.defer(lambda: rx.from_future(source.pipe(ops.to_future())))
+        (await m.run(outcome, demand=block["demand"])).expect(block["output"])
+    run_virtual(main())
+
+
+def materialize(block: Block) -> None:
+    error = RuntimeError("error")
+    assert_marbles(ops.materialize(), source=block["source"], demand=block["demand"], expected=block["output"],
+                   error=error, values={"x": OnNext("a"), "y": OnNext("b"), "z": OnError(error)})
+
+
+def _rounded(item: Any) -> Any:
+    """A Timestamp / TimeInterval with its seconds rounded (the virtual clock's float sums)."""
+    return type(item)(item[0], round(item[1], 6))
+
+
+def _true_times(k: int) -> Callable[[Any], bool]:
+    calls = [0]
+
+    def condition(source: Any) -> bool:
+        calls[0] += 1
+        return calls[0] <= k
+    return condition
+
+
+def two_sources(build: Callable[[Any, Any], Any], *, other_cancelled_at: int | None = None,
+                values: dict[str, Any] | None = None, subscribed_later: bool = False) -> Callable[[Block], None]:
+    """A block with a ``source`` and an ``other`` (cold, from frame 0; or drawn from the frame it
+    is subscribed in with ``subscribed_later``)."""
+    def run(block: Block) -> None:
+        async def main() -> None:
+            m = Marbles(values=values)
+            source = m.cold(block["source"])
+            other = m.cold(block["other"].strip() if subscribed_later else block["other"])
+            (await m.run(build(source, other), demand=block.get("demand", "^*"))).expect(block["output"])
+            if other_cancelled_at is not None:
+                assert other.cancelled_at == other_cancelled_at
+        run_virtual(main())
+    return run
+
+
+def windows(build: Callable[..., Any], *, pairs: bool = False) -> Callable[[Block], None]:
+    """A block whose ``main`` row names the windows (``A``, ``B`` ...) as they come, each with its
+    own row: the main row is played exactly (cold ``source`` and ``other``, virtual time); each
+    window is subscribed as it comes, without bound, and its items and terminal signal are
+    its row's (as ``group_by``'s lanes). ``pairs``: the stream emits ``(item, window)``."""
+    def run(block: Block) -> None:
+        async def main() -> None:
+            m = Marbles()
+            labels = iter(c for c in block["main"] if c not in "-()|# ")  # one-character marbles
+            lanes: dict[str, TestSubscriber[Any]] = {}
+
+            def attach(window: Any) -> str:
+                label = next(labels)
+                lanes[label] = ts = TestSubscriber[Any](initial_request=UNBOUNDED)
+                (window[1] if pairs else window).subscribe(ts)
+                return label
+
+            sources = [m.cold(block["source"])] + ([m.cold(block["other"])] if "other" in block else [])
+            (await m.run(build(*sources).pipe(ops.map(attach)), demand="^*")).expect(block["main"])
+            for label, ts in lanes.items():
+                row = [c for c in block[label] if c not in "-() "]
+                assert [str(v) for v in ts.values] + (["|"] if ts.completed else []) == row, label
+        run_virtual(main())
+    return run
+
+
+def partition(predicate: Callable[..., Any], *, indexed: bool = False) -> Callable[[Block], None]:
+    """Both halves of ``partition`` played exactly on one cold source (one-character marbles):
+    each half's items at their frames, and the completion of both at its frame."""
+    def run(block: Block) -> None:
+        async def main() -> None:
+            m = Marbles(values=None if indexed else {str(i): i for i in range(10)})
+            source = m.cold(block["source"])
+            holds, fails = source.pipe(ops.partition_indexed(predicate) if indexed else ops.partition(predicate))
+            both = rx.merge(holds.pipe(ops.map(lambda x: ("holds", x))), fails.pipe(ops.map(lambda x: ("fails", x))))
+            timeline = (await m.run(both, demand="^*")).timeline
+            for half in ("holds", "fails"):
+                row = block[half]
+                got = [(e.frame, str(e.value[1])) for e in timeline if e.kind == "next" and e.value[0] == half]
+                assert got == [(i, c) for i, c in enumerate(row) if c not in "-|"], half
+                assert [e.frame for e in timeline if e.kind == "complete"] == [row.index("|")]
+        run_virtual(main())
+    return run
+
+
 RUNNERS: dict[tuple[str, int], Callable[[Block], None]] = {
     ("ops.map", 0): kit(lambda: ops.map(lambda x: x * 2)),
     ("ops.filter", 0): kit(lambda: ops.filter(lambda x: x % 2 == 0)),
@@ -394,6 +520,127 @@ RUNNERS: dict[tuple[str, int], Callable[[Block], None]] = {
     ("rx.timer", 1): source_runner(lambda: rx.timer(0.03, 0.02)),
     ("rx.never", 0): source_runner(rx.never),
     ("rx.from_future", 0): from_future,
+    # -- third round (issue 34): one-to-one and filters
+    ("ops.map_indexed", 0): kit(lambda: ops.map_indexed(lambda x, i: x * (i + 1)),
+                                values={"x": "a", "y": "bb", "z": "ccc"}),
+    ("ops.starmap", 0): kit(lambda: ops.starmap(operator.add), values={"x": (1, 2), "y": (3, 4)}),
+    ("ops.starmap_indexed", 0): kit(lambda: ops.starmap_indexed(lambda a, b, i: a + b + i),
+                                    values={"x": (1, 2, 0), "y": (3, 4, 1)}),
+    ("ops.pluck", 0): kit(lambda: ops.pluck("n"), values={"x": {"n": 1}, "y": {"n": 2}}),
+    ("ops.pluck_attr", 0): kit(lambda: ops.pluck_attr("real"), values={"x": 1 + 0j, "y": 2 + 0j, "1": 1.0, "2": 2.0}),
+    ("ops.do_action", 0): tapped(lambda calls: ops.do_action(calls.append, on_completed=lambda: calls.append("|"))),
+    ("ops.do", 0): tapped(lambda calls: ops.do(_Recorder(calls))),
+    ("ops.finally_action", 0): finally_action,
+    ("ops.materialize", 0): materialize,
+    ("ops.dematerialize", 0): kit(lambda: ops.dematerialize(),
+                                  values={"x": OnNext("a"), "y": OnNext("b"), "z": OnCompleted()}),
+    ("ops.filter_indexed", 0): kit(lambda: ops.filter_indexed(lambda x, i: i % 2 == 0)),
+    ("ops.take_while_indexed", 0): kit(lambda: ops.take_while_indexed(lambda x, i: i < 2)),
+    ("ops.skip_while_indexed", 0): kit(lambda: ops.skip_while_indexed(lambda x, i: i < 2)),
+    ("ops.skip_until", 0): two_sources(lambda source, other: source.pipe(ops.skip_until(other)),
+                                       other_cancelled_at=4),
+    ("ops.element_at", 0): kit(lambda: ops.element_at(2)),
+    ("ops.element_at", 1): kit(lambda: ops.element_at(2), expected_error=rx.ArgumentOutOfRangeError),
+    ("ops.element_at_or_default", 0): kit(lambda: ops.element_at_or_default(2, "z")),
+    ("ops.first_or_default", 0): kit(lambda: ops.first_or_default(lambda x: x % 2 == 0, 0)),
+    ("ops.skip_last", 0): kit(lambda: ops.skip_last(2)),
+    ("ops.default_if_empty", 0): kit(lambda: ops.default_if_empty("z")),
+    ("ops.slice", 0): kit(lambda: ops.slice(1, 4, 2)),
+    # -- third round (issue 34): aggregates
+    ("ops.all", 0): kit(lambda: ops.all(lambda x: x % 2 == 0), values={"F": False}),
+    ("ops.some", 0): kit(lambda: ops.some(lambda x: x % 2 == 0), values={"T": True}),
+    ("ops.contains", 0): kit(lambda: ops.contains("b"), values={"T": True}),
+    ("ops.is_empty", 0): kit(lambda: ops.is_empty(), values={"F": False}),
+    ("ops.sequence_equal", 0): two_sources(lambda source, other: source.pipe(ops.sequence_equal(other)),
+                                           other_cancelled_at=3, values={"F": False}),
+    ("ops.sum", 0): kit(lambda: ops.sum(prefetch=4)),
+    ("ops.average", 0): kit(lambda: ops.average(), values={"3": 3.0}),
+    ("ops.max", 0): kit(lambda: ops.max()),
+    ("ops.min", 0): kit(lambda: ops.min()),
+    ("ops.max_by", 0): kit(lambda: ops.max_by(len), values={"a": "a", "b": "bb", "c": "c", "d": "dd",
+                                                             "x": ["bb", "dd"]}),
+    ("ops.min_by", 0): kit(lambda: ops.min_by(len), values={"a": "aa", "b": "b", "c": "cc", "d": "d",
+                                                             "x": ["b", "d"]}),
+    ("ops.to_dict", 0): kit(lambda: ops.to_dict(lambda s: s[0]), values={"a": "a1", "b": "b1", "c": "a2",
+                                                                         "x": {"a": "a2", "b": "b1"}}),
+    ("ops.to_set", 0): kit(lambda: ops.to_set(), values={"x": {"a", "b"}}),
+    ("ops.to_future", 0): to_future,
+    ("ops.single", 0): kit(lambda: ops.single(), expected_error=rx.SequenceContainsMoreThanOneElementError),
+    ("ops.single_or_default", 0): kit(lambda: ops.single_or_default(None, "z")),
+    ("ops.find", 0): kit(lambda: ops.find(lambda x, i, src: x == "b")),
+    ("ops.find_index", 0): kit(lambda: ops.find_index(lambda x, i, src: x == "b")),
+    ("ops.take_last", 0): kit(lambda: ops.take_last(2)),
+    ("ops.take_last_buffer", 0): kit(lambda: ops.take_last_buffer(2), values={"x": ["c", "d"]}),
+    ("ops.last_or_default", 0): kit(lambda: ops.last_or_default("z")),
+    ("ops.ignore_elements", 0): kit(lambda: ops.ignore_elements(prefetch=4)),
+    # -- third round (issue 34): higher order
+    ("ops.merge_all", 0): streams(lambda s, fn: s.pipe(ops.map(fn), ops.merge_all())),
+    ("ops.concat_all", 0): streams(lambda s, fn: s.pipe(ops.map(fn), ops.concat_all())),
+    ("ops.switch_latest", 0): streams(lambda s, fn: s.pipe(ops.map(fn), ops.switch_latest())),
+    ("ops.exclusive", 0): streams(lambda s, fn: s.pipe(ops.map(fn), ops.exclusive())),
+    ("ops.flat_map_indexed", 0): streams(lambda s, fn: s.pipe(ops.flat_map_indexed(lambda x, i: fn(x)))),
+    ("ops.flat_map_latest", 0): streams(lambda s, fn: s.pipe(ops.flat_map_latest(fn))),
+    ("ops.switch_map_indexed", 0): streams(lambda s, fn: s.pipe(ops.switch_map_indexed(lambda x, i: fn(x)))),
+    ("ops.expand", 0): streams(lambda s, fn: s.pipe(ops.expand(fn))),
+    ("ops.amb", 0): two_sources(lambda source, other: source.pipe(ops.amb(other))),
+    ("ops.zip_latest", 0): two_sources(lambda source, other: source.pipe(ops.zip_latest(other)),
+                                       values={"x": ("a", 1), "y": ("c", 2)}),
+    ("ops.zip_with_iterable", 0): kit(lambda: ops.zip_with_iterable([1, 2]), values={"x": ("a", 1), "y": ("b", 2)}),
+    ("ops.zip_with_list", 0): kit(lambda: ops.zip_with_list([1, 2]), values={"x": ("a", 1), "y": ("b", 2)}),
+    ("ops.join", 0): two_sources(lambda source, other: source.pipe(ops.join(
+        other, lambda x: rx.timer(0.05 if x == "a" else 0.01), lambda x: rx.timer(0.01))),
+        values={"x": ("a", 1), "y": ("a", 2)}),
+    ("ops.on_error_resume_next", 0): two_sources(lambda source, other: source.pipe(ops.on_error_resume_next(other)),
+                                                 subscribed_later=True),
+    ("ops.repeat", 0): kit(lambda: ops.repeat(3)),
+    ("ops.do_while", 0): kit(lambda: ops.do_while(_true_times(1))),
+    ("ops.while_do", 0): kit(lambda: ops.while_do(_true_times(2))),
+    # -- third round (issue 34): time
+    ("ops.timestamp", 0): kit(lambda: rx.pipe(ops.timestamp(), ops.map(_rounded)),
+                              values={"x": ops.Timestamp("a", 0.01), "y": ops.Timestamp("b", 0.04)}),
+    ("ops.time_interval", 0): kit(lambda: rx.pipe(ops.time_interval(), ops.map(_rounded)),
+                                  values={"x": ops.TimeInterval("a", 0.01), "y": ops.TimeInterval("b", 0.03)}),
+    ("ops.take_with_time", 0): kit(lambda: ops.take_with_time(0.05)),
+    ("ops.take_until_with_time", 0): kit(lambda: ops.take_until_with_time(0.05)),
+    ("ops.skip_with_time", 0): kit(lambda: ops.skip_with_time(0.06)),
+    ("ops.skip_until_with_time", 0): kit(lambda: ops.skip_until_with_time(0.05)),
+    ("ops.take_last_with_time", 0): kit(lambda: ops.take_last_with_time(0.05)),
+    ("ops.skip_last_with_time", 0): kit(lambda: ops.skip_last_with_time(0.04)),
+    ("ops.delay_subscription", 0): kit(lambda: ops.delay_subscription(0.03)),
+    ("ops.delay_with_mapper", 0): kit(lambda: ops.delay_with_mapper(lambda x: rx.timer(0.04 if x == "a" else 0.01))),
+    ("ops.throttle_with_timeout", 0): kit(lambda: ops.throttle_with_timeout(0.03)),
+    ("ops.throttle_with_mapper", 0): kit(lambda: ops.throttle_with_mapper(lambda x: rx.timer(0.04))),
+    ("ops.timeout_with_mapper", 0): two_sources(lambda source, other: source.pipe(ops.timeout_with_mapper(
+        rx.timer(0.04), lambda x: rx.timer(0.04), other)), subscribed_later=True),
+    ("ops.timeout", 3): two_sources(lambda source, other: source.pipe(ops.timeout(0.03, other)),
+                                    subscribed_later=True),
+    # -- buffers and windows (issue 34)
+    ("ops.buffer", 2): two_sources(lambda source, other: source.pipe(ops.buffer(other)),
+                                   values={"p": ["a", "b"], "q": ["c"], "r": []}),
+    ("ops.buffer_with_count", 0): kit(lambda: ops.buffer_with_count(2), values={"x": ["a", "b"], "y": ["c", "d"]}),
+    ("ops.buffer_with_time", 0): kit(lambda: ops.buffer_with_time(0.04),
+                                     values={"x": ["a", "b"], "y": ["c"], "z": [], "w": []}),
+    ("ops.buffer_with_time_or_count", 0): kit(lambda: ops.buffer_with_time_or_count(0.05, 3),
+                                              values={"x": ["a", "b", "c"], "y": [], "z": ["d"]}),
+    ("ops.buffer_when", 0): kit(lambda: ops.buffer_when(lambda: rx.timer(0.04)),
+                                values={"x": ["a", "b"], "y": ["c"], "z": []}),
+    ("ops.buffer_toggle", 0): two_sources(lambda source, other: source.pipe(
+        ops.buffer_toggle(other, lambda o: rx.timer(0.04))), values={"x": ["b", "c"], "y": ["e"]}),
+    ("ops.partition", 0): partition(lambda x: x % 2 == 0),
+    ("ops.partition_indexed", 0): partition(lambda x, i: i % 2 == 0, indexed=True),
+    ("ops.window", 0): windows(lambda source, other: source.pipe(ops.window(other))),
+    ("ops.window_with_count", 0): windows(lambda source: source.pipe(ops.window_with_count(2))),
+    ("ops.window_with_time", 0): windows(lambda source: source.pipe(ops.window_with_time(0.04))),
+    ("ops.window_with_time_or_count", 0): windows(lambda source: source.pipe(ops.window_with_time_or_count(0.05, 3))),
+    ("ops.window_when", 0): windows(lambda source: source.pipe(ops.window_when(lambda: rx.timer(0.04)))),
+    ("ops.window_toggle", 0): windows(lambda source, other: source.pipe(
+        ops.window_toggle(other, lambda o: rx.timer(0.04)))),
+    ("ops.group_by_until", 0): windows(lambda source: source.pipe(
+        ops.group_by_until(str.lower, None, lambda g: rx.timer(0.04)))),
+    ("ops.group_join", 0): windows(lambda source, other: source.pipe(ops.group_join(
+        other, lambda x: rx.timer(0.05 if x == "a" else 0.01), lambda r: rx.timer(0.01))), pairs=True),
+    ("ops.fork_join", 0): two_sources(lambda source, other: source.pipe(ops.fork_join(other)),
+                                      values={"z": (2, "y")}),
 }
 
 

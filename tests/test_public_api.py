@@ -43,6 +43,19 @@ DESIGN_3["rxpipe.operators"] |= {"pairwise", "distinct", "distinct_until_changed
 # -- second round (issue 22): time operators and sources --
 DESIGN_3["rxpipe"] |= {"timer", "never", "from_future"}
 DESIGN_3["rxpipe.operators"] |= {"debounce", "sample", "throttle_first", "delay"}
+# -- operators, third round (issue 34): the whole reactivex vocabulary
+DESIGN_3["rxpipe.operators"] |= {"map_indexed", "filter_indexed", "starmap", "pluck", "do_action", "finally_action",
+                                 "materialize", "dematerialize", "default_if_empty", "element_at", "skip_last",
+                                 "slice"}
+DESIGN_3["rxpipe.operators"] |= {"all", "some", "contains", "is_empty", "sequence_equal", "sum", "average", "min",
+                                 "max", "min_by", "max_by", "to_dict", "to_set", "to_future", "single", "find",
+                                 "find_index", "take_last", "last_or_default", "ignore_elements", "fork_join"}
+DESIGN_3["rxpipe.operators"] |= {"merge_all", "concat_all", "switch_latest", "flat_map_indexed", "flat_map_latest",
+                                 "switch_map_indexed", "expand", "amb", "zip_latest", "zip_with_iterable", "join",
+                                 "on_error_resume_next", "repeat", "do_while", "while_do"}
+DESIGN_3["rxpipe.operators"] |= {"timestamp", "time_interval", "take_with_time", "skip_with_time", "delay_subscription",
+                                 "delay_with_mapper", "throttle_with_timeout", "throttle_with_mapper",
+                                 "timeout_with_mapper"}
 # -- layout, second round (DESIGN §1): the serving domain in its own package
 DESIGN_3["rxpipe.serving"] = {"CompletionRequest", "Completion", "TokenChunk", "CompletionResult", "Engine", "execute",
                               "edge_queue", "fair_queue", "balance", "prefix_affinity", "cache"}

@@ -864,3 +864,35 @@ def test_on_request_hears_the_demand_that_came_before_the_start_then_each_reques
     assert heard == [("start", 3, 0), ("request", 3, 0)] and pub.requests == [3]
     ts.request(2)
     assert heard[-1] == ("request", 2, 3) and pub.requests == [3, 2]
+
+
+class SwitchAtThree(Stage):
+    """Passes three upstream items, then cancels the upstream and goes on with ``other``."""
+
+    prefetch = None
+
+    def __init__(self, other: rx.Flowable[Any]) -> None:
+        self.other, self.seen = other, 0
+
+    def on_next(self, item: Any) -> None:
+        self.emit(item)
+        self.seen += 1
+        if self.seen == 3:
+            self.cancel_upstream()
+            self.cancel_upstream()  # idempotent
+            self.open_input(self.other, prefetch=None)
+
+    def on_input_complete(self, input: Input) -> None:
+        self.complete()
+
+
+def test_cancel_upstream_stops_the_main_upstream_and_the_stage_goes_on_with_its_inputs() -> None:
+    pub, other = TestPublisher[int](), TestPublisher[int]()
+    ts = subscribe(pub.pipe(operator(SwitchAtThree)(other)), 5)
+    pub.emit(1, 2, 3)
+    assert pub.cancelled and pub.requests == [5]
+    assert other.requests == [2]  # the demand still outstanding goes to the input
+    pub.complete()  # not heard: the upstream was cancelled
+    assert not ts.done
+    other.emit(4, 5).complete()
+    assert ts.values == [1, 2, 3, 4, 5] and ts.completed

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 from .migration import migration_page
+from .operator_table import with_operator_table
 from .tables import marked_files, settings_tables
 
 
@@ -21,6 +22,13 @@ def main(argv: list[str] | None = None) -> int:
         if new != text:
             path.write_text(new)
             print(f"{page}: settings tables regenerated")
+    guide = root / "docs" / "guides" / "operators.md"
+    if guide.exists():
+        text = guide.read_text()
+        new = with_operator_table(text)
+        if new != text:
+            guide.write_text(new)
+            print("docs/guides/operators.md: operator table regenerated")
     migration = root / "docs" / "migration.md"
     page_text = migration_page()
     if not migration.exists() or migration.read_text() != page_text:

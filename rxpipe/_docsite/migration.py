@@ -33,28 +33,18 @@ NEVER = {
 
 #: what to use today for a reactivex name that rxpipe has not got yet (only where it is close)
 CLOSEST = {
-    "do_action": "`ops.tap(on_next, on_error, on_complete)`",
-    "do": "`ops.tap(...)` with the observer's three callbacks",
-    "buffer_with_count": "`ops.batch(max_size)` (emits a batch only when one is demanded: Akka groupedWithin)",
-    "buffer_with_time_or_count": "`ops.batch(max_size, max_delay_s)`",
     "share": "`ops.broadcast(n)` for a known number of branches (the slowest branch governs)",
     "publish": "`ops.broadcast(n)` for a known number of branches (the slowest branch governs)",
-    "zip_with_iterable": "`ops.zip(rx.from_iterable(xs))`",
-    "merge_all": "`ops.flat_map(lambda inner: inner)` (bounded by `max_concurrency`)",
-    "concat_all": "`ops.concat_map(lambda inner: inner)`",
-    "switch_latest": "`ops.switch_map(lambda inner: inner)`",
-    "flat_map_latest": "`ops.switch_map(fn)`",
-    "timestamp": "`ops.map(lambda x: (loop.time(), x))`",
-    "ignore_elements": "`ops.filter(lambda _: False)`",
 }
 
 #: rxpipe names reactivex has the same name for, but a different meaning by argument type
 OWN = {
-    "buffer": "`buffer(capacity: int, overflow)` is rxpipe's bounded queue (an async boundary); RxPY's "
-              "`buffer(boundaries)` (lists closed by another stream) arrives with issue 34",
-    "timeout": "`timeout(seconds, mode)` is rxpipe's (idle or per item); RxPY's `timeout(duetime, other)` "
-               "arrives with issue 34",
-    "group_by": "`group_by(key, max_groups)` bounds the open groups (default 1024)",
+    "buffer": "`buffer(capacity: int, overflow)` is rxpipe's bounded queue (an async boundary); "
+              "`buffer(boundaries: Flowable)` is RxPY's (lists closed by another stream)",
+    "timeout": "`timeout(seconds, mode)` is rxpipe's (idle or per item); `timeout(duetime, other: Flowable)` "
+               "is RxPY's",
+    "group_by": "`group_by(key, max_groups)` bounds the open groups (default 1024); a callable second "
+                "argument is RxPY's `element_mapper`",
 }
 
 

@@ -143,3 +143,18 @@ async def test_the_slow_branch_paces_the_fast_one(loop: asyncio.AbstractEventLoo
 def test_broadcast_rejects_bad_n() -> None:
     with pytest.raises(ValueError):
         ops.broadcast(0)
+
+
+def test_a_filter_after_a_branch_asks_the_run_for_what_it_dropped() -> None:
+    # a fused filter drops an item by requesting one more of its branch: the minimum over the
+    # branches moves, so the other branch is not starved (found through partition)
+    pub = TestPublisher[int]()
+    a_branch, b_branch = pub.pipe(ops.broadcast(2))
+    a, b = TestSubscriber[int](initial_request=5), TestSubscriber[int](initial_request=1)
+    a_branch.subscribe(a)
+    b_branch.pipe(ops.filter(lambda x: x % 2 == 1)).subscribe(b)
+    assert pub.requests == [1]
+    pub.emit(2)  # b's filter drops it and asks one more
+    assert pub.requests == [1, 1]
+    pub.emit(3)
+    assert a.values == [2, 3] and b.values == [3]

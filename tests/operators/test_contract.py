@@ -25,6 +25,9 @@ NOT_OPERATORS = {
     "CircuitBreaker": "a policy object for map_async(breaker=)",
     "GroupedFlowable": "the type of the groups group_by emits",
     "prefix_affinity": "a routing policy object for balance(affinity=)",
+    "Timestamp": "the type of the items timestamp emits",
+    "TimeInterval": "the type of the items time_interval emits",
+    "Window": "the type of the windows the window operators emit",
 }
 
 
@@ -44,6 +47,39 @@ def _execute() -> Operator:
     engine = SimulatedEngine(max_num_seqs=2, max_num_batched_tokens=64, step_overhead_s=0.01,
                              prefill_s_per_token=0.0, decode_s_per_seq=0.0)
     return ops.execute(engine)
+
+
+class _Observer:
+    """A reactivex-style observer for ``do(observer)``."""
+
+    def on_next(self, item: Any) -> None:
+        pass
+
+    def on_error(self, error: BaseException) -> None:
+        pass
+
+    def on_completed(self) -> None:
+        pass
+
+
+def _once() -> Callable[[Any], bool]:
+    """A while_do condition true once (one run)."""
+    calls = [0]
+
+    def condition(source: Any) -> bool:
+        calls[0] += 1
+        return calls[0] == 1
+    return condition
+
+
+def _flat(name: str | None = None) -> Operator:
+    """Every window (or group) subscribed as it comes, its items merged (at most 4 at once, so the
+    windows' items queued in flat_map stay within 4 x its prefetch)."""
+    return ops.flat_map(lambda window: window, max_concurrency=4, name=name)
+
+
+async def _awaited(future: Any) -> Any:
+    return await future
 
 
 def _request(i: int) -> CompletionRequest:
@@ -114,6 +150,142 @@ BUILT_INS: dict[str, tuple[Callable[[], Operator], dict[str, Any]]] = {
     "throttle_first": (lambda: ops.throttle_first(0.05),
                        {"emits_every_item": False, "time_based": True, "max_held": 1}),
     "delay": (lambda: ops.delay(0.05), {"time_based": True, "max_held": 0}),
+    # -- third round (issue 34): one-to-one and filters
+    "map_indexed": (lambda: ops.map_indexed(lambda x, i: x + i), {"max_held": 0}),
+    "starmap": (lambda: rx.pipe(ops.map(lambda x: (x, x)), ops.starmap(lambda a, b: a + b)), {"max_held": 0}),
+    "starmap_indexed": (lambda: rx.pipe(ops.map(lambda x: (x, 1)), ops.starmap_indexed(lambda a, i: a + i)),
+                        {"max_held": 0}),
+    "pluck": (lambda: rx.pipe(ops.map(lambda x: {"k": x}), ops.pluck("k")), {"max_held": 0}),
+    "pluck_attr": (lambda: ops.pluck_attr("real"), {"max_held": 0}),
+    "do_action": (lambda: ops.do_action(lambda x: None), {"max_held": 0}),
+    "do": (lambda: ops.do(_Observer()), {"max_held": 0}),
+    "finally_action": (lambda: ops.finally_action(lambda: None), {"max_held": 0}),
+    # an error becomes an item (OnError) and the stream completes: the error check is
+    # dematerialize's below, which turns it back into the same error object
+    "materialize": (lambda: ops.materialize(), {"max_held": 0, "checks": ("demand", "bounds", "cancel", "completion")}),
+    "dematerialize": (lambda: rx.pipe(ops.materialize(), ops.dematerialize()), {"max_held": 0}),
+    "filter_indexed": (lambda: ops.filter_indexed(lambda x, i: i % 3 == 0), {"emits_every_item": False, "max_held": 0}),
+    "take_while_indexed": (lambda: ops.take_while_indexed(lambda x, i: i < 40), {"emits_every_item": False,
+                                                                                "max_held": 0}),
+    "skip_while_indexed": (lambda: ops.skip_while_indexed(lambda x, i: i < 4), {"emits_every_item": False,
+                                                                               "max_held": 0}),
+    "skip_until": (lambda: ops.skip_until(rx.just("open")), {"max_held": 0}),
+    "element_at": (lambda: ops.element_at(3), {"emits_every_item": False, "max_held": 0}),
+    "element_at_or_default": (lambda: ops.element_at_or_default(3, 0), {"emits_every_item": False, "max_held": 0}),
+    "first_or_default": (lambda: ops.first_or_default(lambda x: x > 3, 0), {"emits_every_item": False,
+                                                                          "max_held": 0}),
+    "skip_last": (lambda: ops.skip_last(2), {"emits_every_item": False, "max_held": 2}),
+    "default_if_empty": (lambda: ops.default_if_empty(0), {"max_held": 0}),
+    "slice": (lambda: ops.slice(1, -1, 2), {"emits_every_item": False, "max_held": 1}),
+    # -- third round (issue 34): aggregates (lazy: nothing is taken before downstream asks)
+    **{name: (make, {"emits_every_item": False, "max_held": 0}) for name, make in {
+        "all": lambda: ops.all(lambda x: x < 1000, prefetch=8), "some": lambda: ops.some(lambda x: x > 1000),
+        "contains": lambda: ops.contains(-1),
+        # decided at the first item: behind a filter, so that the error check sees an error arrive
+        "is_empty": lambda: rx.pipe(ops.filter(lambda x: x > 10**6), ops.is_empty()),
+        "sequence_equal": lambda: ops.sequence_equal(rx.range(1, 10_000), prefetch=8), "sum": lambda: ops.sum(),
+        "average": lambda: ops.average(), "min": lambda: ops.min(), "max": lambda: ops.max(prefetch=8),
+        "min_by": lambda: ops.min_by(lambda x: x % 3), "max_by": lambda: ops.max_by(lambda x: x % 3),
+        "to_dict": lambda: ops.to_dict(lambda x: x % 3), "to_set": lambda: ops.to_set(),
+        "single": lambda: ops.single(lambda x: x == 2), "single_or_default": lambda: ops.single_or_default(
+            lambda x: x == 2, 0), "find": lambda: ops.find(lambda x, i, s: x == 1000),
+        "find_index": lambda: ops.find_index(lambda x, i, s: x == 1000), "take_last": lambda: ops.take_last(2),
+        "take_last_buffer": lambda: ops.take_last_buffer(2), "last_or_default": lambda: ops.last_or_default(0),
+        "ignore_elements": lambda: ops.ignore_elements(), "fork_join": lambda: ops.fork_join(rx.just(0)),
+    }.items()},
+    # -- third round (issue 34): higher order
+    "merge/max_concurrent": (lambda: rx.pipe(ops.map(lambda x: rx.just(x, -x)),
+                                             ops.merge(max_concurrent=2, prefetch=2)), {"max_held": 2}),
+    "merge_all": (lambda: rx.pipe(ops.map(lambda x: rx.just(x, -x)), ops.merge_all(max_concurrent=2, prefetch=2)),
+                  {"max_held": 2}),
+    "concat_all": (lambda: rx.pipe(ops.map(lambda x: rx.just(x, -x)), ops.concat_all()), {"max_held": 2}),
+    "switch_latest": (lambda: rx.pipe(ops.map(lambda x: rx.just(x)), ops.switch_latest()),
+                      {"emits_every_item": False, "max_held": 1}),
+    "exclusive": (lambda: rx.pipe(ops.map(lambda x: rx.just(x)), ops.exclusive()),
+                  {"emits_every_item": False, "max_held": 1}),
+    "flat_map_indexed": (lambda: ops.flat_map_indexed(lambda x, i: [x, i], max_concurrency=2, prefetch=2),
+                         {"max_held": 2}),
+    "flat_map_latest": (lambda: ops.flat_map_latest(lambda x: [x]), {"emits_every_item": False, "max_held": 1}),
+    "switch_map_indexed": (lambda: ops.switch_map_indexed(lambda x, i: [x, i]),
+                           {"emits_every_item": False, "max_held": 1}),
+    "expand": (lambda: ops.expand(lambda x: rx.just(x + 1000) if x < 1000 else rx.empty()), {"max_held": 0}),
+    "amb": (lambda: ops.amb(rx.never()), {"max_held": 0}),
+    "zip_latest": (lambda: ops.zip_latest(rx.interval(0.01).pipe(ops.map(lambda k: "x"))),
+                   {"emits_every_item": False, "max_held": 32, "time_based": True}),
+    "zip_with_iterable": (lambda: ops.zip_with_iterable(range(10**6)), {"max_held": 0}),
+    "zip_with_list": (lambda: ops.zip_with_list(list(range(1000))), {"max_held": 0}),
+    "join": (lambda: ops.join(rx.just("r"), lambda x: rx.never(), lambda x: rx.never()), {"max_held": 256}),
+    # the error is swallowed by definition: the continuation completes the stream
+    "on_error_resume_next": (lambda: ops.on_error_resume_next(rx.just(-1)),
+                             {"max_held": 0, "checks": ("demand", "bounds", "cancel", "completion")}),
+    # one run: the checks' hand-driven publisher does not replay a second subscription
+    "repeat": (lambda: ops.repeat(1), {"max_held": 0}),
+    "repeat/forever": (lambda: ops.repeat(), {"max_held": 0, "checks": ("demand", "bounds", "cancel", "error")}),
+    "do_while": (lambda: ops.do_while(lambda source: False), {"max_held": 0}),
+    "while_do": (lambda: ops.while_do(_once()), {"max_held": 0}),
+    # -- third round (issue 34): time (the lossy ones request UNBOUNDED, keep one item, count drops)
+    "timestamp": (lambda: ops.timestamp(), {"max_held": 0}),
+    "time_interval": (lambda: ops.time_interval(), {"max_held": 0}),
+    "take_with_time": (lambda: ops.take_with_time(60.0), {"time_based": True, "max_held": 0}),
+    "take_until_with_time": (lambda: ops.take_until_with_time(60.0), {"time_based": True, "max_held": 0}),
+    "skip_with_time": (lambda: ops.skip_with_time(0.05), {"emits_every_item": False, "time_based": True,
+                                                          "max_held": 0}),
+    "skip_until_with_time": (lambda: ops.skip_until_with_time(0.05), {"emits_every_item": False, "time_based": True,
+                                                                      "max_held": 0}),
+    "take_last_with_time": (lambda: ops.take_last_with_time(1.0), {"emits_every_item": False, "time_based": True,
+                                                                   "max_held": 0}),
+    "skip_last_with_time": (lambda: ops.skip_last_with_time(0.05), {"emits_every_item": False, "time_based": True,
+                                                                    "max_held": 60}),
+    "delay_subscription": (lambda: ops.delay_subscription(0.05), {"time_based": True, "max_held": 0}),
+    "delay_with_mapper": (lambda: ops.delay_with_mapper(lambda x: rx.timer(0.05)), {"time_based": True,
+                                                                                   "max_held": 0}),
+    "delay_with_mapper/subscription_delay": (lambda: ops.delay_with_mapper(rx.timer(0.03), lambda x: rx.timer(0.05)),
+                                             {"time_based": True, "max_held": 0}),
+    "throttle_with_timeout": (lambda: ops.throttle_with_timeout(0.05), {"emits_every_item": False,
+                                                                        "time_based": True, "max_held": 1}),
+    "throttle_with_mapper": (lambda: ops.throttle_with_mapper(lambda x: rx.timer(0.05)),
+                             {"emits_every_item": False, "time_based": True, "max_held": 1}),
+    "timeout_with_mapper": (lambda: ops.timeout_with_mapper(rx.never(), lambda x: rx.never()), {"max_held": 0}),
+    "timeout/other": (lambda: ops.timeout(60.0, rx.empty()), {"max_held": 0}),
+    # -- third round (issue 34): buffers (lists) and windows (flattened, so that every window is
+    # consumed: a window nobody subscribes holds its credit, as group_by's groups)
+    "buffer/boundaries": (lambda: ops.buffer(rx.interval(0.05)), {"emits_every_item": False, "time_based": True,
+                                                                  "max_held": 256}),
+    "buffer_with_count": (lambda: ops.buffer_with_count(3), {"emits_every_item": False, "max_held": 0}),
+    "buffer_with_count/overlapping": (lambda: ops.buffer_with_count(3, 1), {"emits_every_item": False,
+                                                                            "max_held": 0}),
+    "buffer_with_time": (lambda: ops.buffer_with_time(0.05), {"emits_every_item": False, "time_based": True,
+                                                              "max_held": 256}),
+    "buffer_with_time_or_count": (lambda: ops.buffer_with_time_or_count(0.05, 3),
+                                  {"emits_every_item": False, "time_based": True, "max_held": 3}),
+    "buffer_when": (lambda: ops.buffer_when(lambda: rx.timer(0.05)), {"emits_every_item": False,
+                                                                      "time_based": True, "max_held": 256}),
+    "buffer_toggle": (lambda: ops.buffer_toggle(rx.interval(0.05).pipe(ops.take(30)), lambda x: rx.timer(0.03)),
+                      {"emits_every_item": False, "time_based": True, "max_held": 256}),
+    "window": (lambda: rx.pipe(ops.window(rx.interval(0.05)), _flat()),
+               {"time_based": True, "max_held": 256}),
+    "window_with_count": (lambda: rx.pipe(ops.window_with_count(3), _flat()), {"max_held": 256}),
+    "window_with_time": (lambda: rx.pipe(ops.window_with_time(0.05), _flat()), {"time_based": True, "max_held": 256}),
+    "window_with_time_or_count": (lambda: rx.pipe(ops.window_with_time_or_count(0.05, 3), _flat()),
+                                  {"time_based": True, "max_held": 256}),
+    "window_when": (lambda: rx.pipe(ops.window_when(lambda: rx.timer(0.05)), _flat()),
+                    {"time_based": True, "max_held": 256}),
+    # one name for both stages: the check counts the drops of the stages named as the flow
+    "window_toggle": (lambda: rx.pipe(ops.window_toggle(rx.interval(0.05).pipe(ops.take(30)), lambda x: rx.timer(0.03),
+                                                        name="window_toggle"), _flat("window_toggle")),
+                      {"emits_every_item": False, "time_based": True, "max_held": 256}),
+    "group_by_until": (lambda: rx.pipe(ops.group_by_until(lambda x: x % 2, None, lambda g: rx.timer(0.05)), _flat()),
+                       {"time_based": True, "max_held": 256}),
+    "group_join": (lambda: rx.pipe(ops.group_join(rx.just(-1), lambda x: rx.timer(0.05), lambda x: rx.never()),
+                                   ops.flat_map(lambda pair: pair[1].pipe(ops.map(lambda r: (pair[0], r))),
+                                                max_concurrency=64)), {"time_based": True, "max_held": 256}),
+    "partition": (lambda: lambda s: rx.merge(*s.pipe(ops.partition(lambda x: x % 2 == 0))), {"max_held": 64}),
+    "partition_indexed": (lambda: lambda s: rx.merge(*s.pipe(ops.partition_indexed(lambda x, i: i % 3 == 0))),
+                          {"max_held": 64}),
+    # a terminal operator: the future's stream takes the checks (awaited in a task of from_future's,
+    # which a cancel cancels, and so the future, and so the stream)
+    "to_future": (lambda: lambda s: rx.defer(lambda: rx.from_future(_awaited(s.pipe(ops.to_future())))),
+                  {"emits_every_item": False, "max_held": 256, "checks": ("cancel", "error", "completion")}),
 }
 
 
