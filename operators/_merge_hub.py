@@ -11,8 +11,12 @@ producer is a :class:`HubProducer`: an :class:`~rxpipe.stage.UpstreamLink` with
 
 and the hub holds at most ``producers * per_producer_buffer`` items. A producer that ends
 (completes, fails, or is detached) is removed; the items it already delivered stay queued and
-go out in order: nothing is lost or sent twice. Cancelling the consumer closes the hub: every
-producer is cancelled, and so is any producer attaching later.
+go out in order: nothing is lost or sent twice. A producer counts from the moment it is
+attached (its handle made), so one whose publisher subscribes only after
+:meth:`MergeHub.drain_and_complete` still runs to its end. Attaching after
+``drain_and_complete()`` is the caller's mistake and raises (``ProtocolViolationError``), never a
+producer silently cancelled. Cancelling the consumer closes the hub: every producer is cancelled,
+and so is any producer attaching later (Akka).
 """
 
 from __future__ import annotations
@@ -64,8 +68,11 @@ class HubProducer(UpstreamLink):
         return self.ended
 
     def _upstream_ready(self) -> None:
-        if self.hub.refuses_producers:
-            self.cancel()  # the hub is closed or draining: Akka cancels late producers
+        # Only a closed hub refuses a producer here. One attached before drain_and_complete() is
+        # counted among the producers the drain waits for, however late its publisher calls
+        # on_subscribe; cancelling it then would complete the hub without its items.
+        if self.hub.closed:
+            self.cancel()  # the consumer is gone: Akka cancels late producers
             return
         super()._upstream_ready()
 
@@ -162,9 +169,17 @@ class MergeHub(Flowable[Any]):
 
     # -- producers -------------------------------------------------------------------------------
     def sink(self) -> HubProducer:
-        """A new producer: a Subscriber to pass to ``publisher.subscribe``. Raises
-        BufferOverflowError when ``max_producers`` are attached; on a closed or draining hub
-        the producer cancels its publisher at once."""
+        """A new producer: a Subscriber to pass to ``publisher.subscribe``. It counts from now:
+        :meth:`drain_and_complete` waits for it even if its publisher subscribes later.
+
+        Raises ProtocolViolationError after :meth:`drain_and_complete` (no producer may join a
+        draining hub: its items would never go out), BufferOverflowError when ``max_producers``
+        are attached; on a closed hub (the consumer cancelled) the producer cancels its
+        publisher at once (Akka)."""
+        if self.draining:
+            raise ProtocolViolationError(
+                f"merge_hub {self.name!r}: a producer attached after drain_and_complete() (the hub is draining and "
+                f"takes no new producer); call drain_and_complete() once every producer is attached")
         if len(self.live) >= self.max_producers:
             raise BufferOverflowError(f"merge_hub {self.name!r}: {len(self.live)} producers attached, "
                                       f"max_producers={self.max_producers}")
@@ -177,7 +192,9 @@ class MergeHub(Flowable[Any]):
         """Subscribe ``producer`` to the hub; return its handle (``cancel()`` detaches it).
 
         It gets ``per_producer_buffer`` items of credit at once, consumer or not. TypeError for
-        something that is not a Publisher; BufferOverflowError at ``max_producers``."""
+        something that is not a Publisher; ProtocolViolationError after
+        :meth:`drain_and_complete` (``producer`` is not subscribed); BufferOverflowError at
+        ``max_producers``."""
         problem = publisher_problem(producer)
         if problem is not None:
             raise TypeError(f"merge_hub.attach() {problem}")
@@ -187,8 +204,15 @@ class MergeHub(Flowable[Any]):
         return handle
 
     def drain_and_complete(self) -> None:
-        """Accept no more producers (later ones are cancelled at once) and complete the consumer
-        once every attached producer ended and its items went out (Akka ``DrainingControl``)."""
+        """Accept no more producers and complete the consumer once every attached producer ended
+        and its items went out (Akka ``DrainingControl``). Idempotent.
+
+        Call it once the last producer is attached: :meth:`attach` and :meth:`sink` raise
+        ProtocolViolationError from now on (Akka cancels such a producer; here the caller
+        learns its items would be lost). When producers attach from loop callbacks, drain after
+        the one that makes the count, not in the callback scheduled last: a loop need not run
+        callbacks in the order of their delays (uvloop runs a ``call_later(0)`` after the
+        timers already due)."""
         self.draining = True
         if self.consumer is not None:
             self.consumer.drain()
@@ -269,7 +293,9 @@ def merge_hub(per_producer_buffer: int = 16, *, max_producers: int = 1024, name:
     time and returns its handle; ``handle.cancel()`` detaches it. Items go out in the order
     they reached the hub. ``hub.drain_and_complete()`` refuses new producers and completes once
     the attached ones ended and their items went out; without it the hub runs until its
-    consumer cancels (then every producer is cancelled, and any attaching later).
+    consumer cancels (then every producer is cancelled, and any attaching later). Attaching
+    after ``drain_and_complete()`` raises ProtocolViolationError; a producer attached before it
+    runs to its end even if its publisher subscribes after.
     Demand: each producer is asked for ``per_producer_buffer`` items when it attaches
     (consumer or not), then for ``ceil(per_producer_buffer / 2)`` each time that many of its
     items went downstream: its outstanding requests + its queued items <=
@@ -279,7 +305,8 @@ def merge_hub(per_producer_buffer: int = 16, *, max_producers: int = 1024, name:
     still goes out in order (nothing lost, nothing twice).
     Args: per_producer_buffer (items, >= 1); max_producers (producers attached at once, >= 1).
     Signals: ValueError (raised here) for bad bounds; ``attach`` raises TypeError for a
-        non-Publisher and BufferOverflowError beyond ``max_producers``; a producer's error
+        non-Publisher, ProtocolViolationError after ``drain_and_complete()`` and
+        BufferOverflowError beyond ``max_producers``; a producer's error
         removes that producer (logged at WARNING, kept as ``handle.error``), never the hub's
         stream; a second consumer gets ``ProtocolViolationError``.
     Anchor: Akka ``MergeHub.source(perProducerBufferSize)`` / ``sourceWithDraining``

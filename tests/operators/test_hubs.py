@@ -135,8 +135,9 @@ async def test_drain_and_complete_waits_for_the_attached_producers(caplog: pytes
     handle_b = hub.attach(b)
     hub.drain_and_complete()
     late = TestPublisher[str]()
-    hub.attach(late)
-    assert late.cancelled  # draining: no new producer
+    with pytest.raises(ProtocolViolationError, match="after drain_and_complete"):
+        hub.attach(late)  # draining: no new producer, and the caller is told (never a silent cancel)
+    assert late.subscribe_count == 0 and hub.producers == 2
     a.emit("a").complete()
     assert not ts.completed
     boom = ConnectionError("b crashed")
@@ -144,6 +145,53 @@ async def test_drain_and_complete_waits_for_the_attached_producers(caplog: pytes
         b.emit("b").error(boom)  # a producer's error removes it, never fails the hub
     assert ts.values == ["a", "b"] and ts.completed and ts.error is None and handle_b.error is boom
     assert "a producer failed and was removed" in caplog.text
+
+
+@pytest.mark.virtual
+async def test_attaching_after_drain_and_complete_is_an_error_not_a_producer_cancelled_unseen() -> None:
+    # pipelines/multi_user_chat.py's lost user: a busy loop ran the join that drains the hub
+    # before the first user's join (uvloop runs call_later(0) after the timers already due); the
+    # hub cancelled that producer at once and completed without its items, exit status 0
+    loop = asyncio.get_running_loop()
+    hub = ops.merge_hub(2)
+    ts = TestSubscriber[str](initial_request=UNBOUNDED)
+    hub.subscribe(ts)
+    alice, bob = TestPublisher[str](), TestPublisher[str]()
+    refused: list[BaseException] = []
+
+    def join(producer: TestPublisher[str], last: bool) -> None:
+        try:
+            hub.attach(producer)
+        except ProtocolViolationError as error:
+            refused.append(error)
+        if last:
+            hub.drain_and_complete()
+
+    loop.call_at(0.01, join, bob, True)  # the join scheduled last runs first
+    loop.call_at(0.01, join, alice, False)
+    await asyncio.sleep(0.02)
+    assert len(refused) == 1 and "merge_hub" in str(refused[0]) and "after drain_and_complete" in str(refused[0])
+    assert alice.subscribe_count == 0 and bob.requests == [2] and hub.producers == 1
+    with pytest.raises(ProtocolViolationError, match="after drain_and_complete"):
+        hub.sink()
+    bob.emit("b1", "b2").complete()
+    assert ts.values == ["b1", "b2"] and ts.completed
+
+
+@pytest.mark.virtual
+async def test_a_producer_attached_before_the_drain_runs_to_its_end_though_it_subscribes_after() -> None:
+    loop = asyncio.get_running_loop()
+    hub = ops.merge_hub(2)
+    ts = TestSubscriber[int](initial_request=UNBOUNDED)
+    hub.subscribe(ts)
+    handle = hub.sink()  # attached now: the drain waits for it
+    loop.call_at(0.5, rx.range(0, 5).subscribe, handle)  # its publisher subscribes later
+    hub.drain_and_complete()
+    await asyncio.sleep(0.4)
+    assert not ts.completed and hub.producers == 1 and ts.values == []
+    await asyncio.sleep(0.2)
+    assert ts.values == [0, 1, 2, 3, 4] and ts.completed and ts.error is None
+    assert handle.done and handle.error is None and handle.sent == 5 and hub.producers == 0
 
 
 async def test_merge_hub_bounds_and_arguments() -> None:
