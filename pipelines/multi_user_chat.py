@@ -112,14 +112,19 @@ def pipeline(config: dict[str, Any]) -> rx.Flowable:
     engine = SimulatedEngine(max_num_seqs=s["parallelism"], stall_timeout_s=None)
 
     def run() -> rx.Flowable:
-        # one chat per subscription: users join on the loop clock, the last one drains the hub
+        # one chat per subscription: users join on the loop clock, the last to join drains the hub
         hub = ops.merge_hub(s["per_producer_buffer"], name="users")
         loop = asyncio.get_running_loop()
         names = NAMES[:s["users"]]
 
+        joined: list[int] = []
+
         def join(k: int) -> None:
             hub.attach(conversation(k, s["turns"], s["think_s"], s["max_tokens"]))
-            if k == len(names) - 1:
+            joined.append(k)
+            # The join that makes the count drains, not the one scheduled last: a busy loop runs
+            # every due join in one turn, and uvloop runs call_later(0) after the due timers.
+            if len(joined) == len(names):
                 hub.drain_and_complete()  # no one else comes: complete once everyone is done
 
         for k in range(len(names)):

@@ -8,6 +8,7 @@ import asyncio
 import importlib.util
 import subprocess
 import sys
+import time
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -114,6 +115,22 @@ def test_a_user_typing_ahead_waits_for_their_own_credit() -> None:
     # each user handed over its credit (2 turns); the hub gave 2 turns to the budget (one paid, one
     # waiting for its cost), and those users got 1 turn of credit back each: 3 x 2 + 2, no more
     assert sum(sent.values()) == 3 * 2 + 2 and max(sent.values()) <= 3
+
+
+@pytest.mark.loops("uvloop")
+async def test_every_user_is_answered_whatever_order_the_loop_runs_the_joins_in() -> None:
+    # A loop busy past every join's deadline runs the due joins in one turn, and uvloop runs a
+    # call_later(0) (the first user's join) after the timers already due: the join scheduled
+    # last is not the last to run. The blocking sleep only makes every deadline overdue, so
+    # the order is the same however loaded the machine is.
+    module = load()
+    run = asyncio.ensure_future(module.pipeline({"users": 3, "turns": 2, "join_every_s": 0.001}).to_list())
+    await asyncio.sleep(0)  # the pipeline subscribed: the joins are scheduled
+    time.sleep(0.05)
+    answers = await asyncio.wait_for(run, 60)
+    for user in module.NAMES[:3]:
+        assert [a.turn.n for a in answers if a.turn.user == user] == [1, 2]
+    assert len(answers) == 6
 
 
 def test_rxpipe_run_prints_one_line_per_answer(tmp_path: Path) -> None:
