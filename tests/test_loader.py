@@ -71,7 +71,8 @@ ROOT = Path(__file__).resolve().parent.parent
 def test_the_shipped_pipelines_are_the_checkouts_pipeline_files() -> None:
     files = sorted(p.stem for p in (ROOT / "pipelines").glob("*.py") if not p.name.startswith("_"))
     assert list(shipped_pipelines()) == files == ["embed_documents", "hello", "llm_gateway", "llm_gateway_redis",
-                                                  "llm_router", "llm_worker", "seed_petproject"]
+                                                  "llm_router", "llm_worker", "multi_user_chat",
+                                                  "seed_petproject"]
     assert shipped_pipelines()["llm_gateway"].samefile(ROOT / "pipelines" / "llm_gateway.py")
 
 
@@ -100,6 +101,6 @@ def test_a_missing_pipeline_says_what_is_shipped(tmp_path: Path, monkeypatch: py
         load_pipeline("llm_gatway")
     assert str(caught.value) == ("llm_gatway: no such pipeline file; the pipelines shipped with rxpipe: "
                                  "embed_documents, hello, llm_gateway, llm_gateway_redis, llm_router, llm_worker, "
-                                 "seed_petproject")
+                                 "multi_user_chat, seed_petproject")
     with pytest.raises(PipelineLoadError, match=r"^mine\.py: no such pipeline file$"):
         load_pipeline("mine.py")
