@@ -94,7 +94,7 @@ class CompletionRoutes:
         elapsed = time.perf_counter() - started
         REQUEST_DURATION.observe(elapsed)
         if not response.prepared:  # a stream set its headers before its status line went out
-            answer_headers(request, response, self.edge.draining)
+            answer_headers(request, response, self.edge)
         if self.edge.access_log:
             access_line(self.edge, request, route, response, elapsed)
         return response
@@ -233,7 +233,7 @@ class CompletionRoutes:
         that is not coming: a 408's). Everything the client sent was read, so closing loses
         nothing of the answer (no reset over unread bytes)."""
         response.force_close()
-        answer_headers(request, response, self.edge.draining)
+        answer_headers(request, response, self.edge)
         await response.prepare(request)
         await response.write_eof()
         if request.protocol is not None:

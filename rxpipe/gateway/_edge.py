@@ -11,6 +11,7 @@ from ..serving import Completion, CompletionRequest
 from ..view import PipelineView
 from ._admission import AdmissionPolicy
 from ._config import GatewayConfig
+from ._credit import Credit
 from ._keys import KeyRing
 from ._policy import Refusal
 from ._tenancy import Tenancy
@@ -40,6 +41,12 @@ class Edge(Protocol):
     @property
     def available(self) -> bool:
         """False when the graph stopped or an engine is down (503 ``unavailable``)."""
+
+    def loop_time(self) -> float:
+        """The serving loop's clock (seconds)."""
+
+    def credit(self, now: float) -> Credit:
+        """The edge's credit at loop time ``now`` (what every answer's head carries)."""
 
     def early_refusal(self, now: float) -> Refusal | None:
         """The refusal a request gets before its body is read (draining, unavailable, no demand)."""

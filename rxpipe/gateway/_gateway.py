@@ -29,6 +29,7 @@ from ..stage import EMPTY_SUBSCRIPTION, DrainSubscription
 from ..view import PipelineView
 from ._admission import AdmissionPolicy
 from ._config import GatewayConfig
+from ._credit import Credit, credit_of
 from ._inflight import InFlight
 from ._keys import KeyRing
 from ._metrics import count_rejection
@@ -249,6 +250,18 @@ class Gateway(Flowable[CompletionRequest], Service):
             if not engine.available:
                 return False
         return True
+
+    def loop_time(self) -> float:
+        """The serving loop's clock (seconds)."""
+        return self._running_loop().time()
+
+    def credit(self, now: float) -> Credit:
+        """The edge's credit at loop time ``now`` (DESIGN §8b; :mod:`~rxpipe.gateway._credit`):
+        the engines' free slots, the admissions it would take now (its demand; 0 while draining
+        or unavailable), the measured drain rate and the estimated queue wait. Every answer's
+        head carries it, and ``GET /v1/credit``."""
+        return credit_of(self.policy.engines, self.policy.meter, self.demand,
+                         not self.draining and self.available, now)
 
     @property
     def tenant_gate(self) -> TenantGate | None:

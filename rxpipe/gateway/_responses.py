@@ -12,6 +12,7 @@ from aiohttp import web
 
 from ..logs import ACCESS_LOG
 from ..serving import Completion, CompletionRequest, CompletionResult
+from ._credit import LLMD_DROPPED, credit_headers
 from ._metrics import TIME_TO_FIRST_TOKEN
 from ._openai import error_body
 from ._policy import Refusal, retry_after_headers
@@ -53,7 +54,8 @@ def error_response(status: int, message: str, type: str, code: str, param: str |
 
 def refusal_response(refusal: Refusal) -> web.Response:
     retry = refusal.status in _TYPES  # 429/503 say when; any other refusal is final
-    headers = {**retry_after_headers(refusal.retry_after_s), **refusal.headers} if retry else refusal.headers
+    headers = {**retry_after_headers(refusal.retry_after_s), LLMD_DROPPED: refusal.reason,
+               **refusal.headers} if retry else refusal.headers
     return error_response(refusal.status, refusal.message, _TYPES.get(refusal.status, "invalid_request_error"),
                           refusal.code, refusal.param, headers=headers)
 
@@ -130,15 +132,23 @@ def clear_answer_state(request: web.Request) -> None:
     request[RATELIMIT] = None
 
 
-def answer_headers(request: web.Request, response: web.StreamResponse, draining: bool) -> None:
+def answer_headers(request: web.Request, response: web.StreamResponse, edge: Edge) -> None:
     """``x-request-id`` on every answer (streams too): the client's own, if sane, else a new one;
-    ``x-rxpipe-cache`` when ``ops.cache`` decided; a tenant's ``x-ratelimit-*`` headers (those a
-    refusal set itself are fresher and kept); while ``draining``, ``Connection: close`` (RFC 9112
-    §9.6): the server closes the connection after this answer, so no client sends another request
-    on it as the server stops. Call before the status line goes out."""
-    if draining:
+    the edge's credit as of now (:mod:`~rxpipe.gateway._credit`: ``x-rxpipe-free-slots``,
+    ``-queue-room``, ``-drain-per-s``, llm-d's ``x-llm-d-flow-*``; a 429/503 also
+    ``x-llm-d-request-dropped-reason``, its error code); ``x-rxpipe-cache`` when ``ops.cache``
+    decided; a tenant's ``x-ratelimit-*`` headers (those a refusal set itself are fresher and
+    kept); while the edge drains, ``Connection: close`` (RFC 9112 §9.6): the server closes the
+    connection after this answer, so no client sends another request on it as the server stops.
+    Call before the status line goes out."""
+    if edge.draining:
         response.force_close()
     headers = response.headers
+    status = response.status
+    dropped = None
+    if (status == 429 or status == 503) and LLMD_DROPPED not in headers:
+        dropped = _error_code(response) or ("queue_full" if status == 429 else "unavailable")
+    headers.update(credit_headers(edge.credit(edge.loop_time()), dropped))
     item = request[ITEM]
     headers["x-request-id"] = new_request_id(request.headers.get("x-request-id"), item.id if item is not None else None)
     if item is not None and item.cache is not None:
@@ -147,6 +157,22 @@ def answer_headers(request: web.Request, response: web.StreamResponse, draining:
     if ratelimit:
         for name, value in ratelimit.items():
             headers.setdefault(name, value)
+
+
+def _error_code(response: web.StreamResponse) -> str | None:
+    """The ``error.code`` (or ``status``) of a JSON answer's body, if it has one."""
+    body = response.body if isinstance(response, web.Response) else None
+    if not body:
+        return None
+    try:
+        decoded = orjson.loads(body)  # type: ignore[arg-type]
+    except orjson.JSONDecodeError:
+        return None
+    if not isinstance(decoded, dict):
+        return None
+    error = decoded.get("error")
+    code = error.get("code") if isinstance(error, dict) else decoded.get("status")
+    return code if isinstance(code, str) else None
 
 
 def access_line(edge: Edge, request: web.Request, route: str, response: web.StreamResponse | None,

@@ -16,6 +16,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
 from ..view import PATHS as VIEW_PATHS
 from ..view import ViewRoutes
 from ._completions import CHAT, COMPLETIONS, EMBEDDINGS, RESPONSES, CompletionRoutes
+from ._credit import CREDIT_PATH
 from ._edge import Edge
 from ._metrics import count_request
 from ._responses import (
@@ -45,7 +46,7 @@ _GET = ("GET", "HEAD")
 #: the fixed paths the edge serves: an answer on one of them is counted under its path (a 405
 #: too), any other under "other" (the route label stays a bounded set)
 _ROUTES = frozenset({COMPLETIONS, CHAT, EMBEDDINGS, RESPONSES, "/v1/models", "/metrics", "/health", "/healthz",
-                     "/readyz", *VIEW_PATHS})
+                     "/readyz", CREDIT_PATH, *VIEW_PATHS})
 
 
 class _Operational:
@@ -83,6 +84,11 @@ class _Operational:
             return json_response(503, b'{"status":"unavailable"}', {"Retry-After": "1"})
         return json_response(200, b'{"status":"ready"}')
 
+    async def credit(self, request: web.Request) -> web.Response:
+        """``GET /v1/credit``: the edge's credit as JSON (the answer's headers say it too), for
+        routers probing a backend that said it has no room; no key needed, as for ``/health``."""
+        return json_response(200, orjson.dumps(self.edge.credit(self.edge.loop_time()).as_json()))
+
     async def metrics(self, request: web.Request) -> web.Response:
         return web.Response(body=generate_latest(REGISTRY), headers={"Content-Type": CONTENT_TYPE_LATEST})
 
@@ -103,7 +109,7 @@ def _operational(edge: Edge, route: str, handler: Handler) -> Handler:
         except Exception as error:
             response = unhandled(request, error)
         count_request(route, response.status)
-        answer_headers(request, response, edge.draining)
+        answer_headers(request, response, edge)
         return response
 
     return counted
@@ -120,7 +126,7 @@ def _unrouted(edge: Edge, request: web.Request, allowed: Iterable[str]) -> web.R
     else:
         response = error_response(404, f"no route {request.method} {request.path}", "not_found_error", "unknown_route")
     count_request(request.path if request.path in _ROUTES else "other", response.status)
-    answer_headers(request, response, edge.draining)
+    answer_headers(request, response, edge)
     return response
 
 
@@ -138,7 +144,7 @@ def _transfer_coding(edge: Edge, request: web.Request) -> web.Response | None:
                               "invalid_request_error", "unsupported_transfer_encoding")
     response.force_close()
     count_request(request.path if request.path in _ROUTES else "other", response.status)
-    answer_headers(request, response, edge.draining)
+    answer_headers(request, response, edge)
     return response
 
 
@@ -159,7 +165,7 @@ async def _expect(edge: Edge, request: web.Request) -> web.Response | None:
             response = too_large(limit)
             response.force_close()
             count_request(request.path if request.path in _ROUTES else "other", response.status)
-            answer_headers(request, response, edge.draining)
+            answer_headers(request, response, edge)
             return response
         await request.writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
         request.writer.output_size = 0  # the answer's own status line is still to be written
@@ -168,7 +174,7 @@ async def _expect(edge: Edge, request: web.Request) -> web.Response | None:
     clear_answer_state(request)
     response = error_response(417, f"unknown Expect: {expect[:100]}", "invalid_request_error", "expectation_failed")
     count_request(request.path if request.path in _ROUTES else "other", response.status)
-    answer_headers(request, response, edge.draining)
+    answer_headers(request, response, edge)
     return response
 
 
@@ -184,7 +190,7 @@ def _view_routes(edge: Edge, view: PipelineView) -> dict[str, dict[str, Handler]
     """The live view's routes (``rxpipe.view.ViewRoutes``), counted like the operational ones;
     its event streams end when the edge drains."""
     routes = ViewRoutes(view, stopping=lambda: edge.draining,
-                        before_send=lambda request, response: answer_headers(request, response, edge.draining))
+                        before_send=lambda request, response: answer_headers(request, response, edge))
     handlers: dict[str, Any] = routes.handlers()
     return {path: dict.fromkeys(_GET if path != "/pipeline/events" else ("GET",), _operational(edge, path, handler))
             for path, handler in handlers.items()}
@@ -197,7 +203,7 @@ def make_app(edge: Edge, loop: asyncio.AbstractEventLoop) -> EdgeApp:
 
     Routes: ``POST /v1/completions``, ``/v1/chat/completions``, ``/v1/embeddings``,
     ``/v1/responses``; ``GET`` (and ``HEAD``) ``/v1/models``, ``/v1/models/{model}``, ``/metrics``,
-    ``/health``, ``/healthz``, ``/readyz``, and the live view's ``/pipeline.json``, ``/pipeline`` and
+    ``/health``, ``/healthz``, ``/readyz``, ``/v1/credit``, and the live view's ``/pipeline.json``, ``/pipeline`` and
     (``GET``) ``/pipeline/events``.
     Anything else: 404 ``unknown_route``, or 405 ``method_not_allowed`` with ``Allow`` on a known
     path (:func:`_unrouted`). A request with ``Expect`` is answered as :func:`_expect` says."""
@@ -210,7 +216,8 @@ def make_app(edge: Edge, loop: asyncio.AbstractEventLoop) -> EdgeApp:
     }
     for path, handler in ((_MODELS, operational.models), ("/metrics", operational.metrics),
                           ("/health", operational.healthz),  # vLLM's name for the liveness probe
-                          ("/healthz", operational.healthz), ("/readyz", operational.readyz)):
+                          ("/healthz", operational.healthz), ("/readyz", operational.readyz),
+                          (CREDIT_PATH, operational.credit)):
         by_path[path] = dict.fromkeys(_GET, _operational(edge, path, handler))
     if edge.view is not None:
         by_path.update(_view_routes(edge, edge.view))

@@ -308,7 +308,7 @@ async def stream_answer(edge: Edge, loop: asyncio.AbstractEventLoop, request: we
             if completion.finish_reason in UNANSWERED_REASONS:
                 return unanswered(item, completion.finish_reason)
         bound_socket_buffers(request, limit)
-        answer_headers(request, response, edge.draining)
+        answer_headers(request, response, edge)
         await response.prepare(request)
         try:
             if chat and not responses:

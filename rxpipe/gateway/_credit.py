@@ -1,0 +1,111 @@
+"""The edge's credit as it travels in every answer (DESIGN §8b "Credit across the HTTP hop").
+
+One snapshot (:class:`Credit`) of the state the edge already keeps, read when an answer's head
+goes out, never a second book:
+
+- ``free_slots``: the engines' free sequence slots (``Engine.free_slots``, summed over the
+  available engines; a balance's replicas count each);
+- ``queue_room``: admissions the edge would take now (its outstanding downstream demand: the
+  queue behind it asks one more per departure), 0 while draining or unavailable;
+- ``drain_per_s``: the drain rate the edge measures (:class:`~rxpipe.serving._drain.DrainMeter`,
+  starts per second while requests waited), 0 before one is measured;
+- ``queue_duration_ms``: the estimated wait of one more admission (backlog / drain rate; with no
+  rate yet, backlog × the p90 service time / slots), 0 with no backlog.
+
+As headers (:func:`credit_headers`): ``x-rxpipe-free-slots``, ``x-rxpipe-queue-room``,
+``x-rxpipe-drain-per-s`` and llm-d's draft response-feedback headers from the same numbers
+(``x-llm-d-flow-band-headroom-requests`` = queue room, ``x-llm-d-flow-queue-duration-ms``; on a
+refusal ``x-llm-d-request-dropped-reason``: the refusal's reason label). ``GET /v1/credit`` answers
+the same numbers as JSON, with the headers.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from ._policy import DrainMeter
+
+__all__ = [
+    "Credit",
+    "credit_of",
+    "credit_headers",
+    "FREE_SLOTS",
+    "QUEUE_ROOM",
+    "DRAIN_PER_S",
+    "LLMD_HEADROOM",
+    "LLMD_QUEUE_MS",
+    "LLMD_DROPPED",
+    "CREDIT_PATH",
+    "MAX_ADVERTISED",
+]
+
+FREE_SLOTS = "x-rxpipe-free-slots"
+QUEUE_ROOM = "x-rxpipe-queue-room"
+DRAIN_PER_S = "x-rxpipe-drain-per-s"
+LLMD_HEADROOM = "x-llm-d-flow-band-headroom-requests"
+LLMD_QUEUE_MS = "x-llm-d-flow-queue-duration-ms"
+LLMD_DROPPED = "x-llm-d-request-dropped-reason"
+CREDIT_PATH = "/v1/credit"
+#: an unbounded demand (no queue behind the edge asks in counts) is advertised as this many
+MAX_ADVERTISED = 1 << 30
+
+
+@dataclass(frozen=True, slots=True)
+class Credit:
+    """The edge's credit at one moment: ``free_slots`` (sequences), ``queue_room`` (requests),
+    ``drain_per_s`` (requests per second), ``queue_duration_ms`` (milliseconds, integer)."""
+
+    free_slots: int
+    queue_room: int
+    drain_per_s: float
+    queue_duration_ms: int
+
+    def as_json(self) -> dict[str, Any]:
+        """The body of ``GET /v1/credit``."""
+        return {
+            "free_slots": self.free_slots,
+            "queue_room": self.queue_room,
+            "drain_per_s": self.drain_per_s,
+            "queue_duration_ms": self.queue_duration_ms,
+        }
+
+
+def credit_of(engines: list[Any], meter: DrainMeter, demand: int, taking_work: bool, now: float) -> Credit:
+    """The credit of an edge whose pipeline has ``engines``, drain ``meter`` and outstanding
+    ``demand`` (requests), at loop time ``now``; ``taking_work`` False (draining, unavailable):
+    no room at all."""
+    free = 0
+    slots = 0
+    # a balance's replicas (``Replicas``: the edge sees them as one engine) count each
+    flat = [replica for engine in engines for replica in getattr(engine, "engines", (engine,))]
+    for engine in flat:
+        slots += int(getattr(engine, "max_num_seqs", 0) or 0)
+        if taking_work and engine.available:
+            free += int(getattr(engine, "free_slots", 0) or 0)
+    room = min(demand, MAX_ADVERTISED) if taking_work else 0
+    rate = meter.rate(now)
+    backlog = meter.backlog
+    if backlog == 0:
+        wait_s = 0.0
+    elif rate:
+        wait_s = backlog / rate
+    else:
+        wait_s = backlog * meter.service_time() / max(1, slots)
+    return Credit(free, room, round(rate, 3) if rate else 0.0, math.ceil(wait_s * 1000))
+
+
+def credit_headers(credit: Credit, dropped_reason: str | None = None) -> dict[str, str]:
+    """The answer headers of ``credit`` (and ``x-llm-d-request-dropped-reason`` on a refusal)."""
+    room = str(credit.queue_room)
+    headers = {
+        FREE_SLOTS: str(credit.free_slots),
+        QUEUE_ROOM: room,
+        DRAIN_PER_S: f"{credit.drain_per_s:g}",
+        LLMD_HEADROOM: room,
+        LLMD_QUEUE_MS: str(credit.queue_duration_ms),
+    }
+    if dropped_reason is not None:
+        headers[LLMD_DROPPED] = dropped_reason
+    return headers
