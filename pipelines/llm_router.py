@@ -11,7 +11,11 @@ The graph, with demand flowing right to left::
 Each backend's executor asks for as many requests as its engine has free in-flight slots (its
 window: ``max_in_flight``, cut on 429/503, or adaptive with ``auto``); ``balance`` gives each
 request to the backend with the most free slots, so the faster backend gets more work by
-construction (``routing=least_loaded``, the default). ``routing=prefix`` sends a request to the
+construction (``routing=least_loaded``, the default). A backend that is itself an rxpipe gateway
+says its exact credit in every answer (DESIGN §8b): its engine's demand is at most that room, so a
+backend another client filled gets no new request (it is probed with ``GET /v1/credit`` every
+``credit_probe_min_s``–``credit_probe_max_s`` until it says room), and a request it refused with
+429 anyway goes to another backend at once (with ``retry_unstarted``). ``routing=prefix`` sends a request to the
 backend that was sent the longest prefix of its prompt, among those with free slots, so the
 backends' prefix caches hit (``ops.prefix_affinity``); ``round_robin`` is for comparison. A
 backend whose circuit breaker is open (connection failures) gets nothing; a request it failed
@@ -80,7 +84,7 @@ def _limits(value: Any) -> list[int | str]:
 
 #: the OpenAIEngine arguments this pipeline takes, the same for every backend
 ENGINE = ("retry_after_cap_s", "throttle_retries", "connect_timeout_s", "read_timeout_s", "total_timeout_s",
-          "stall_timeout_s")
+          "stall_timeout_s", "credit_probe_min_s", "credit_probe_max_s")
 
 #: every setting (``--set key=value``; ``rxpipe run pipelines/llm_router.py --help-settings``)
 SETTINGS = Schema(
@@ -138,8 +142,11 @@ def engines(s: dict[str, Any]) -> list[OpenAIEngine]:
     """One OpenAIEngine per backend (named ``backend0``, ``backend1``, ... in metrics)."""
     key = s["backend_api_key"] or os.environ.get("RXPIPE_BACKEND_API_KEY") or None
     made = []
+    # a full backend's 429 (it advertises credit) goes back to the balance, to another backend
+    reroute = s["retry_unstarted"] and len(s["backends"]) > 1
     for i, (url, limit) in enumerate(zip(s["backends"], s["max_in_flight"], strict=True)):
-        engine = OpenAIEngine(url, s["model"], limit, key, **{name: s[name] for name in ENGINE})
+        engine = OpenAIEngine(url, s["model"], limit, key, reroute_throttled=reroute,
+                              **{name: s[name] for name in ENGINE})
         engine.name = f"backend{i}"
         made.append(engine)
     return made

@@ -441,14 +441,24 @@ class HTTP1Pool:
         ``aiohttp.ServerDisconnectedError`` / ``aiohttp.ClientConnectionError`` (closed or
         malformed before the head's end), ValueError (a URL of another origin, a header with a
         line break). A cancellation closes the connection."""
+        return await self._request("POST", url, data, headers, read_timeout_s)
+
+    async def get(self, url: str, *, headers: Mapping[str, str] | None = None,
+                  read_timeout_s: float | None = None) -> HTTP1Response:
+        """``GET url`` (a credit probe, say): as :meth:`post`, without a body."""
+        return await self._request("GET", url, None, headers or {}, read_timeout_s)
+
+    async def _request(self, method: str, url: str, data: bytes | None, headers: Mapping[str, str],
+                       read_timeout_s: float | None) -> HTTP1Response:
         if not url.startswith(self._origin):
             raise ValueError(f"{url} is not of this pool's origin {self._origin}")
         path = url[len(self._origin):] or "/"
         block = "".join([f"{k}: {v}\r\n" for k, v in headers.items()])
         if block.count("\n") != len(headers) or "\r" in block.replace("\r\n", ""):
             raise ValueError("an HTTP header name or value with a line break")
-        request = (f"POST {path} HTTP/1.1\r\nHost: {self._host_header}\r\nContent-Length: {len(data)}\r\n"
-                   f"{block}\r\n").encode("latin-1") + data
+        length = f"Content-Length: {len(data)}\r\n" if data is not None else ""
+        request = (f"{method} {path} HTTP/1.1\r\nHost: {self._host_header}\r\n{length}"
+                   f"{block}\r\n").encode("latin-1") + (data or b"")
         while True:
             conn = await self._acquire()
             reused = conn.used > 0

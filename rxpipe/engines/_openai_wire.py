@@ -155,8 +155,12 @@ class _HTTPCall(_OpenAIState):
             return False
         call.response = response
         status = response.status
+        credited = self._observe_credit(response.headers)
         if status == 429 or status == 503:
             self._settle(call, True)  # it answered: up, only busy
+            if credited and status == 429 and self.reroute_throttled:
+                self._reroute(call, response.headers)
+                return False
             return self._throttled(call, status, response.headers)
         if status >= 300:
             body = await self._error_body(response)

@@ -79,4 +79,10 @@ OPENAI_SETTINGS = Schema(
     Setting("include_usage", True, "bool", "ask a streamed call for usage (stream_options.include_usage)"),
     Setting("max_answer_bytes", 16 * 2**20, "int",
             "the largest non-streamed answer, and the longest SSE line, read (bytes)", minimum=1),
+    _seconds("credit_probe_min_s", 0.002, "a backend that advertises no room is probed (GET /v1/credit) first "
+                                          "after this (s)", zero=False),
+    _seconds("credit_probe_max_s", 0.05, "... the probe interval doubling up to this while it says no room (s)",
+             zero=False),
+    Setting("reroute_throttled", False, "bool", "a 429 from a backend that advertises credit fails the call at "
+                                                "once, to be routed to another replica"),
 )

@@ -46,6 +46,7 @@ from ._concurrency import ConcurrencyLimit
 from ._http1 import HTTP1Pool
 from ._openai_answers import _Answers
 from ._openai_backoff import _Backoff
+from ._openai_credit import BackendCredit, _Credit
 from ._openai_state import _DONE, _RUNNING, _WAITING, _Call, _wake
 from ._openai_usage import _UsageProbe
 from ._openai_wire import _HTTPCall, parse_retry_after, wire_request_id
@@ -64,7 +65,7 @@ def _arg(name: str, value: Any) -> Any:
     return OPENAI_SETTINGS.check(name, value, f"OpenAIEngine({name}=)")
 
 
-class OpenAIEngine(_HTTPCall, _Answers, _Backoff, _UsageProbe):
+class OpenAIEngine(_HTTPCall, _Answers, _Backoff, _UsageProbe, _Credit):
     """An OpenAI-compatible server behind the executor (``execute(OpenAIEngine(...))``).
 
     Args:
@@ -128,6 +129,20 @@ class OpenAIEngine(_HTTPCall, _Answers, _Backoff, _UsageProbe):
             pool (:class:`~rxpipe.engines._http1.HTTP1Pool`, httptools' C parser: ~85 µs less
             CPU per call than aiohttp's), bounded to ``max_in_flight`` connections, sending no
             ``Accept-Encoding``. rng: the jitter's ``random.Random``.
+        credit_probe_min_s, credit_probe_max_s: a backend that advertises credit (DESIGN §8b) and
+            says no room is probed with ``GET /v1/credit`` first after ``credit_probe_min_s``
+            (default 0.002), the interval doubling up to ``credit_probe_max_s`` (default 0.05)
+            while it says 0 (seconds, ``0 < min <= max``).
+        reroute_throttled: a 429 from a backend that advertises credit fails the call at once
+            with ``EngineUnavailableError`` (``retry_after`` set) instead of holding it for its
+            Retry-After, so ``balance(retry_unstarted=True)`` sends it to another replica
+            (``rerouted`` counts them); default False (one engine: the call waits, as before).
+
+    Credit (DESIGN §8b, :mod:`~rxpipe.engines._openai_credit`): when a backend's answers carry
+    ``x-rxpipe-queue-room`` (or llm-d's ``x-llm-d-flow-band-headroom-requests``), that room, less
+    the calls admitted since, is its demand: ``advertised_room`` caps ``free_slots``, and a
+    backend that says 0 gets no real request until an answer or a ``GET /v1/credit`` probe says
+    more. A backend without the headers keeps the signals below (``advertised_room`` None).
 
     Capacity: ``free_slots = min(window − running − ready, max_in_flight − running − ready −
     held for a Retry-After)``; 0 while paused (all demand stops) and while the breaker's
@@ -189,7 +204,9 @@ class OpenAIEngine(_HTTPCall, _Answers, _Backoff, _UsageProbe):
                  breaker: CircuitBreaker | None = None, stall_timeout_s: float | None = 10.0,
                  include_usage: bool = True, max_answer_bytes: int = 16 * 2**20,
                  headers: Mapping[str, str] | None = None,
-                 session: aiohttp.ClientSession | None = None, rng: random.Random | None = None) -> None:
+                 session: aiohttp.ClientSession | None = None, rng: random.Random | None = None,
+                 credit_probe_min_s: float = 0.002, credit_probe_max_s: float = 0.05,
+                 reroute_throttled: bool = False) -> None:
         max_in_flight = _arg("max_in_flight", max_in_flight)
         if max_in_flight == "auto":
             limit = ConcurrencyLimit(AUTO_INITIAL_LIMIT, AUTO_MAX_LIMIT, adaptive=True)
@@ -219,6 +236,18 @@ class OpenAIEngine(_HTTPCall, _Answers, _Backoff, _UsageProbe):
         self.stall_timeout_s = None if stall_timeout_s is None else float(stall_timeout_s)
         self.include_usage = _arg("include_usage", include_usage)
         self.max_answer_bytes = _arg("max_answer_bytes", max_answer_bytes)
+        self.credit_probe_min_s = float(_arg("credit_probe_min_s", credit_probe_min_s))
+        self.credit_probe_max_s = float(_arg("credit_probe_max_s", credit_probe_max_s))
+        if self.credit_probe_max_s < self.credit_probe_min_s:
+            raise SettingError(f"OpenAIEngine(credit_probe_max_s={credit_probe_max_s!r}) must be >= "
+                               f"credit_probe_min_s={credit_probe_min_s!r} (seconds)")
+        self.reroute_throttled = _arg("reroute_throttled", reroute_throttled)
+        #: the backend's advertised room (DESIGN §8b); its probe task and connection
+        self.credit = BackendCredit()
+        self._probe_task = None
+        self._probe_pool = None
+        #: 429'd calls of a credit backend failed at once to be routed elsewhere (reroute_throttled)
+        self.rerouted = 0
         own = {"Content-Type": "application/json"}
         if api_key is not None:
             own["Authorization"] = f"Bearer {api_key}"
@@ -312,6 +341,14 @@ class OpenAIEngine(_HTTPCall, _Answers, _Backoff, _UsageProbe):
 
     @property
     def free_slots(self) -> int:
+        free = self._own_free_slots()
+        room = self.credit.room_left
+        if room is None or room >= free or not self.available:
+            return free  # no advertised credit; or down: nominal, as below
+        return room
+
+    def _own_free_slots(self) -> int:
+        """The free slots by the engine's own signals (window, pause, breaker)."""
         if self._pause is None and not self._delayed and not self._closed and self.breaker.closed:
             # the usual state (no pause, no 429 held, circuit closed), polled several times per
             # request: the general rule below with its terms known
@@ -369,6 +406,7 @@ class OpenAIEngine(_HTTPCall, _Answers, _Backoff, _UsageProbe):
         (see :class:`OpenAIEngine`)."""
         call = _Call(completion, completion.engine_state)  # engine_state: prepare's route
         completion.engine_state = call
+        self._spend_credit()
         self._waiting.append(call)
         self._n_waiting += 1
         self._start_waiting()
@@ -379,6 +417,7 @@ class OpenAIEngine(_HTTPCall, _Answers, _Backoff, _UsageProbe):
         if self._closed:
             return
         self._closed = True
+        await self._close_probe()
         for handle in (self._pause, self._breaker_timer, self._expiry):
             if handle is not None:
                 handle.cancel()

@@ -10,7 +10,9 @@ asked for at most the sum of the eligible ports' demand minus the items the run 
 goes to the eligible port with the most demand; among equal demand, round-robin (the first at or
 after the port after the one served last). A port is eligible when it is live, has demand, and
 the engine of its branch (an ``execute`` stage inside it, if any) is ``available``: a replica
-whose circuit breaker is open has no demand. When no replica is available at all, a request with
+whose circuit breaker is open has no demand. A port's demand counts at most its engine's
+``advertised_room`` (a backend's own credit, DESIGN §8b): a backend that says it is full gets
+nothing, whatever its executor asked for before it said so. When no replica is available at all, a request with
 a reply slot is answered at once with ``EngineUnavailableError`` (the edge's 503) instead of being
 held, and upstream is still asked for the ports' demand, so what is queued behind is answered too
 (as ``execute`` does for one engine that is down).
@@ -63,6 +65,15 @@ class Replicas:
     def retry_after_s(self) -> float:
         waits = [float(getattr(engine, "retry_after_s", 0.0) or 0.0) for engine in self.engines]
         return min(waits, default=0.0)
+
+
+def _capped(demand: int, engine: Any) -> int:
+    """A port's demand capped by its engine's advertised credit (``advertised_room``: an
+    OpenAIEngine in front of a backend that says its room, DESIGN §8b): a replica's capacity is
+    ``min(its own limit, the backend's credit)``. The executor's outstanding request cannot be
+    taken back when the backend fills up: the balance reads the credit itself."""
+    room = getattr(engine, "advertised_room", None)
+    return demand if room is None or room >= demand else room
 
 
 class BalanceFlowable(Flowable[Any]):
@@ -272,7 +283,9 @@ class BalanceRun(UpstreamLink):
                 if demand > 0:
                     engine = engines[k]
                     if engine is None or engine.available:
-                        candidates.append((k, demand))
+                        demand = _capped(demand, engine)
+                        if demand > 0:
+                            candidates.append((k, demand))
             if not candidates:
                 return None
             chosen = affinity.choose(item, candidates)
@@ -294,7 +307,9 @@ class BalanceRun(UpstreamLink):
             if demand > best_demand:
                 engine = engines[k]
                 if engine is None or engine.available:
-                    best, best_demand = port, demand
+                    demand = _capped(demand, engine)
+                    if demand > best_demand:
+                        best, best_demand = port, demand
         return best
 
     def _all_down(self) -> bool:
@@ -386,6 +401,13 @@ class BalanceRun(UpstreamLink):
                     down = self._all_down()
                 if not down:
                     continue
+            elif engine is not None:
+                capped = _capped(demand, engine)
+                if capped < demand:
+                    # the backend's advertised credit is the limit: when it grows (a capacity
+                    # signal), a pass must look again
+                    saw_unavailable = True
+                    demand = capped
             want += demand
             if want >= UNBOUNDED:
                 want = UNBOUNDED

@@ -1,0 +1,238 @@
+"""A backend's advertised credit as :class:`~rxpipe.engines.OpenAIEngine`'s demand (DESIGN §8b,
+"Credit across the HTTP hop").
+
+An rxpipe gateway (and any backend that speaks the same headers) says in every answer's head how
+many admissions it would take now: ``x-rxpipe-queue-room``, else llm-d's
+``x-llm-d-flow-band-headroom-requests``. :class:`BackendCredit` keeps the latest such number and
+the calls admitted since (they spend it): ``room_left = advertised − admitted since``, the
+engine's ``advertised_room``, which caps its ``free_slots`` (the executor's demand) and which
+``ops.balance`` reads as the branch's capacity: ``min(own limit, advertised credit)``.
+
+A backend that says no room gets no real request until it says more. Meanwhile the engine probes
+``GET /v1/credit`` (one small connection of its own, never one of the calls'): first after
+``credit_probe_min_s``, the interval doubling up to ``credit_probe_max_s`` while the answer stays
+0; a probe that fails (connection refused, not an rxpipe backend) is retried on the same backoff,
+and real requests stay held until a probe or an answer says room (the circuit breaker, fed by the
+real calls, decides when a backend is down). A backend that never sent the headers is untouched:
+``advertised_room`` None, today's signals (in-flight window, 429 Retry-After, latency).
+
+Anchors: Reactive Streams' ``request(n)`` carried over HTTP (the answer's header is the
+subscriber's ``request``); llm-d's draft response-feedback headers (llm-d-router #2485/#2488);
+the lesson of an earlier attempt: lifting a zero to one real request after an idle second put the
+p99 reaction at ~990 ms, so a zero is lifted only by the backend's own word.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+import aiohttp
+
+from ..errors import EngineUnavailableError
+from ._http1 import HTTP1Pool
+from ._openai_state import _OpenAIState
+from ._openai_wire import parse_retry_after
+
+__all__ = ["BackendCredit", "CREDIT_ROOM_HEADERS", "parse_room"]
+
+log = logging.getLogger("rxpipe.engine")
+
+#: the headers that say a backend's room, in the order they are read
+CREDIT_ROOM_HEADERS = ("x-rxpipe-queue-room", "x-llm-d-flow-band-headroom-requests")
+
+
+def parse_room(headers: Mapping[str, str]) -> int | None:
+    """The admissions a backend's answer says it would take now (an int >= 0), or None when the
+    answer has no (readable) credit header."""
+    for name in CREDIT_ROOM_HEADERS:
+        raw = headers.get(name)
+        if raw is None:
+            continue
+        try:
+            value = int(raw.strip())
+        except ValueError:
+            continue
+        return value if value > 0 else 0
+    return None
+
+
+class BackendCredit:
+    """The latest room a backend advertised and what was admitted since.
+
+    ``seen``: the backend sent the headers at least once (from then on it is a credit backend).
+    ``room``: its last advertised room (requests); ``spent``: calls admitted since that answer
+    and not known to it. ``room_left``: ``max(0, room − spent)``, or None before ``seen``.
+    Counters: ``observed`` (answers that carried credit), ``probes`` (``GET /v1/credit`` sent),
+    ``zeros`` (times the room fell to 0).
+    """
+
+    __slots__ = ("seen", "room", "spent", "observed", "probes", "zeros")
+
+    def __init__(self) -> None:
+        self.seen = False
+        self.room = 0
+        self.spent = 0
+        self.observed = 0
+        self.probes = 0
+        self.zeros = 0
+
+    @property
+    def room_left(self) -> int | None:
+        if not self.seen:
+            return None
+        left = self.room - self.spent
+        return left if left > 0 else 0
+
+    def observe(self, room: int, unsent: int) -> bool:
+        """The backend said ``room``; ``unsent`` calls admitted here have not reached it yet (they
+        will spend it). True when the room grew from 0 (demand may resume)."""
+        was = self.room_left
+        self.seen = True
+        self.observed += 1
+        self.room = room
+        self.spent = unsent
+        left = self.room_left or 0
+        if left == 0 and was != 0:
+            self.zeros += 1
+        return left > 0 and not was
+
+    def spend(self) -> bool:
+        """One call admitted. True when that spent the last of the room."""
+        if not self.seen:
+            return False
+        self.spent += 1
+        if self.room - self.spent == 0:
+            self.zeros += 1
+            return True
+        return False
+
+
+class _Credit(_OpenAIState):
+    """OpenAIEngine's credit handling (a mixin of OpenAIEngine)."""
+
+    credit: BackendCredit
+    rerouted: int
+    credit_probe_min_s: float
+    credit_probe_max_s: float
+    _probe_task: asyncio.Task[None] | None
+    _probe_pool: HTTP1Pool | None
+    _n_waiting: int
+
+    if TYPE_CHECKING:
+
+        def notify_capacity(self) -> None: ...
+
+    @property
+    def advertised_room(self) -> int | None:
+        """Admissions the backend would take now by its own word, less the calls admitted since it
+        said so (requests); None for a backend that never sent credit headers (DESIGN §8b)."""
+        return self.credit.room_left
+
+    def _observe_credit(self, headers: Mapping[str, str]) -> bool:
+        """Read an answer's credit headers (any status). True when the answer carried credit."""
+        room = parse_room(headers)
+        if room is None:
+            return False
+        if self.credit.observe(room, self._n_waiting):
+            self._freed = True  # capacity listeners look again (execute asks, balance routes)
+            self._start_waiting()
+        elif self.credit.room_left == 0:
+            self._start_probe()
+        return True
+
+    def _reroute(self, call: Any, headers: Mapping[str, str]) -> None:
+        """A credit backend refused ``call`` with 429 (full: it said so, and its credit is 0
+        now): fail it at once with ``EngineUnavailableError`` so the balance sends it to another
+        replica, instead of holding it for the Retry-After here; counted in ``rerouted``. The
+        window is not cut: the refusal is explained by the credit, not by an unknown limit."""
+        self.rerouted += 1
+        error = EngineUnavailableError(
+            f"{self.base_url} answered 429 to {call.request.id} (no room by its credit): routed elsewhere"
+        )
+        error.retry_after = parse_retry_after(headers)  # type: ignore[attr-defined]
+        call.completion.fail(error)
+
+    def _spend_credit(self) -> None:
+        if self.credit.spend():
+            self._start_probe()
+
+    def _start_probe(self) -> None:
+        if self._probe_task is not None or self._closed or self._loop is None:
+            return
+        self._probe_task = self._loop.create_task(self._probe_loop(), name=f"rxpipe-credit-probe-{self.name}")
+
+    async def _probe_loop(self) -> None:
+        """Probe ``GET /v1/credit`` on a doubling backoff until the backend says room."""
+        delay = self.credit_probe_min_s
+        try:
+            while not self._closed and self.credit.room_left == 0:
+                await asyncio.sleep(delay)
+                if self._closed or self.credit.room_left != 0:
+                    break  # an answer said room meanwhile
+                headers = await self._probe_once()
+                if headers is not None and self._observe_probe(headers):
+                    break
+                delay = min(self.credit_probe_max_s, delay * 2)
+        finally:
+            self._probe_task = None
+
+    def _observe_probe(self, headers: Mapping[str, str]) -> bool:
+        room = parse_room(headers)
+        if room is None:
+            return False
+        grew = self.credit.observe(room, self._n_waiting)
+        if grew:
+            self._freed = True
+            self._start_waiting()
+        return grew
+
+    async def _probe_once(self) -> Mapping[str, str] | None:
+        """One ``GET /v1/credit``: its headers, or None when it failed (logged at DEBUG)."""
+        self.credit.probes += 1
+        url = self.base_url + "/credit"
+        try:
+            session = self._session
+            if isinstance(session, aiohttp.ClientSession):
+                async with session.get(url, headers=self._probe_headers()) as answer:
+                    await answer.read()
+                    return answer.headers
+            pool = self._probe_pool
+            if pool is None:
+                assert self._loop is not None
+                pool = self._probe_pool = HTTP1Pool(
+                    self.base_url, 1, connect_timeout_s=self.credit_probe_max_s * 20, loop=self._loop
+                )
+            response = await pool.get(url, headers=self._probe_headers(), read_timeout_s=1.0)
+            await response.read()
+            response.release()
+            return response.headers
+        except (TimeoutError, aiohttp.ClientError, OSError) as error:
+            log.debug("engine %s: credit probe failed: %r", self.name, error)
+            return None
+
+    def _probe_headers(self) -> dict[str, str]:
+        auth = self._answer_headers.get("Authorization")
+        return {"Accept": "application/json", **({"Authorization": auth} if auth else {})}
+
+    async def _close_probe(self) -> None:
+        task, self._probe_task = self._probe_task, None
+        if task is not None:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+        pool, self._probe_pool = self._probe_pool, None
+        if pool is not None:
+            await pool.close()
+
+    def _credit_state(self) -> dict[str, Any]:
+        """The credit's counters, for tests and tooling."""
+        credit = self.credit
+        return {
+            "seen": credit.seen,
+            "room_left": credit.room_left,
+            "observed": credit.observed,
+            "probes": credit.probes,
+            "zeros": credit.zeros,
+        }

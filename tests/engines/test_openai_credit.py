@@ -1,0 +1,117 @@
+"""OpenAIEngine in front of a real rxpipe gateway: the backend's advertised credit is the engine's
+demand (DESIGN §8b). A backend that says 0 room gets no real request until a ``GET /v1/credit``
+probe says more; a backend without the headers keeps today's signals."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from collections.abc import Iterator
+from typing import Any
+
+import aiohttp
+import pytest
+
+from rxpipe.engines import CompletionRequest, OpenAIEngine
+from rxpipe.engines._openai_credit import BackendCredit, parse_room
+from rxpipe.errors import EngineUnavailableError
+from rxpipe.settings import SettingError
+from tests.gateway.server import GatewayProcess
+
+from .openai_stub_server import StubServer
+from .openai_support import make, submit, wait_for
+
+#: one engine slot and one place in the queue; a 40-token request runs ~2 s (50 ms steps)
+BACKEND = ("max_num_seqs=1", "queue_capacity=1", "batch_max_size=1", "step_overhead_s=0.05")
+
+
+@pytest.fixture(scope="module")
+def backend(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayProcess]:
+    process = GatewayProcess(tmp_path_factory.mktemp("credit-backend"), *BACKEND)
+    yield process
+    process.terminate()
+
+
+async def completions_answered(session: aiohttp.ClientSession, url: str) -> int:
+    """``/v1/completions`` requests the backend answered (every status), from its metrics."""
+    async with session.get(url + "/metrics") as response:
+        text = await response.text()
+    pattern = r'^rxpipe_http_requests_total\{code="\d+",route="/v1/completions"\} (\S+)$'
+    return int(sum(float(v) for v in re.findall(pattern, text, re.M)))
+
+
+async def room(session: aiohttp.ClientSession, url: str) -> int:
+    async with session.get(url + "/v1/credit") as response:
+        body: dict[str, Any] = await response.json()
+    return int(body["queue_room"])
+
+
+def test_parse_room_reads_rxpipe_then_llm_d_and_ignores_garbage() -> None:
+    assert parse_room({"x-rxpipe-queue-room": "3"}) == 3
+    assert parse_room({"x-llm-d-flow-band-headroom-requests": "2"}) == 2
+    assert parse_room({"x-rxpipe-queue-room": "x", "x-llm-d-flow-band-headroom-requests": "5"}) == 5
+    assert parse_room({"x-rxpipe-queue-room": "-4"}) == 0
+    assert parse_room({}) is None
+    credit = BackendCredit()
+    assert credit.room_left is None and not credit.spend()
+    assert credit.observe(2, 0) and credit.room_left == 2
+    assert not credit.spend() and credit.spend() and credit.room_left == 0
+    assert credit.observe(1, 0) and not credit.observe(1, 0)
+
+
+def test_probe_bounds_are_checked() -> None:
+    with pytest.raises(SettingError, match="credit_probe_min_s"):
+        OpenAIEngine("http://127.0.0.1:1", "m", 1, credit_probe_min_s=0)
+    with pytest.raises(SettingError, match="credit_probe_max_s"):
+        OpenAIEngine("http://127.0.0.1:1", "m", 1, credit_probe_min_s=0.1, credit_probe_max_s=0.01)
+
+
+async def test_zero_room_sends_nothing_until_the_probe_says_more(backend: GatewayProcess) -> None:
+    url = backend.url
+    engine = OpenAIEngine(url, "sim", 4, reroute_throttled=True, retry_after_jitter=0.0)
+    async with aiohttp.ClientSession() as other:
+        try:
+            first = submit(engine, CompletionRequest(prompt="hello", max_tokens=2))
+            await first.result
+            # the answer went out with the backend idle: one admission free
+            assert engine.advertised_room == 1 and engine.free_slots == 1
+            # another client fills the backend: one running, one queued
+            fillers = [
+                asyncio.create_task(
+                    other.post(url + "/v1/completions", json={"model": "sim", "prompt": "f", "max_tokens": 40})
+                )
+                for _ in range(2)
+            ]
+            while await room(other, url) != 0:
+                await asyncio.sleep(0.01)  # polling the backend's state
+            sent = await completions_answered(other, url)
+            # still believed 1: one real request goes, is refused 429 and failed at once to be routed
+            # elsewhere, and the 429's headers say 0
+            refused = submit(engine, CompletionRequest(prompt="into the full one", max_tokens=2))
+            with pytest.raises(EngineUnavailableError, match="routed elsewhere"):
+                await refused.result
+            assert engine.rerouted == 1 and engine.advertised_room == 0 and engine.free_slots == 0
+            probes = engine.credit.probes
+            await wait_for(lambda: engine.credit.probes >= probes + 3, what="three more probes")
+            # probes only: no real request while the backend says no room
+            assert await completions_answered(other, url) == sent + 1
+            for task in fillers:
+                (await task).release()
+            await wait_for(lambda: engine.free_slots > 0, timeout_s=10.0, what="the probe to say room")
+            assert engine.advertised_room == 1
+            resumed = submit(engine, CompletionRequest(prompt="again", max_tokens=2))
+            assert (await resumed.result).finish_reason in ("length", "stop")
+        finally:
+            await engine.aclose()
+    assert engine._probe_task is None
+
+
+async def test_a_backend_without_credit_headers_keeps_todays_signals(server: StubServer) -> None:
+    engine = make(server, 3)
+    try:
+        completion = submit(engine, CompletionRequest(prompt="hi", max_tokens=2))
+        await completion.result
+        assert engine.advertised_room is None and engine.credit.probes == 0
+        assert engine.free_slots == 3
+    finally:
+        await engine.aclose()
