@@ -97,12 +97,23 @@ class _ProgressLine:
               help="Write the figures, the per-second series and their definitions to this file.")
 @click.option("--plot", "plot_path", type=click.Path(dir_okay=False, writable=True), default=None,
               help="Draw the per-second series into this PNG (needs matplotlib: the plot extra).")
+@click.option("--aimd", is_flag=True,
+              help="Closed loop: keep an AIMD window of requests in flight, read from the server's credit headers "
+                   "(x-rxpipe-queue-room, x-llm-d-flow-band-headroom-requests): +1 per window of answers with "
+                   "room, x0.5 on a 429 or no room. Excludes --rate/--ramp.")
+@click.option("--aimd-initial", type=click.FloatRange(min=1), default=1.0, show_default=True,
+              help="--aimd: the window to start with (requests in flight).")
+@click.option("--aimd-max", type=click.FloatRange(min=1), default=1024.0, show_default=True,
+              help="--aimd: the window's upper bound (requests in flight).")
+@click.option("--aimd-decrease", type=click.FloatRange(min=0, max=1, min_open=True, max_open=True), default=0.5,
+              show_default=True, help="--aimd: the factor a 429 or an answer with no room cuts the window by.")
 @click.option("--no-scrape", is_flag=True, help="Do not read the server's /metrics each second.")
 @click.option("--quiet", is_flag=True, help="No progress line.")
 def load(args: tuple[str, ...], rate: float | None, ramp: str | None, duration: float, burstiness: float,
          stream: bool, chat: bool, max_tokens: int, prompt_file: str | None, model: str | None,
          api_key: str | None, timeout: float, retry: int, goodput: tuple[str, ...], seed: int,
-         json_path: str | None, plot_path: str | None, no_scrape: bool, quiet: bool) -> None:
+         json_path: str | None, plot_path: str | None, aimd: bool, aimd_initial: float, aimd_max: float,
+         aimd_decrease: float, no_scrape: bool, quiet: bool) -> None:
     """Send open-loop load to an OpenAI-compatible server at BASE_URL (default
     http://127.0.0.1:8000) and report vLLM's figures plus refusals, Retry-After and a per-second
     series (offered, admitted, 429, 503, latency, the server's queue and running count).
@@ -112,6 +123,7 @@ def load(args: tuple[str, ...], rate: float | None, ramp: str | None, duration: 
       rxpipe load --rate 20 --duration 30
       rxpipe load --ramp 1:50 --duration 60 --plot load.png --json load.json
       rxpipe load http://127.0.0.1:8000 --stream --retry 3 --goodput ttft:500 e2el:2000
+      rxpipe load --aimd --duration 30 --json aimd.json
     """
     # the work's modules are imported here, so `rxpipe run` does not pay for them
     from ._plot import INSTALL_HINT, PlotUnavailable, write_plot
@@ -130,7 +142,17 @@ def load(args: tuple[str, ...], rate: float | None, ramp: str | None, duration: 
     objectives = parse_goodput([*goodput, *slos]) if goodput else None
     if objectives and not stream and {"ttft", "tpot"} & set(objectives):
         raise click.UsageError("ttft and tpot objectives need --stream (they are measured on token chunks)")
+    if aimd and (rate is not None or ramp is not None):
+        raise click.UsageError("--aimd is a closed loop: it excludes --rate and --ramp")
     rates = parse_ramp(ramp) if ramp is not None else (rate or 1.0, rate or 1.0)
+    gate = None
+    if aimd:
+        from ._aimd import AimdConfig
+
+        try:
+            gate = AimdConfig(initial=aimd_initial, max_window=aimd_max, decrease=aimd_decrease)
+        except ValueError as error:
+            raise click.UsageError(str(error)) from None
     if plot_path is not None:
         try:
             import matplotlib  # noqa: F401
@@ -144,7 +166,7 @@ def load(args: tuple[str, ...], rate: float | None, ramp: str | None, duration: 
     config = LoadConfig(base_url=urls[0] if urls else "http://127.0.0.1:8000", rate=rates, duration_s=duration,
                         burstiness=burstiness, stream=stream, chat=chat, max_tokens=max_tokens, prompts=prompts,
                         model=model, api_key=api_key, timeout_s=timeout, retries=retry, goodput=objectives,
-                        seed=seed, scrape=not no_scrape)
+                        seed=seed, scrape=not no_scrape, aimd=gate)
     progress = None if quiet else _ProgressLine()
     try:
         # uvloop, as `rxpipe run`: the sender keeps to its schedule at higher rates

@@ -27,6 +27,7 @@ from typing import Any
 import aiohttp
 import orjson
 
+from ._aimd import parse_room
 from ._prompts import Prompt
 
 __all__ = ["Attempt", "RequestRecord", "RequestSpec", "send", "retry_after_s", "OUTCOMES"]
@@ -48,6 +49,7 @@ class Attempt:
     reason: str | None = None  # the error ``code`` of a 429/503 body (e.g. queue_full), else None
     retry_after_s: float | None = None  # the delay the server asked for (429/503), seconds
     error: str | None = None
+    room: int | None = None  # the admissions the answer's head said the server would take (credit headers)
 
 
 @dataclass(slots=True)
@@ -163,6 +165,7 @@ async def _attempt(session: aiohttp.ClientSession, spec: RequestSpec, body: byte
     try:
         async with session.post(spec.url, data=body, headers=headers, timeout=timeout) as response:
             attempt.status = response.status
+            attempt.room = parse_room(response.headers)
             if response.status in (429, 503):
                 attempt.kind = str(response.status)
                 attempt.retry_after_s = retry_after_s(response.headers)

@@ -36,7 +36,11 @@ def format_table(figures: dict[str, Any]) -> str:
 
     config = figures.get("config", {})
     rate = config.get("rate")
-    if rate:
+    aimd = figures.get("aimd")
+    if aimd is not None:
+        row("AIMD window (final, requests):", aimd["final_window"])
+        row("AIMD increases / decreases:", f"{aimd['increases']} / {aimd['decreases']}")
+    elif rate:
         row("Offered rate (req/s):", f"{rate[0]:g}" if rate[0] == rate[1] else f"{rate[0]:g} -> {rate[1]:g}")
     row("Requests sent:", figures["sent"])
     row("Successful requests:", figures["completed"])

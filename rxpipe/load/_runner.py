@@ -4,7 +4,9 @@ scrape of the server's ``/metrics``, and the live progress line."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import errno
+import functools
 import math
 import random
 import time
@@ -14,6 +16,7 @@ from typing import Any, Callable
 import aiohttp
 import orjson
 
+from ._aimd import AimdConfig, AimdGate
 from ._arrivals import arrival_times
 from ._client import RequestRecord, RequestSpec, send
 from ._prompts import Prompt, default_prompts
@@ -38,6 +41,9 @@ class LoadConfig:
     Poisson). model: None asks ``GET /v1/models`` for the first id. chat: use
     ``/v1/chat/completions``. goodput: objectives in ms by name (ttft, tpot, e2el). seed: makes the
     schedule, the prompt choice and retry jitter reproducible. scrape: read ``/metrics`` each second.
+    aimd: closed loop instead of the schedule (``rate`` unused): requests are sent while the AIMD
+    window (:mod:`rxpipe.load._aimd`, read from the server's credit headers) has room, for
+    ``duration_s``.
     """
 
     base_url: str = "http://127.0.0.1:8000"
@@ -55,6 +61,7 @@ class LoadConfig:
     goodput: Goodput | None = None
     seed: int = 0
     scrape: bool = True
+    aimd: AimdConfig | None = None
 
 
 @dataclass
@@ -119,9 +126,11 @@ async def run_load(config: LoadConfig, progress: Progress | None = None) -> Load
     """
     base = normalize_base_url(config.base_url)
     rng = random.Random(config.seed)
-    times = arrival_times(config.duration_s, config.rate, config.burstiness, rng)
+    times = arrival_times(config.duration_s, config.rate, config.burstiness, rng) if config.aimd is None else []
     prompts = list(config.prompts) or default_prompts()
     chosen = [prompts[rng.randrange(len(prompts))] for _ in times]
+    gate = AimdGate(config.aimd) if config.aimd is not None else None
+    window_series: list[float] = []
     headers = {"Authorization": f"Bearer {config.api_key}"} if config.api_key else {}
     seconds = math.ceil(config.duration_s)
     scrapes: list[tuple[float | None, float | None]] = [(None, None)] * seconds
@@ -154,7 +163,10 @@ async def run_load(config: LoadConfig, progress: Progress | None = None) -> Load
         if progress is not None:
             helpers.append(asyncio.ensure_future(reporter()))
         try:
-            for record, prompt in zip(records, chosen, strict=True):
+            if gate is not None:
+                await _closed_loop(gate, session, spec, prompts, records, in_flight, clock, rng, config.duration_s,
+                                   window_series)
+            for record, prompt in zip(records if gate is None else [], chosen, strict=True):
                 delay = clock + record.arrival_s - time.perf_counter()
                 if delay > 0:
                     await asyncio.sleep(delay)
@@ -185,4 +197,45 @@ async def run_load(config: LoadConfig, progress: Progress | None = None) -> Load
         "max_tokens": config.max_tokens, "timeout": config.timeout_s, "retry": config.retries,
         "goodput": config.goodput, "seed": config.seed,
     }
+    if gate is not None and config.aimd is not None:
+        figures["config"]["aimd"] = dataclasses.asdict(config.aimd)
+        figures["aimd"] = {"window_per_s": window_series, "final_window": round(gate.window, 3),
+                           "increases": gate.increases, "decreases": gate.decreases}
     return LoadResult(records, scrapes, figures)
+
+
+async def _closed_loop(gate: AimdGate, session: aiohttp.ClientSession, spec: RequestSpec, prompts: list[Prompt],
+                       records: list[RequestRecord], in_flight: set[asyncio.Task[RequestRecord]], clock: float,
+                       rng: random.Random, duration_s: float, window_series: list[float]) -> None:
+    """``--aimd``: send while the gate is open, for ``duration_s``; each answer moves the window.
+    ``window_series`` gets the window at the end of each second."""
+    wake = asyncio.Event()
+    end = clock + duration_s
+    next_sample = clock + 1.0
+
+    def finished(seq: int, task: asyncio.Task[RequestRecord]) -> None:
+        in_flight.discard(task)
+        attempt = task.result().attempts[-1] if not task.cancelled() and task.result().attempts else None
+        gate.answered(seq, attempt.status if attempt is not None else None,
+                      attempt.room if attempt is not None else None)
+        wake.set()
+
+    while (now := time.perf_counter()) < end:
+        while now >= next_sample:
+            window_series.append(round(gate.window, 3))
+            next_sample += 1.0
+        if not gate.open:
+            wake.clear()
+            try:
+                await asyncio.wait_for(wake.wait(), timeout=min(end, next_sample) - now)
+            except TimeoutError:
+                pass
+            continue
+        record = RequestRecord(len(records), now - clock)
+        records.append(record)
+        seq = gate.sent()
+        task = asyncio.ensure_future(send(session, spec, prompts[rng.randrange(len(prompts))], record, clock, rng))
+        in_flight.add(task)
+        task.add_done_callback(functools.partial(finished, seq))
+    while len(window_series) < math.ceil(duration_s):
+        window_series.append(round(gate.window, 3))
