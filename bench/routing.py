@@ -3,6 +3,12 @@ of the same simulated backends, on SGLang's generated-shared-prefix workload.
 
     .venv/bin/python bench/routing.py [--rounds 3] [--duration-s 10] [--loads 0.5,0.8,1.0,1.2,1.5]
         [--arms round_robin,least_loaded,prefix,smg,vllm-router] [--work-dir /tmp/rxpipe-routing]
+    .venv/bin/python bench/routing.py credit [--backends 8] [--trials 20] [--router-root /work/main]
+    .venv/bin/python bench/routing.py aimd [--duration-s 20]
+
+``credit`` and ``aimd`` (credit across the HTTP hop: the reaction to a backend another client
+filled, and an AIMD client on the credit headers) are described in ``bench/routing_credit.py``;
+the rest of this docstring is the default scenario, ``prefix``.
 
 What runs. ``--backends`` (4) processes of ``pipelines/llm_gateway.py`` (``max_num_seqs`` 8,
 ``prefix_cache_blocks`` 256: 4,096 tokens each, vLLM's block of 16), pinned to core 1 with the
@@ -50,6 +56,7 @@ import orjson
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+from bench import routing_credit  # noqa: E402
 from bench.anchors import Proc, anchor_binary, install_anchors  # noqa: E402
 from bench.serving import _cpu_s  # noqa: E402
 from tests.gateway.server import free_port  # noqa: E402
@@ -203,7 +210,8 @@ def measure(arm: str, load: float, capacity: float, backends: list[str], args: a
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--backends", type=int, default=4)
+    parser.add_argument("scenario", nargs="?", default="prefix", choices=("prefix", "credit", "aimd"))
+    parser.add_argument("--backends", type=int, default=None, help="backend processes (prefix: 4, credit: 8)")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--duration-s", type=float, default=10.0)
     parser.add_argument("--loads", default="0.5,0.8,1.0,1.2,1.5")
@@ -219,11 +227,20 @@ def main() -> None:
                              "as the anchors' backends do)")
     parser.add_argument("--prefix-balance-abs", type=int, default=8, help="llm_router's prefix_balance_abs")
     parser.add_argument("--work-dir", default=os.path.join(tempfile.gettempdir(), "rxpipe-routing"))
+    routing_credit.add_arguments(parser)
     args = parser.parse_args()
-    MAX_IN_FLIGHT[:] = [args.max_in_flight, args.prefix_balance_abs]
     work = Path(args.work_dir)
     logs = work / "logs"
     logs.mkdir(parents=True, exist_ok=True)
+    if args.scenario == "credit":
+        args.backends = args.backends or 8
+        routing_credit.credit(args, logs)
+        return
+    if args.scenario == "aimd":
+        routing_credit.aimd(args, logs)
+        return
+    args.backends = args.backends or 4
+    MAX_IN_FLIGHT[:] = [args.max_in_flight, args.prefix_balance_abs]
     arms = args.arms.split(",")
     loads = [float(x) for x in args.loads.split(",")]
     unavailable = install_anchors(arms, work)

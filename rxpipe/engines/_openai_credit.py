@@ -2,8 +2,8 @@
 "Credit across the HTTP hop").
 
 An rxpipe gateway (and any backend that speaks the same headers) says in every answer's head how
-many admissions it would take now: ``x-rxpipe-queue-room``, else llm-d's
-``x-llm-d-flow-band-headroom-requests``. :class:`BackendCredit` keeps the latest such number and
+many requests it would take at once now: ``x-rxpipe-free-slots`` + ``x-rxpipe-queue-room``
+(:func:`parse_room`), else llm-d's ``x-llm-d-flow-band-headroom-requests``. :class:`BackendCredit` keeps the latest such number and
 the calls admitted since (they spend it): ``room_left = advertised − admitted since``, the
 engine's ``advertised_room``, which caps its ``free_slots`` (the executor's demand) and which
 ``ops.balance`` reads as the branch's capacity: ``min(own limit, advertised credit)``.
@@ -36,27 +36,40 @@ from ._http1 import HTTP1Pool
 from ._openai_state import _OpenAIState
 from ._openai_wire import parse_retry_after
 
-__all__ = ["BackendCredit", "CREDIT_ROOM_HEADERS", "parse_room"]
+__all__ = ["BackendCredit", "CREDIT_ROOM_HEADERS", "TRANSIT_S", "parse_room"]
 
 log = logging.getLogger("rxpipe.engine")
+
+#: a call sent this recently (seconds) whose answer has not begun may not be in a backend's
+#: advertised room yet: it is subtracted from it (see ``_Credit._unsent``)
+TRANSIT_S = 0.01
 
 #: the headers that say a backend's room, in the order they are read
 CREDIT_ROOM_HEADERS = ("x-rxpipe-queue-room", "x-llm-d-flow-band-headroom-requests")
 
 
+def _count(headers: Mapping[str, str], name: str) -> int | None:
+    raw = headers.get(name)
+    if raw is None:
+        return None
+    try:
+        value = int(raw.strip())
+    except ValueError:
+        return None
+    return value if value > 0 else 0
+
+
 def parse_room(headers: Mapping[str, str]) -> int | None:
-    """The admissions a backend's answer says it would take now (an int >= 0), or None when the
-    answer has no (readable) credit header."""
-    for name in CREDIT_ROOM_HEADERS:
-        raw = headers.get(name)
-        if raw is None:
-            continue
-        try:
-            value = int(raw.strip())
-        except ValueError:
-            continue
-        return value if value > 0 else 0
-    return None
+    """The requests a backend's answer says it would take at once now (an int >= 0), or None
+    when the answer has no (readable) credit header. An rxpipe gateway's is ``x-rxpipe-free-slots``
+    + ``x-rxpipe-queue-room``: its queue asks one more per departure, so while it has free slots
+    each admission leaves at once and makes its place again (a burst of free + room is taken);
+    the free slots also tell a busier backend from an idler one whose queues are both empty.
+    Else llm-d's ``x-llm-d-flow-band-headroom-requests``."""
+    queue = _count(headers, "x-rxpipe-queue-room")
+    if queue is not None:
+        return queue + (_count(headers, "x-rxpipe-free-slots") or 0)
+    return _count(headers, "x-llm-d-flow-band-headroom-requests")
 
 
 class BackendCredit:
@@ -136,7 +149,7 @@ class _Credit(_OpenAIState):
         room = parse_room(headers)
         if room is None:
             return False
-        if self.credit.observe(room, self._n_waiting):
+        if self.credit.observe(room, self._unsent()):
             self._freed = True  # capacity listeners look again (execute asks, balance routes)
             self._start_waiting()
         elif self.credit.room_left == 0:
@@ -154,6 +167,22 @@ class _Credit(_OpenAIState):
         )
         error.retry_after = parse_retry_after(headers)  # type: ignore[attr-defined]
         call.completion.fail(error)
+
+    def _unsent(self) -> int:
+        """Calls admitted here that the answer just read may not have counted: those waiting in the
+        engine, and those sent within the last :data:`TRANSIT_S` whose own answer has not begun
+        (possibly still on the wire when the backend wrote that answer's head). Without the
+        second term two answers crossing a new call each reset the book, and the call after them
+        went into a full backend."""
+        unsent = self._n_waiting
+        loop = self._loop
+        if loop is not None and self._calls:
+            since = loop.time() - TRANSIT_S
+            for call in self._calls:  # at most max_in_flight
+                started = call.started_s
+                if call.response is None and started is not None and started >= since:
+                    unsent += 1
+        return unsent
 
     def _spend_credit(self) -> None:
         if self.credit.spend():
@@ -183,7 +212,7 @@ class _Credit(_OpenAIState):
         room = parse_room(headers)
         if room is None:
             return False
-        grew = self.credit.observe(room, self._n_waiting)
+        grew = self.credit.observe(room, self._unsent())
         if grew:
             self._freed = True
             self._start_waiting()
@@ -209,7 +238,7 @@ class _Credit(_OpenAIState):
             await response.read()
             response.release()
             return response.headers
-        except (TimeoutError, aiohttp.ClientError, OSError) as error:
+        except (TimeoutError, aiohttp.ClientError, OSError, ValueError) as error:
             log.debug("engine %s: credit probe failed: %r", self.name, error)
             return None
 
@@ -225,14 +254,3 @@ class _Credit(_OpenAIState):
         pool, self._probe_pool = self._probe_pool, None
         if pool is not None:
             await pool.close()
-
-    def _credit_state(self) -> dict[str, Any]:
-        """The credit's counters, for tests and tooling."""
-        credit = self.credit
-        return {
-            "seen": credit.seen,
-            "room_left": credit.room_left,
-            "observed": credit.observed,
-            "probes": credit.probes,
-            "zeros": credit.zeros,
-        }

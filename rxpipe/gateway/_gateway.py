@@ -140,8 +140,14 @@ class Gateway(Flowable[CompletionRequest], Service):
     As a :class:`~rxpipe.runtime.Service` it serves HTTP (aiohttp) while its Pipeline runs:
     ``POST /v1/completions``, ``POST /v1/chat/completions``, ``GET /v1/models`` (a key is
     needed when keys are set), ``GET /metrics``, ``GET /health`` and ``/healthz`` (alive),
-    ``GET /readyz`` (taking work). Settings: :class:`GatewayConfig` (pass one, or its fields as
-    keyword arguments).
+    ``GET /readyz`` (taking work), ``GET /v1/credit`` (:meth:`credit` as JSON). Settings:
+    :class:`GatewayConfig` (pass one, or its fields as keyword arguments).
+
+    Credit (DESIGN §8b, :mod:`~rxpipe.gateway._credit`): every answer's head (JSON, an SSE
+    stream's, a refusal's) carries ``x-rxpipe-free-slots``, ``x-rxpipe-queue-room``,
+    ``x-rxpipe-drain-per-s`` and llm-d's ``x-llm-d-flow-band-headroom-requests`` /
+    ``x-llm-d-flow-queue-duration-ms`` as of that moment; a 429/503 adds
+    ``x-llm-d-request-dropped-reason`` (its reason label).
 
     Refusals (DESIGN §5; ``_admission`` says how each Retry-After is computed): 429
     ``queue_full`` (no demand), ``rate_limited`` (the key's bucket, the tenant's quota),

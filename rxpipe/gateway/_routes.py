@@ -1,5 +1,5 @@
 """The edge's routes and their dispatch on (method, path), which aiohttp's low-level server calls
-(``_server.EdgeRunner``), and the operational routes: models, health, readiness, metrics."""
+(``_server.EdgeRunner``), and the operational routes: models, health, readiness, metrics, credit."""
 
 from __future__ import annotations
 

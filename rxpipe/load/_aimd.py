@@ -3,7 +3,9 @@ server's credit headers, in the style of llm-d-async's dispatch gate (DESIGN §8
 
 The gate (:class:`AimdGate`) holds a window ``W`` (requests in flight, a float; at least
 ``min_window``, at most ``max_window``). A request is sent whenever fewer than ``floor(W)`` are in
-flight. Each answer adjusts it:
+flight. Until its first decrease the gate is in slow start (TCP's): each answer with room adds
+``increase`` (the window doubles per round trip), never past the requests in flight plus the room
+the answer said. Then each answer adjusts it:
 
 - additive increase: a 2xx whose head says room beyond the next request (``x-rxpipe-queue-room``
   or llm-d's ``x-llm-d-flow-band-headroom-requests`` >= 2, or no such header at all) adds
@@ -76,7 +78,7 @@ class AimdGate:
     """The window and its bookkeeping (see the module docstring). ``sent()`` when a request goes
     (returns its sequence number), ``answered(seq, status, room)`` when its answer's head came."""
 
-    __slots__ = ("config", "window", "in_flight", "seq", "barrier", "increases", "decreases")
+    __slots__ = ("config", "window", "in_flight", "seq", "barrier", "increases", "decreases", "slow_start")
 
     def __init__(self, config: AimdConfig) -> None:
         self.config = config
@@ -87,6 +89,8 @@ class AimdGate:
         self.barrier = 0
         self.increases = 0
         self.decreases = 0
+        #: until the first decrease: + increase per answer with room, not per window (TCP's slow start)
+        self.slow_start = True
 
     @property
     def open(self) -> bool:
@@ -108,10 +112,19 @@ class AimdGate:
         refused = status in (429, 503) or room == 0
         if refused:
             if seq > self.barrier:  # once per window of answers
+                self.slow_start = False
                 self.window = max(cfg.min_window, self.window * cfg.decrease)
                 self.barrier = self.seq
                 self.decreases += 1
             return
         if 200 <= status < 300 and (room is None or room > 1):
-            self.window = min(cfg.max_window, self.window + cfg.increase / self.window)
+            if self.slow_start:
+                # one more per answer (the window doubles per round trip), never past what the
+                # server said it has room for beside what is in flight
+                grown = self.window + cfg.increase
+                if room is not None:
+                    grown = min(grown, float(self.in_flight + room))
+                self.window = min(cfg.max_window, max(self.window, grown))
+            else:
+                self.window = min(cfg.max_window, self.window + cfg.increase / self.window)
             self.increases += 1

@@ -48,9 +48,10 @@ async def room(session: aiohttp.ClientSession, url: str) -> int:
 
 def test_parse_room_reads_rxpipe_then_llm_d_and_ignores_garbage() -> None:
     assert parse_room({"x-rxpipe-queue-room": "3"}) == 3
+    assert parse_room({"x-rxpipe-queue-room": "3", "x-rxpipe-free-slots": "2"}) == 5  # a burst of 5 is taken
     assert parse_room({"x-llm-d-flow-band-headroom-requests": "2"}) == 2
     assert parse_room({"x-rxpipe-queue-room": "x", "x-llm-d-flow-band-headroom-requests": "5"}) == 5
-    assert parse_room({"x-rxpipe-queue-room": "-4"}) == 0
+    assert parse_room({"x-rxpipe-queue-room": "-4", "x-rxpipe-free-slots": "0"}) == 0
     assert parse_room({}) is None
     credit = BackendCredit()
     assert credit.room_left is None and not credit.spend()
@@ -73,8 +74,8 @@ async def test_zero_room_sends_nothing_until_the_probe_says_more(backend: Gatewa
         try:
             first = submit(engine, CompletionRequest(prompt="hello", max_tokens=2))
             await first.result
-            # the answer went out with the backend idle: one admission free
-            assert engine.advertised_room == 1 and engine.free_slots == 1
+            # the answer went out with the backend idle: its slot and its place free
+            assert engine.advertised_room == 2 and engine.free_slots == 2
             # another client fills the backend: one running, one queued
             fillers = [
                 asyncio.create_task(
@@ -85,7 +86,7 @@ async def test_zero_room_sends_nothing_until_the_probe_says_more(backend: Gatewa
             while await room(other, url) != 0:
                 await asyncio.sleep(0.01)  # polling the backend's state
             sent = await completions_answered(other, url)
-            # still believed 1: one real request goes, is refused 429 and failed at once to be routed
+            # still believed 2: one real request goes, is refused 429 and failed at once to be routed
             # elsewhere, and the 429's headers say 0
             refused = submit(engine, CompletionRequest(prompt="into the full one", max_tokens=2))
             with pytest.raises(EngineUnavailableError, match="routed elsewhere"):
@@ -98,9 +99,9 @@ async def test_zero_room_sends_nothing_until_the_probe_says_more(backend: Gatewa
             for task in fillers:
                 (await task).release()
             await wait_for(lambda: engine.free_slots > 0, timeout_s=10.0, what="the probe to say room")
-            assert engine.advertised_room == 1
             resumed = submit(engine, CompletionRequest(prompt="again", max_tokens=2))
             assert (await resumed.result).finish_reason in ("length", "stop")
+            assert engine.advertised_room == 2  # its answer went out with the backend idle again
         finally:
             await engine.aclose()
     assert engine._probe_task is None

@@ -16,7 +16,25 @@ from .test_cli import load
 
 
 def test_increase_per_success_with_room_hold_at_one_decrease_once_per_window() -> None:
+    start = AimdGate(AimdConfig(initial=1.0))
+    one = start.sent()
+    start.answered(one, 200, 5)
+    assert start.window == 2.0  # slow start: one more per answer with room
+    two, three = start.sent(), start.sent()
+    start.answered(two, 200, 2)
+    assert start.window == 3.0
+    start.answered(three, 200, 1)
+    assert start.window == 3.0  # room for one more only: held
+    four, five, six = start.sent(), start.sent(), start.sent()
+    start.answered(four, 200, 2)
+    assert start.window == 4.0  # min(3 + 1, 2 in flight + 2 room)
+    start.answered(five, 200, 2)
+    assert start.window == 4.0  # min(4 + 1, 1 in flight + 2 room): never past what was said
+    start.answered(six, 429, None)
+    assert start.window == 2.0 and not start.slow_start
+
     gate = AimdGate(AimdConfig(initial=2.0, increase=1.0, decrease=0.5))
+    gate.slow_start = False  # congestion avoidance from here
     assert gate.open
     first, second = gate.sent(), gate.sent()
     assert not gate.open  # two in flight: floor(2.0)
