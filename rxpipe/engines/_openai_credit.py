@@ -3,10 +3,13 @@
 
 An rxpipe gateway (and any backend that speaks the same headers) says in every answer's head how
 many requests it would take at once now: ``x-rxpipe-free-slots`` + ``x-rxpipe-queue-room``
-(:func:`parse_room`), else llm-d's ``x-llm-d-flow-band-headroom-requests``. :class:`BackendCredit` keeps the latest such number and
-the calls admitted since (they spend it): ``room_left = advertised − admitted since``, the
-engine's ``advertised_room``, which caps its ``free_slots`` (the executor's demand) and which
-``ops.balance`` reads as the branch's capacity: ``min(own limit, advertised credit)``.
+(:func:`parse_room`), else llm-d's ``x-llm-d-flow-band-headroom-requests``, and the snapshot's
+number (``x-rxpipe-credit-seq``: a word older than the one read last is ignored).
+:class:`BackendCredit` keeps the latest such number and the calls admitted since (they spend it):
+``left = advertised − admitted since`` (one call at a time once the word is older than
+:data:`FRESH_S`), the engine's ``advertised_room``, which caps its ``free_slots`` (the executor's
+demand) and which ``ops.balance`` reads as the branch's capacity: ``min(own limit, advertised
+credit)``; ``advertised_credit`` (the same without the one-at-a-time) ranks the replicas.
 
 A backend that says no room gets no real request until it says more. Meanwhile the engine probes
 ``GET /v1/credit`` (one small connection of its own, never one of the calls'): first after
@@ -36,13 +39,16 @@ from ._http1 import HTTP1Pool
 from ._openai_state import _OpenAIState
 from ._openai_wire import parse_retry_after
 
-__all__ = ["BackendCredit", "CREDIT_ROOM_HEADERS", "TRANSIT_S", "parse_room"]
+__all__ = ["BackendCredit", "CREDIT_ROOM_HEADERS", "FRESH_S", "TRANSIT_S", "parse_room", "parse_seq"]
 
 log = logging.getLogger("rxpipe.engine")
 
 #: a call sent this recently (seconds) whose answer has not begun may not be in a backend's
 #: advertised room yet: it is subtracted from it (see ``_Credit._unsent``)
 TRANSIT_S = 0.01
+
+#: a backend's word older than this (seconds) allows one call at a time until it speaks again
+FRESH_S = 0.005
 
 #: the headers that say a backend's room, in the order they are read
 CREDIT_ROOM_HEADERS = ("x-rxpipe-queue-room", "x-llm-d-flow-band-headroom-requests")
@@ -59,14 +65,22 @@ def _count(headers: Mapping[str, str], name: str) -> int | None:
     return value if value > 0 else 0
 
 
+def parse_seq(headers: Mapping[str, str]) -> int | None:
+    """The answer's ``x-rxpipe-credit-seq`` (the backend's snapshot number), or None."""
+    return _count(headers, "x-rxpipe-credit-seq")
+
+
 def parse_room(headers: Mapping[str, str]) -> int | None:
     """The requests a backend's answer says it would take at once now (an int >= 0), or None
     when the answer has no (readable) credit header. An rxpipe gateway's is ``x-rxpipe-free-slots``
     + ``x-rxpipe-queue-room``: its queue asks one more per departure, so while it has free slots
     each admission leaves at once and makes its place again (a burst of free + room is taken);
-    the free slots also tell a busier backend from an idler one whose queues are both empty.
-    Else llm-d's ``x-llm-d-flow-band-headroom-requests``."""
+    the free slots also tell a busier backend from an idler one whose queues are both empty. No
+    queue room is 0 whatever the slots (the edge admits nothing then). Else llm-d's
+    ``x-llm-d-flow-band-headroom-requests``."""
     queue = _count(headers, "x-rxpipe-queue-room")
+    if queue == 0:
+        return 0  # the edge admits only into room: a slot free for an instant takes nothing from here
     if queue is not None:
         return queue + (_count(headers, "x-rxpipe-free-slots") or 0)
     return _count(headers, "x-llm-d-flow-band-headroom-requests")
@@ -76,48 +90,66 @@ class BackendCredit:
     """The latest room a backend advertised and what was admitted since.
 
     ``seen``: the backend sent the headers at least once (from then on it is a credit backend).
-    ``room``: its last advertised room (requests); ``spent``: calls admitted since that answer
-    and not known to it. ``room_left``: ``max(0, room − spent)``, or None before ``seen``.
-    Counters: ``observed`` (answers that carried credit), ``probes`` (``GET /v1/credit`` sent),
-    ``zeros`` (times the room fell to 0).
+    ``room``: its last advertised room (requests), said at loop time ``at``; ``spent``: calls
+    admitted since that answer and not known to it. :meth:`left` is ``max(0, room − spent)``,
+    and once the word is older than :data:`FRESH_S` at most one call more than were admitted
+    since (``1 − spent``): another client may have filled the backend meanwhile, and one call
+    (or a probe) is enough to learn it — two calls crossing on an old word was how a second
+    request reached a full backend. None before ``seen``. Counters: ``observed`` (answers that
+    carried credit), ``probes`` (``GET /v1/credit`` sent), ``zeros`` (times the room fell to 0).
     """
 
-    __slots__ = ("seen", "room", "spent", "observed", "probes", "zeros")
+    __slots__ = ("seen", "room", "spent", "at", "seq", "observed", "probes", "zeros", "stale")
 
     def __init__(self) -> None:
         self.seen = False
         self.room = 0
         self.spent = 0
+        self.at = 0.0
+        self.seq = -1
         self.observed = 0
+        #: answers ignored: their snapshot was older than the word already read
+        self.stale = 0
         self.probes = 0
         self.zeros = 0
 
-    @property
-    def room_left(self) -> int | None:
+    def left(self, now: float) -> int | None:
+        """Calls the backend's word allows now (requests), None before it said any."""
         if not self.seen:
             return None
         left = self.room - self.spent
+        if now - self.at > FRESH_S and left > 1 - self.spent:
+            left = 1 - self.spent
         return left if left > 0 else 0
 
-    def observe(self, room: int, unsent: int) -> bool:
-        """The backend said ``room``; ``unsent`` calls admitted here have not reached it yet (they
-        will spend it). True when the room grew from 0 (demand may resume)."""
-        was = self.room_left
+    def observe(self, room: int, unsent: int, now: float, seq: int | None = None) -> bool:
+        """The backend said ``room`` (at loop time ``now``) in its snapshot number ``seq``;
+        ``unsent`` calls admitted here have not reached it yet (they will spend it). True when the
+        room grew from 0 (demand may resume). A snapshot older than the one read last (answers on
+        other connections overtake each other) is ignored, unless the last word is over a second
+        old (the backend restarted and counts from 0 again)."""
+        if seq is not None:
+            if seq <= self.seq and now - self.at < 1.0:
+                self.stale += 1
+                return False
+            self.seq = seq
+        was = self.left(now)
         self.seen = True
         self.observed += 1
         self.room = room
         self.spent = unsent
-        left = self.room_left or 0
+        self.at = now
+        left = self.left(now) or 0
         if left == 0 and was != 0:
             self.zeros += 1
         return left > 0 and not was
 
-    def spend(self) -> bool:
-        """One call admitted. True when that spent the last of the room."""
+    def spend(self, now: float) -> bool:
+        """One call admitted at ``now``. True when that spent the last of the room."""
         if not self.seen:
             return False
         self.spent += 1
-        if self.room - self.spent == 0:
+        if self.left(now) == 0:
             self.zeros += 1
             return True
         return False
@@ -138,21 +170,43 @@ class _Credit(_OpenAIState):
 
         def notify_capacity(self) -> None: ...
 
+    def _now(self) -> float:
+        loop = self._loop
+        return loop.time() if loop is not None else 0.0
+
+    @property
+    def advertised_credit(self) -> int | None:
+        """The backend's last word less the calls admitted since (requests), however old the word
+        (``ops.balance`` ranks replicas by it); None before the backend said any."""
+        credit = self.credit
+        if not credit.seen:
+            return None
+        left = credit.room - credit.spent
+        return left if left > 0 else 0
+
     @property
     def advertised_room(self) -> int | None:
-        """Admissions the backend would take now by its own word, less the calls admitted since it
-        said so (requests); None for a backend that never sent credit headers (DESIGN §8b)."""
-        return self.credit.room_left
+        """Calls the backend would take now by its own word, less the calls admitted since it
+        said so (requests; :meth:`BackendCredit.left`); None for a backend that never sent
+        credit headers (DESIGN §8b). Read as 0, it starts the probe: the word may have aged to
+        0 with nothing sent since."""
+        credit = self.credit
+        if not credit.seen:
+            return None
+        left = credit.left(self._now())
+        if left == 0 and self._probe_task is None:
+            self._start_probe()
+        return left
 
     def _observe_credit(self, headers: Mapping[str, str]) -> bool:
         """Read an answer's credit headers (any status). True when the answer carried credit."""
         room = parse_room(headers)
         if room is None:
             return False
-        if self.credit.observe(room, self._unsent()):
+        if self.credit.observe(room, self._unsent(), self._now(), parse_seq(headers)):
             self._freed = True  # capacity listeners look again (execute asks, balance routes)
             self._start_waiting()
-        elif self.credit.room_left == 0:
+        elif self.credit.left(self._now()) == 0:
             self._start_probe()
         return True
 
@@ -185,7 +239,7 @@ class _Credit(_OpenAIState):
         return unsent
 
     def _spend_credit(self) -> None:
-        if self.credit.spend():
+        if self.credit.spend(self._now()):
             self._start_probe()
 
     def _start_probe(self) -> None:
@@ -197,9 +251,9 @@ class _Credit(_OpenAIState):
         """Probe ``GET /v1/credit`` on a doubling backoff until the backend says room."""
         delay = self.credit_probe_min_s
         try:
-            while not self._closed and self.credit.room_left == 0:
+            while not self._closed and self.credit.left(self._now()) == 0:
                 await asyncio.sleep(delay)
-                if self._closed or self.credit.room_left != 0:
+                if self._closed or self.credit.left(self._now()) != 0:
                     break  # an answer said room meanwhile
                 headers = await self._probe_once()
                 if headers is not None and self._observe_probe(headers):
@@ -212,7 +266,7 @@ class _Credit(_OpenAIState):
         room = parse_room(headers)
         if room is None:
             return False
-        grew = self.credit.observe(room, self._unsent())
+        grew = self.credit.observe(room, self._unsent(), self._now(), parse_seq(headers))
         if grew:
             self._freed = True
             self._start_waiting()

@@ -342,7 +342,7 @@ class OpenAIEngine(_HTTPCall, _Answers, _Backoff, _UsageProbe, _Credit):
     @property
     def free_slots(self) -> int:
         free = self._own_free_slots()
-        room = self.credit.room_left
+        room = self.advertised_room
         if room is None or room >= free or not self.available:
             return free  # no advertised credit; or down: nominal, as below
         return room

@@ -15,8 +15,10 @@ goes out, never a second book:
 As headers (:func:`credit_headers`): ``x-rxpipe-free-slots``, ``x-rxpipe-queue-room``,
 ``x-rxpipe-drain-per-s`` and llm-d's draft response-feedback headers from the same numbers
 (``x-llm-d-flow-band-headroom-requests`` = queue room, ``x-llm-d-flow-queue-duration-ms``; on a
-refusal ``x-llm-d-request-dropped-reason``: the refusal's reason label). ``GET /v1/credit`` answers
-the same numbers as JSON, with the headers.
+refusal ``x-llm-d-request-dropped-reason``: the refusal's reason label), and
+``x-rxpipe-credit-seq``: the snapshot's number, so a reader of answers on several connections
+keeps the latest word, not the last to arrive. ``GET /v1/credit`` answers the same numbers as
+JSON, with the headers.
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ __all__ = [
     "LLMD_QUEUE_MS",
     "LLMD_DROPPED",
     "CREDIT_PATH",
+    "CREDIT_SEQ",
     "MAX_ADVERTISED",
 ]
 
@@ -47,6 +50,7 @@ DRAIN_PER_S = "x-rxpipe-drain-per-s"
 LLMD_HEADROOM = "x-llm-d-flow-band-headroom-requests"
 LLMD_QUEUE_MS = "x-llm-d-flow-queue-duration-ms"
 LLMD_DROPPED = "x-llm-d-request-dropped-reason"
+CREDIT_SEQ = "x-rxpipe-credit-seq"
 CREDIT_PATH = "/v1/credit"
 #: an unbounded demand (no queue behind the edge asks in counts) is advertised as this many
 MAX_ADVERTISED = 1 << 30
@@ -55,12 +59,14 @@ MAX_ADVERTISED = 1 << 30
 @dataclass(frozen=True, slots=True)
 class Credit:
     """The edge's credit at one moment: ``free_slots`` (sequences), ``queue_room`` (requests),
-    ``drain_per_s`` (requests per second), ``queue_duration_ms`` (milliseconds, integer)."""
+    ``drain_per_s`` (requests per second), ``queue_duration_ms`` (milliseconds, integer), ``seq``
+    (the snapshot's number, increasing per snapshot of one edge process)."""
 
     free_slots: int
     queue_room: int
     drain_per_s: float
     queue_duration_ms: int
+    seq: int = 0
 
     def as_json(self) -> dict[str, Any]:
         """The body of ``GET /v1/credit``."""
@@ -69,10 +75,13 @@ class Credit:
             "queue_room": self.queue_room,
             "drain_per_s": self.drain_per_s,
             "queue_duration_ms": self.queue_duration_ms,
+            "seq": self.seq,
         }
 
 
-def credit_of(engines: list[Any], meter: DrainMeter, demand: int, taking_work: bool, now: float) -> Credit:
+def credit_of(
+    engines: list[Any], meter: DrainMeter, demand: int, taking_work: bool, now: float, seq: int = 0
+) -> Credit:
     """The credit of an edge whose pipeline has ``engines``, drain ``meter`` and outstanding
     ``demand`` (requests), at loop time ``now``; ``taking_work`` False (draining, unavailable):
     no room at all."""
@@ -93,7 +102,7 @@ def credit_of(engines: list[Any], meter: DrainMeter, demand: int, taking_work: b
         wait_s = backlog / rate
     else:
         wait_s = backlog * meter.service_time() / max(1, slots)
-    return Credit(free, room, round(rate, 3) if rate else 0.0, math.ceil(wait_s * 1000))
+    return Credit(free, room, round(rate, 3) if rate else 0.0, math.ceil(wait_s * 1000), seq)
 
 
 def credit_headers(credit: Credit, dropped_reason: str | None = None) -> dict[str, str]:
@@ -105,6 +114,7 @@ def credit_headers(credit: Credit, dropped_reason: str | None = None) -> dict[st
         DRAIN_PER_S: f"{credit.drain_per_s:g}",
         LLMD_HEADROOM: room,
         LLMD_QUEUE_MS: str(credit.queue_duration_ms),
+        CREDIT_SEQ: str(credit.seq),
     }
     if dropped_reason is not None:
         headers[LLMD_DROPPED] = dropped_reason

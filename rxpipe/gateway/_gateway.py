@@ -210,6 +210,8 @@ class Gateway(Flowable[CompletionRequest], Service):
         #: while the edge serves
         self.view: PipelineView | None = None
         self._ticker: asyncio.Task[None] | None = None
+        #: credit snapshots made (``x-rxpipe-credit-seq``)
+        self._credit_seq = 0
 
     # -- Flowable ------------------------------------------------------------------------------
     def _subscribe(self, subscriber: Subscriber[CompletionRequest]) -> None:
@@ -266,8 +268,9 @@ class Gateway(Flowable[CompletionRequest], Service):
         the engines' free slots, the admissions it would take now (its demand; 0 while draining
         or unavailable), the measured drain rate and the estimated queue wait. Every answer's
         head carries it, and ``GET /v1/credit``."""
+        self._credit_seq += 1
         return credit_of(self.policy.engines, self.policy.meter, self.demand,
-                         not self.draining and self.available, now)
+                         not self.draining and self.available, now, self._credit_seq)
 
     @property
     def tenant_gate(self) -> TenantGate | None:

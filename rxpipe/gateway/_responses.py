@@ -12,7 +12,7 @@ from aiohttp import web
 
 from ..logs import ACCESS_LOG
 from ..serving import Completion, CompletionRequest, CompletionResult
-from ._credit import LLMD_DROPPED, credit_headers
+from ._credit import LLMD_DROPPED, Credit, credit_headers
 from ._metrics import TIME_TO_FIRST_TOKEN
 from ._openai import error_body
 from ._policy import Refusal, retry_after_headers
@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from ._edge import Edge
 
 
-__all__ = ["ITEM", "RESULT", "RATELIMIT", "json_response", "error_response", "refusal_response", "result_of",
+__all__ = ["ITEM", "RESULT", "RATELIMIT", "CREDIT", "json_response", "error_response", "refusal_response", "result_of",
            "task_cancelled", "unauthorized", "model_not_found", "too_large", "retrieve", "observe_ttft", "unhandled",
            "clear_answer_state", "answer_headers", "access_line"]
 
@@ -41,6 +41,8 @@ _TYPES = {429: "rate_limit_error", 503: "overloaded_error"}
 #: (a typed key where aiohttp has them, 3.12+: a plain string key warns there)
 _request_key = getattr(web, "RequestKey", None)
 RATELIMIT: Any = _request_key("rxpipe_ratelimit_headers", dict) if _request_key else "rxpipe.ratelimit_headers"
+#: the credit snapshot an answer's body already says (``GET /v1/credit``): its headers say the same
+CREDIT: Any = _request_key("rxpipe_credit", Credit) if _request_key else "rxpipe.credit"
 
 
 def json_response(status: int, body: bytes, headers: dict[str, str] | None = None) -> web.Response:
@@ -130,6 +132,7 @@ def clear_answer_state(request: web.Request) -> None:
     request[ITEM] = None
     request[RESULT] = None
     request[RATELIMIT] = None
+    request[CREDIT] = None
 
 
 def answer_headers(request: web.Request, response: web.StreamResponse, edge: Edge) -> None:
@@ -148,7 +151,8 @@ def answer_headers(request: web.Request, response: web.StreamResponse, edge: Edg
     dropped = None
     if (status == 429 or status == 503) and LLMD_DROPPED not in headers:
         dropped = _error_code(response) or ("queue_full" if status == 429 else "unavailable")
-    headers.update(credit_headers(edge.credit(edge.loop_time()), dropped))
+    credit = request[CREDIT]
+    headers.update(credit_headers(credit if credit is not None else edge.credit(edge.loop_time()), dropped))
     item = request[ITEM]
     headers["x-request-id"] = new_request_id(request.headers.get("x-request-id"), item.id if item is not None else None)
     if item is not None and item.cache is not None:

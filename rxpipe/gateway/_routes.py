@@ -20,6 +20,7 @@ from ._credit import CREDIT_PATH
 from ._edge import Edge
 from ._metrics import count_request
 from ._responses import (
+    CREDIT,
     answer_headers,
     clear_answer_state,
     error_response,
@@ -87,7 +88,8 @@ class _Operational:
     async def credit(self, request: web.Request) -> web.Response:
         """``GET /v1/credit``: the edge's credit as JSON (the answer's headers say it too), for
         routers probing a backend that said it has no room; no key needed, as for ``/health``."""
-        return json_response(200, orjson.dumps(self.edge.credit(self.edge.loop_time()).as_json()))
+        credit = request[CREDIT] = self.edge.credit(self.edge.loop_time())
+        return json_response(200, orjson.dumps(credit.as_json()))
 
     async def metrics(self, request: web.Request) -> web.Response:
         return web.Response(body=generate_latest(REGISTRY), headers={"Content-Type": CONTENT_TYPE_LATEST})

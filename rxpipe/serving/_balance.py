@@ -76,6 +76,20 @@ def _capped(demand: int, engine: Any) -> int:
     return demand if room is None or room >= demand else room
 
 
+def _ranked(demand: int, engine: Any) -> int:
+    """The demand a port is ranked by (0: not eligible): capped as :func:`_capped` says, but
+    ranked by the backend's last word less what was sent since (``advertised_credit``), not by
+    the one-at-a-time an old word allows — or every backend with an old word would tie at 1 and
+    the least loaded would no longer be first."""
+    room = getattr(engine, "advertised_room", None)
+    if room is None:
+        return demand
+    if room <= 0:
+        return 0
+    credit = engine.advertised_credit
+    return demand if credit >= demand else max(1, credit)
+
+
 class BalanceFlowable(Flowable[Any]):
     """The stage ``balance``; ``engine`` is a :class:`Replicas` view of the branches' engines.
 
@@ -283,7 +297,7 @@ class BalanceRun(UpstreamLink):
                 if demand > 0:
                     engine = engines[k]
                     if engine is None or engine.available:
-                        demand = _capped(demand, engine)
+                        demand = _ranked(demand, engine)
                         if demand > 0:
                             candidates.append((k, demand))
             if not candidates:
@@ -307,7 +321,7 @@ class BalanceRun(UpstreamLink):
             if demand > best_demand:
                 engine = engines[k]
                 if engine is None or engine.available:
-                    demand = _capped(demand, engine)
+                    demand = _ranked(demand, engine)
                     if demand > best_demand:
                         best, best_demand = port, demand
         return best

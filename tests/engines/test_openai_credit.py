@@ -13,7 +13,7 @@ import aiohttp
 import pytest
 
 from rxpipe.engines import CompletionRequest, OpenAIEngine
-from rxpipe.engines._openai_credit import BackendCredit, parse_room
+from rxpipe.engines._openai_credit import FRESH_S, BackendCredit, parse_room
 from rxpipe.errors import EngineUnavailableError
 from rxpipe.settings import SettingError
 from tests.gateway.server import GatewayProcess
@@ -52,12 +52,16 @@ def test_parse_room_reads_rxpipe_then_llm_d_and_ignores_garbage() -> None:
     assert parse_room({"x-llm-d-flow-band-headroom-requests": "2"}) == 2
     assert parse_room({"x-rxpipe-queue-room": "x", "x-llm-d-flow-band-headroom-requests": "5"}) == 5
     assert parse_room({"x-rxpipe-queue-room": "-4", "x-rxpipe-free-slots": "0"}) == 0
+    assert parse_room({"x-rxpipe-queue-room": "0", "x-rxpipe-free-slots": "1"}) == 0  # admits nothing
     assert parse_room({}) is None
     credit = BackendCredit()
-    assert credit.room_left is None and not credit.spend()
-    assert credit.observe(2, 0) and credit.room_left == 2
-    assert not credit.spend() and credit.spend() and credit.room_left == 0
-    assert credit.observe(1, 0) and not credit.observe(1, 0)
+    assert credit.left(0.0) is None and not credit.spend(0.0)
+    assert credit.observe(3, 0, 10.0) and credit.left(10.0) == 3
+    assert not credit.spend(10.001) and credit.left(10.001) == 2
+    assert credit.left(10.0 + FRESH_S + 0.001) == 0  # an old word allows one call at a time: one went
+    assert credit.observe(3, 0, 11.0) and credit.left(11.0 + FRESH_S + 0.001) == 1
+    assert not credit.spend(11.001) and not credit.spend(11.002) and credit.spend(11.003) and credit.left(11.003) == 0
+    assert credit.observe(1, 0, 12.0) and not credit.observe(1, 0, 12.0)
 
 
 def test_probe_bounds_are_checked() -> None:

@@ -31,7 +31,7 @@ def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayProcess
 
 
 def credit_of(headers: Any) -> dict[str, str]:
-    return {name: headers[name] for name in CREDIT_HEADERS}
+    return {name: headers[name] for name in (*CREDIT_HEADERS, "x-rxpipe-credit-seq")}
 
 
 async def probe(session: aiohttp.ClientSession, url: str) -> tuple[dict[str, Any], dict[str, str]]:
@@ -56,7 +56,9 @@ def long_body(stream: bool = False) -> dict[str, Any]:
 async def test_idle_credit_probe_json_and_headers_agree(gateway: GatewayProcess) -> None:
     async with aiohttp.ClientSession() as session:
         body, headers = await probe(session, gateway.url)
+    seq = body.pop("seq")
     assert body == {"free_slots": 2, "queue_room": 2, "drain_per_s": 0.0, "queue_duration_ms": 0}
+    assert isinstance(seq, int) and seq >= 1 and headers.pop("x-rxpipe-credit-seq") == str(seq)  # one snapshot
     assert headers == {
         "x-rxpipe-free-slots": "2",
         "x-rxpipe-queue-room": "2",
