@@ -21,10 +21,10 @@ balance skew without fills at the same load (busiest backend's answers over the 
 loop, 32 clients); then ``rxpipe load --aimd`` (in process, :func:`rxpipe.load.run_load`) for
 ``--duration-s`` (20 s); at half time another client takes a quarter of the capacity (8
 closed-loop clients of the same requests: 8 of the 32 places) — the capacity step. Reported: the
-fraction of capacity used in steady state (completed requests/s of the AIMD client, plus the other client's after the step, over capacity;
-before the step from the end of slow start, its first cut, after it from the gate's first cut
-after the step), the 429 rate over the whole run, and the convergence: from the step to the
-answer that makes the gate cut (a 429 or no room).
+fraction of capacity used in steady state (completed requests/s of the AIMD client, plus the
+other client's after the step, over capacity; before the step from the end of slow start, its
+first cut, after it from the gate's first cut after the step), the 429 rate over the whole run,
+and the convergence: from the step to the answer that makes the gate cut (a 429 or no room).
 """
 
 from __future__ import annotations
