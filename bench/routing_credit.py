@@ -11,11 +11,12 @@ fills one backend (``--trials``, round-robin over them): 16 long requests sent t
 once. A request the router sends into that backend while it is full is refused 429 there: read
 from the backend's access log (its own request ids are the router's, the filler's are
 ``sat-…``). Per trial: requests into the full backend (its 429s to the router within
-``--window-s`` after the fill), and the reaction: how long the router kept sending into it, from
-the moment it was full (its first 429 to anyone in the window) to the router's last request into
-it (0 when none; the issue's "keeps sending work into a saturated backend for 250-500 ms").
-Reported: reaction p50/p99 (ms), requests into the full backend per trial (mean, max), and the
-balance skew without fills at the same load (busiest backend's answers over the mean).
+``--window-s`` after the fill); the reaction: from the moment it was full (its first 429 to
+anyone in the window) to the router's last request into it (0 when none; with one request, when
+the router first routed there: it learns from that request's 429); and how long it kept sending
+into it: from its first request into the full backend to its last (0 with one or none; the
+issue's "keeps sending work into a saturated backend for 250-500 ms"). Reported: those p50/p99
+(ms), requests into the full backend per trial (mean, max), and the balance skew without fills at the same load (busiest backend's answers over the mean).
 
 ``aimd``: one backend (``max_num_seqs`` 16, ``queue_capacity`` 16); capacity measured (closed
 loop, 32 clients); then ``rxpipe load --aimd`` (in process, :func:`rxpipe.load.run_load`) for
@@ -232,6 +233,7 @@ def credit(args: argparse.Namespace, logs: Path) -> None:
         into: list[int] = []
         reactions: list[float] = []
         from_fill: list[float] = []
+        spreads: list[float] = []
         for trial, at in enumerate(fills):
             lines = _access(backends[trial % len(backends)].log)
             window = [d for d in lines if d.get("status") == 429 and at - 0.005 <= d["t"] <= at + args.window_s]
@@ -241,6 +243,7 @@ def credit(args: argparse.Namespace, logs: Path) -> None:
             into.append(len(refused))
             reactions.append(max(0.0, max(refused) - full_at) if refused else 0.0)
             from_fill.append(max(refused) - at if refused else 0.0)
+            spreads.append(max(refused) - min(refused) if refused else 0.0)
         ms = [r * 1000 for r in reactions]
         print(
             f"per trial: into {into}; last router request into it after the fill (ms) "
@@ -248,10 +251,15 @@ def credit(args: argparse.Namespace, logs: Path) -> None:
         )
         print(f"background outcomes during the fills: {counts}")
         print()
-        print("| router | reaction p50 ms | reaction p99 ms | into full backend / trial (mean, max) | skew |")
-        print("|---|---|---|---|---|")
+        kept = [v * 1000 for v in spreads]
         print(
-            f"| {root} | {_pct(ms, 0.5):.1f} | {_pct(ms, 0.99):.1f} | {statistics.mean(into):.2f}, {max(into)} | "
+            "| router | reaction p50 ms | reaction p99 ms | kept sending p50 / p99 ms "
+            "| into full backend / trial (mean, max) | skew |"
+        )
+        print("|---|---|---|---|---|---|")
+        print(
+            f"| {root} | {_pct(ms, 0.5):.1f} | {_pct(ms, 0.99):.1f} | {_pct(kept, 0.5):.1f} / {_pct(kept, 0.99):.1f} "
+            f"| {statistics.mean(into):.2f}, {max(into)} | "
             f"{skew:.3f} |"
         )
     finally:

@@ -282,3 +282,61 @@ async def test_a_capacity_signal_runs_a_pass_only_when_it_can_change_what_one_de
     out.cancel()
     await a.aclose()
     await b.aclose()
+
+
+class Worded(SimulatedEngine):
+    """A replica whose backend says its room (an OpenAIEngine's ``advertised_room`` /
+    ``advertised_credit``): ``word`` requests, one less per request it takes; ``at_once`` caps
+    the room as an old word does (one at a time) without changing the rank."""
+
+    def __init__(self, slots: int, word: int | None) -> None:
+        super().__init__(max_num_seqs=slots, max_num_batched_tokens=1024, step_overhead_s=0.01,
+                         prefill_s_per_token=0.0, decode_s_per_seq=0.0)
+        self.word = word
+        self.at_once: int | None = None
+
+    @property
+    def advertised_credit(self) -> int | None:
+        return None if self.word is None else max(0, self.word)
+
+    @property
+    def advertised_room(self) -> int | None:
+        credit = self.advertised_credit
+        return credit if credit is None or self.at_once is None else min(credit, self.at_once)
+
+    def start(self, completion: Completion, now_s: float) -> None:
+        if self.word is not None:
+            self.word -= 1
+        super().start(completion, now_s)
+
+
+async def test_a_replica_gets_no_more_than_its_backend_says_whatever_its_executor_asked() -> None:
+    full, free = Worded(4, 0), Worded(4, None)
+    pub = TestPublisher[CompletionRequest]()
+    out = TestSubscriber[Completion](initial_request=UNBOUNDED)
+    pub.pipe(ops.balance(ops.execute(full), ops.execute(free))).subscribe(out)
+    assert pub.total_requested == 4  # the full one's executor asked for 4, its backend says 0
+    pub.emit(*[CompletionRequest(prompt="x", max_tokens=50, id=f"r{i}") for i in range(3)])
+    assert (full.running + full.waiting, free.running + free.waiting) == (0, 3)
+    full.word = 2  # it says room (a probe): its capacity signal makes a pass
+    full.notify_capacity()
+    assert pub.total_requested == 6 and pub.outstanding == 3  # the free one's 1 left and the full one's 2
+    pub.emit(*[CompletionRequest(prompt="y", max_tokens=50, id=f"s{i}") for i in range(3)])
+    assert (full.running + full.waiting, free.running + free.waiting) == (2, 4)  # 2 by the word, then 1
+    out.cancel()
+    await full.aclose()
+    await free.aclose()
+
+
+async def test_an_old_word_sends_one_at_a_time_but_ranks_by_the_word() -> None:
+    busy, idle = Worded(8, 2), Worded(8, 6)
+    idle.at_once = 1  # its word is old: one call until it speaks again
+    pub = TestPublisher[CompletionRequest]()
+    out = TestSubscriber[Completion](initial_request=UNBOUNDED)
+    pub.pipe(ops.balance(ops.execute(busy), ops.execute(idle))).subscribe(out)
+    assert pub.total_requested == 2 + 1
+    pub.emit(CompletionRequest(prompt="x", max_tokens=50, id="first"))
+    assert idle.running + idle.waiting == 1  # ranked 6 against 2: the idler one first
+    out.cancel()
+    await busy.aclose()
+    await idle.aclose()
