@@ -16,7 +16,8 @@ anyone in the window) to the router's last request into it (0 when none; with on
 the router first routed there: it learns from that request's 429); and how long it kept sending
 into it: from its first request into the full backend to its last (0 with one or none; the
 issue's "keeps sending work into a saturated backend for 250-500 ms"). Reported: those p50/p99
-(ms), requests into the full backend per trial (mean, max), and the balance skew without fills at the same load (busiest backend's answers over the mean).
+(ms), requests into the full backend per trial (mean, max), and the balance skew without fills at
+the same load (busiest backend's answers over the mean).
 
 ``aimd``: one backend (``max_num_seqs`` 16, ``queue_capacity`` 16); capacity measured (closed
 loop, 32 clients); then ``rxpipe load --aimd`` (in process, :func:`rxpipe.load.run_load`) for
