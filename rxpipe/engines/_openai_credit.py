@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections import deque
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -165,6 +166,7 @@ class _Credit(_OpenAIState):
     _probe_task: asyncio.Task[None] | None
     _probe_pool: HTTP1Pool | None
     _n_waiting: int
+    _dispatched: deque[float]
 
     if TYPE_CHECKING:
 
@@ -224,12 +226,18 @@ class _Credit(_OpenAIState):
 
     def _unsent(self) -> int:
         """Calls admitted here that the answer just read may not have counted: those waiting in the
-        engine, and those sent within the last :data:`TRANSIT_S` whose own answer has not begun
+        engine, those the balance routed here that have not arrived, and those sent within the last :data:`TRANSIT_S` whose own answer has not begun
         (possibly still on the wire when the backend wrote that answer's head). Without the
         second term two answers crossing a new call each reset the book, and the call after them
         went into a full backend."""
         unsent = self._n_waiting
         loop = self._loop
+        dispatched = self._dispatched
+        if loop is not None and dispatched:
+            since = loop.time() - TRANSIT_S
+            while dispatched and dispatched[0] < since:
+                dispatched.popleft()
+            unsent += len(dispatched)
         if loop is not None and self._calls:
             since = loop.time() - TRANSIT_S
             for call in self._calls:  # at most max_in_flight
@@ -237,6 +245,16 @@ class _Credit(_OpenAIState):
                 if call.response is None and started is not None and started >= since:
                     unsent += 1
         return unsent
+
+    def dispatched(self) -> None:
+        """``ops.balance`` routed one request here; it reaches :meth:`start` once the executor
+        submits it (perhaps after the balance's pass): the credit is spent now. A request that
+        never arrives (its client left while the executor held it) is forgotten after
+        :data:`TRANSIT_S` (the next word counts without it)."""
+        if not self.credit.seen:
+            return
+        self._dispatched.append(self._now())
+        self._spend_credit()
 
     def _spend_credit(self) -> None:
         if self.credit.spend(self._now()):

@@ -246,6 +246,8 @@ class OpenAIEngine(_HTTPCall, _Answers, _Backoff, _UsageProbe, _Credit):
         self.credit = BackendCredit()
         self._probe_task = None
         self._probe_pool = None
+        #: loop times the balance routed a request here that has not reached start() yet
+        self._dispatched: deque[float] = deque()
         #: 429'd calls of a credit backend failed at once to be routed elsewhere (reroute_throttled)
         self.rerouted = 0
         own = {"Content-Type": "application/json"}
@@ -343,8 +345,13 @@ class OpenAIEngine(_HTTPCall, _Answers, _Backoff, _UsageProbe, _Credit):
     def free_slots(self) -> int:
         free = self._own_free_slots()
         room = self.advertised_room
-        if room is None or room >= free or not self.available:
-            return free  # no advertised credit; or down: nominal, as below
+        if room is None:
+            return free  # no advertised credit
+        # what the balance routed here and the executor holds is spent already, and is what
+        # these slots are for (the executor subtracts what it holds)
+        room += len(self._dispatched)
+        if room >= free or not self.available:
+            return free  # or down: nominal, as below
         return room
 
     def _own_free_slots(self) -> int:
@@ -406,7 +413,10 @@ class OpenAIEngine(_HTTPCall, _Answers, _Backoff, _UsageProbe, _Credit):
         (see :class:`OpenAIEngine`)."""
         call = _Call(completion, completion.engine_state)  # engine_state: prepare's route
         completion.engine_state = call
-        self._spend_credit()
+        if self._dispatched:
+            self._dispatched.popleft()  # spent when the balance routed it here
+        else:
+            self._spend_credit()
         self._waiting.append(call)
         self._n_waiting += 1
         self._start_waiting()

@@ -118,6 +118,9 @@ class BalanceFlowable(Flowable[Any]):
         self.outputs = tuple(outputs)
         #: the engine of each branch (an ``execute`` stage between its port and its output), or None
         self.port_engines = [_engine_of(out, port) for out, port in zip(self.outputs, self.ports, strict=True)]
+        #: per port, the engine's ``dispatched`` hook (an OpenAIEngine that reads a backend's credit:
+        #: told before the item reaches it, so the next choice in the same pass sees the credit spent)
+        self.port_hooks = [getattr(engine, "dispatched", None) for engine in self.port_engines]
         self.engine = Replicas([e for e in self.port_engines if e is not None]) if any(self.port_engines) else None
         self.merged = MergeFlowable(self.outputs, DEFAULT_MERGE_PREFETCH, f"{self.name}_merge")
         self.run: BalanceRun | None = None
@@ -384,6 +387,11 @@ class BalanceRun(UpstreamLink):
                         failover.relay.finish_cancelled()
                     continue
                 item = failover.dispatch(port.k)
+            hook = self.stage.port_hooks[port.k]
+            if hook is not None:
+                # the executor may hold the item until its own pass ends (a re-entrant pump): the
+                # credit is spent now, or this pass would route more than the backend's word allows
+                hook()
             port.queue.append(item)
             port.drain()
         terminal = self.terminal
