@@ -226,10 +226,10 @@ class _Credit(_OpenAIState):
 
     def _unsent(self) -> int:
         """Calls admitted here that the answer just read may not have counted: those waiting in the
-        engine, those the balance routed here that have not arrived, and those sent within the last :data:`TRANSIT_S` whose own answer has not begun
-        (possibly still on the wire when the backend wrote that answer's head). Without the
-        second term two answers crossing a new call each reset the book, and the call after them
-        went into a full backend."""
+        engine, those the balance routed here that have not arrived, and those sent within the
+        last :data:`TRANSIT_S` whose own answer has not begun (possibly still on the wire when the
+        backend wrote that answer's head). Without the last term two answers crossing a new call
+        each reset the book, and the call after them went into a full backend."""
         unsent = self._n_waiting
         loop = self._loop
         dispatched = self._dispatched
