@@ -139,10 +139,12 @@ class OpenAIEngine(_HTTPCall, _Answers, _Backoff, _UsageProbe, _Credit):
             (``rerouted`` counts them); default False (one engine: the call waits, as before).
 
     Credit (DESIGN §8b, :mod:`~rxpipe.engines._openai_credit`): when a backend's answers carry
-    ``x-rxpipe-queue-room`` (or llm-d's ``x-llm-d-flow-band-headroom-requests``), that room, less
-    the calls admitted since, is its demand: ``advertised_room`` caps ``free_slots``, and a
-    backend that says 0 gets no real request until an answer or a ``GET /v1/credit`` probe says
-    more. A backend without the headers keeps the signals below (``advertised_room`` None).
+    ``x-rxpipe-queue-room`` (+ ``x-rxpipe-free-slots``; or llm-d's
+    ``x-llm-d-flow-band-headroom-requests``), that room, less the calls admitted since (one at a
+    time once the word is over 5 ms old; words ordered by ``x-rxpipe-credit-seq``), is its
+    demand: ``advertised_room`` caps ``free_slots`` and ``ops.balance``'s share, and a backend
+    that says 0 gets no real request until an answer or a ``GET /v1/credit`` probe says more. A
+    backend without the headers keeps the signals below (``advertised_room`` None).
 
     Capacity: ``free_slots = min(window − running − ready, max_in_flight − running − ready −
     held for a Retry-After)``; 0 while paused (all demand stops) and while the breaker's
