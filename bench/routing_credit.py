@@ -75,7 +75,7 @@ def start_backends(n: int, settings: tuple[str, ...], logs: Path) -> list[Proc]:
     return procs
 
 
-def start_router(root: Path, urls: list[str], logs: Path) -> Proc:
+def start_router(root: Path, urls: list[str], logs: Path, extra: tuple[str, ...] = ()) -> Proc:
     port = free_port()
     args = [
         _rxpipe(root),
@@ -96,6 +96,8 @@ def start_router(root: Path, urls: list[str], logs: Path) -> Proc:
         "--set",
         "queue_capacity=256",
     ]
+    for setting in extra:
+        args += ["--set", setting]
     return Proc(args, 0, logs / f"router-{port}.log", f"http://127.0.0.1:{port}", "/health")
 
 
@@ -207,7 +209,8 @@ def credit(args: argparse.Namespace, logs: Path) -> None:
     backends = start_backends(args.backends, BACKEND_SETTINGS, logs)
     try:
         urls = [b.url for b in backends]
-        router = start_router(root, urls, logs)
+        extra = () if args.credit_fresh_s is None else (f"credit_fresh_s={args.credit_fresh_s}",)
+        router = start_router(root, urls, logs, extra)
         try:
             capacity = asyncio.run(closed_loop(router.url, 8 * args.backends, args.duration_s, args.max_tokens))
             print(f"capacity (every slot busy): {capacity:.1f} requests/s; router from {root}", flush=True)
@@ -354,6 +357,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--window-s", type=float, default=0.5, help="credit: a fill's window (s)")
     parser.add_argument("--fill-tokens", type=int, default=128, help="credit: max_tokens of a filler request")
     parser.add_argument("--load", type=float, default=0.9, help="credit: background load (x capacity)")
+    parser.add_argument(
+        "--credit-fresh-s",
+        type=float,
+        default=None,
+        help="credit: the router's credit_fresh_s (one call at a time on an older word)",
+    )
     parser.add_argument(
         "--router-root",
         default=str(ROOT),

@@ -83,6 +83,9 @@ OPENAI_SETTINGS = Schema(
                                           "after this (s)", zero=False),
     _seconds("credit_probe_max_s", 0.05, "... the probe interval doubling up to this while it says no room (s)",
              zero=False),
+    Setting("credit_fresh_s", None, "number", "a credit backend's word older than this allows one call at a time "
+                                              "until its next (s); null: a word holds until the next", minimum=0,
+            exclusive_minimum=True, nullable=True),
     Setting("reroute_throttled", False, "bool", "a 429 from a backend that advertises credit fails the call at "
                                                 "once, to be routed to another replica"),
 )

@@ -133,6 +133,11 @@ class OpenAIEngine(_HTTPCall, _Answers, _Backoff, _UsageProbe, _Credit):
             says no room is probed with ``GET /v1/credit`` first after ``credit_probe_min_s``
             (default 0.002), the interval doubling up to ``credit_probe_max_s`` (default 0.05)
             while it says 0 (seconds, ``0 < min <= max``).
+        credit_fresh_s: None (default): a backend's word holds until its next one; seconds: a
+            word older than that allows one call at a time until the backend speaks again (that
+            call, or a probe, brings the next word): stricter against a backend filled by others,
+            at the cost of the replica a prefix affinity prefers (see
+            :class:`~rxpipe.engines._openai_credit.BackendCredit`).
         reroute_throttled: a 429 from a backend that advertises credit fails the call at once
             with ``EngineUnavailableError`` (``retry_after`` set) instead of holding it for its
             Retry-After, so ``balance(retry_unstarted=True)`` sends it to another replica
@@ -140,8 +145,8 @@ class OpenAIEngine(_HTTPCall, _Answers, _Backoff, _UsageProbe, _Credit):
 
     Credit (DESIGN §8b, :mod:`~rxpipe.engines._openai_credit`): when a backend's answers carry
     ``x-rxpipe-queue-room`` (+ ``x-rxpipe-free-slots``; or llm-d's
-    ``x-llm-d-flow-band-headroom-requests``), that room, less the calls admitted since (one at a
-    time once the word is over 5 ms old; words ordered by ``x-rxpipe-credit-seq``), is its
+    ``x-llm-d-flow-band-headroom-requests``), that room, less the calls admitted since (words
+    ordered by ``x-rxpipe-credit-seq``; with ``credit_fresh_s``, one at a time on an old one), is its
     demand: ``advertised_room`` caps ``free_slots`` and ``ops.balance``'s share, and a backend
     that says 0 gets no real request until an answer or a ``GET /v1/credit`` probe says more. A
     backend without the headers keeps the signals below (``advertised_room`` None).
@@ -208,7 +213,7 @@ class OpenAIEngine(_HTTPCall, _Answers, _Backoff, _UsageProbe, _Credit):
                  headers: Mapping[str, str] | None = None,
                  session: aiohttp.ClientSession | None = None, rng: random.Random | None = None,
                  credit_probe_min_s: float = 0.002, credit_probe_max_s: float = 0.05,
-                 reroute_throttled: bool = False) -> None:
+                 credit_fresh_s: float | None = None, reroute_throttled: bool = False) -> None:
         max_in_flight = _arg("max_in_flight", max_in_flight)
         if max_in_flight == "auto":
             limit = ConcurrencyLimit(AUTO_INITIAL_LIMIT, AUTO_MAX_LIMIT, adaptive=True)
@@ -245,7 +250,8 @@ class OpenAIEngine(_HTTPCall, _Answers, _Backoff, _UsageProbe, _Credit):
                                f"credit_probe_min_s={credit_probe_min_s!r} (seconds)")
         self.reroute_throttled = _arg("reroute_throttled", reroute_throttled)
         #: the backend's advertised room (DESIGN §8b); its probe task and connection
-        self.credit = BackendCredit()
+        credit_fresh_s = _arg("credit_fresh_s", credit_fresh_s)
+        self.credit = BackendCredit(None if credit_fresh_s is None else float(credit_fresh_s))
         self._probe_task = None
         self._probe_pool = None
         #: loop times the balance routed a request here that has not reached start() yet

@@ -13,7 +13,7 @@ import aiohttp
 import pytest
 
 from rxpipe.engines import CompletionRequest, OpenAIEngine
-from rxpipe.engines._openai_credit import FRESH_S, BackendCredit, parse_room
+from rxpipe.engines._openai_credit import BackendCredit, parse_room
 from rxpipe.errors import EngineUnavailableError
 from rxpipe.settings import SettingError
 from tests.gateway.server import GatewayProcess
@@ -21,6 +21,8 @@ from tests.gateway.server import GatewayProcess
 from .openai_stub_server import StubServer
 from .openai_support import make, submit, wait_for
 
+#: a word older than this allows one call at a time (credit_fresh_s), in the unit test
+FRESH_S = 0.005
 #: one engine slot and one place in the queue; a 40-token request runs ~2 s (50 ms steps)
 BACKEND = ("max_num_seqs=1", "queue_capacity=1", "batch_max_size=1", "step_overhead_s=0.05")
 
@@ -54,7 +56,7 @@ def test_parse_room_reads_rxpipe_then_llm_d_and_ignores_garbage() -> None:
     assert parse_room({"x-rxpipe-queue-room": "-4", "x-rxpipe-free-slots": "0"}) == 0
     assert parse_room({"x-rxpipe-queue-room": "0", "x-rxpipe-free-slots": "1"}) == 0  # admits nothing
     assert parse_room({}) is None
-    credit = BackendCredit()
+    credit = BackendCredit(FRESH_S)
     assert credit.left(0.0) is None and not credit.spend(0.0)
     assert credit.observe(3, 0, 10.0) and credit.left(10.0) == 3
     assert not credit.spend(10.001) and credit.left(10.001) == 2
@@ -62,6 +64,10 @@ def test_parse_room_reads_rxpipe_then_llm_d_and_ignores_garbage() -> None:
     assert credit.observe(3, 0, 11.0) and credit.left(11.0 + FRESH_S + 0.001) == 1
     assert not credit.spend(11.001) and not credit.spend(11.002) and credit.spend(11.003) and credit.left(11.003) == 0
     assert credit.observe(1, 0, 12.0) and not credit.observe(1, 0, 12.0)
+    plain = BackendCredit()  # the default: a word holds until the next, however old
+    assert plain.observe(3, 0, 0.0) and not plain.spend(0.0) and plain.left(100.0) == 2
+    assert not plain.observe(5, 0, 100.0, seq=7) or plain.left(100.0) == 5
+    assert not plain.observe(0, 0, 100.1, seq=6) and plain.left(100.1) == 5 and plain.stale == 1  # older word
 
 
 def test_probe_bounds_are_checked() -> None:
