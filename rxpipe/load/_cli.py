@@ -99,8 +99,8 @@ class _ProgressLine:
               help="Draw the per-second series into this PNG (needs matplotlib: the plot extra).")
 @click.option("--aimd", is_flag=True,
               help="Closed loop: keep an AIMD window of requests in flight, read from the server's credit headers "
-                   "(x-rxpipe-queue-room, x-llm-d-flow-band-headroom-requests): +1 per window of answers with "
-                   "room, x0.5 on a 429 or no room. Excludes --rate/--ramp.")
+                   "(x-rxpipe-queue-room, x-llm-d-flow-band-headroom-requests): slow start, then +1 per window of "
+                   "answers with room, x0.5 on a 429 or no room. Excludes --rate/--ramp.")
 @click.option("--aimd-initial", type=click.FloatRange(min=1), default=1.0, show_default=True,
               help="--aimd: the window to start with (requests in flight).")
 @click.option("--aimd-max", type=click.FloatRange(min=1), default=1024.0, show_default=True,
