@@ -37,8 +37,9 @@ class _StartAsync(_Start):
         if isinstance(awaitable, concurrent.futures.Future):
             return asyncio.wrap_future(awaitable, loop=loop)
         if not inspect.isawaitable(awaitable):
-            raise TypeError(f"start_async(): function_async returned {awaitable!r}, not an awaitable (a "
-                            f"coroutine or a future)")
+            raise TypeError(
+                f"start_async(): function_async returned {awaitable!r}, not an awaitable (a coroutine or a future)"
+            )
         return asyncio.ensure_future(awaitable)
 
 
@@ -80,8 +81,7 @@ class _ToAsync(_Start):
         return asyncio.ensure_future(asyncio.to_thread(self.func, *self.args))
 
 
-def to_async(func: Callable[..., T], scheduler: None = None, *,
-             name: str | None = None) -> Callable[..., Flowable[T]]:
+def to_async(func: Callable[..., T], scheduler: None = None, *, name: str | None = None) -> Callable[..., Flowable[T]]:
     """A function that returns a Flowable of ``func``'s result: ``to_async(f)(x, y)`` gives
     ``f(x, y)``'s value, computed off the loop.
 
@@ -100,8 +100,10 @@ def to_async(func: Callable[..., T], scheduler: None = None, *,
     Anchor: reactivex ``to_async(func, scheduler=None)``; Python ``asyncio.to_thread``.
     """
     if scheduler is not None:
-        raise ValueError(f"to_async(scheduler={scheduler!r}): rxpipe has no schedulers; func runs in "
-                         f"asyncio.to_thread on the subscriber's event loop (a coroutine function as a task)")
+        raise ValueError(
+            f"to_async(scheduler={scheduler!r}): rxpipe has no schedulers; func runs in "
+            f"asyncio.to_thread on the subscriber's event loop (a coroutine function as a task)"
+        )
     if not callable(func):
         raise TypeError(f"to_async() needs a callable, got {func!r}")
 
@@ -118,8 +120,12 @@ class _CallbackSubscription(DrainSubscription):
 
     __slots__ = ("loop", "thread", "mapper", "value", "arrived")
 
-    def __init__(self, downstream: Subscriber[Any], loop: asyncio.AbstractEventLoop | None,
-                 mapper: Callable[[tuple[Any, ...]], Any] | None) -> None:
+    def __init__(
+        self,
+        downstream: Subscriber[Any],
+        loop: asyncio.AbstractEventLoop | None,
+        mapper: Callable[[tuple[Any, ...]], Any] | None,
+    ) -> None:
         super().__init__(downstream)
         self.loop = loop
         self.thread = threading.get_ident()
@@ -171,19 +177,25 @@ def _callback_value(args: tuple[Any, ...], mapper: Callable[[tuple[Any, ...]], A
     elif args:
         value = list(args)
     else:
-        raise TypeError("from_callback: the callback was called without arguments, so there is no item "
-                        "(pass mapper=, e.g. lambda args: True)")
+        raise TypeError(
+            "from_callback: the callback was called without arguments, so there is no item "
+            "(pass mapper=, e.g. lambda args: True)"
+        )
     if value is None:
-        raise TypeError("from_callback: the callback's value is None; items are never None "
-                        "(Reactive Streams §2.13)")
+        raise TypeError("from_callback: the callback's value is None; items are never None (Reactive Streams §2.13)")
     return value
 
 
 class _CallbackFlowable(Flowable[Any]):
     kind = "from_callback"
 
-    def __init__(self, func: Callable[..., Any], args: tuple[Any, ...],
-                 mapper: Callable[[tuple[Any, ...]], Any] | None, name: str | None) -> None:
+    def __init__(
+        self,
+        func: Callable[..., Any],
+        args: tuple[Any, ...],
+        mapper: Callable[[tuple[Any, ...]], Any] | None,
+        name: str | None,
+    ) -> None:
         super().__init__(name=name)
         self.func, self.args, self.mapper = func, args, mapper
 
@@ -202,8 +214,9 @@ class _CallbackFlowable(Flowable[Any]):
             run.fail(error)
 
 
-def from_callback(func: Callable[..., Any], mapper: Callable[[tuple[Any, ...]], Any] | None = None, *,
-                  name: str | None = None) -> Callable[..., Flowable[Any]]:
+def from_callback(
+    func: Callable[..., Any], mapper: Callable[[tuple[Any, ...]], Any] | None = None, *, name: str | None = None
+) -> Callable[..., Flowable[Any]]:
     """Turn a callback-style function into one returning a Flowable: ``from_callback(f)(x)``
     calls ``f(x, callback)`` and gives what the callback receives.
 

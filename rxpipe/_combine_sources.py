@@ -1,7 +1,7 @@
 """The static forms of the combining operators: ``rx.zip``, ``rx.merge``, ``rx.concat``,
-``rx.combine_latest``, ``rx.with_latest_from``, ``rx.zip_latest`` (reactivex's names). Each is its operator applied to the first source:
-``rx.zip(a, b, c) == a.pipe(ops.zip(b, c))``. The core never imports ``rxpipe.operators`` at
-import time (DESIGN §1): each function imports it when called.
+``rx.combine_latest``, ``rx.with_latest_from``, ``rx.zip_latest`` (reactivex's names). Each is
+its operator applied to the first source: ``rx.zip(a, b, c) == a.pipe(ops.zip(b, c))``. The core
+never imports ``rxpipe.operators`` at import time (DESIGN §1): each function imports it when called.
 """
 
 from __future__ import annotations
@@ -126,7 +126,8 @@ def with_latest_from(*sources: Flowable[Any], name: str | None = None) -> Flowab
     return _static("with_latest_from", sources, name)
 
 
-def zip_latest(*sources: Flowable[Any], prefetch: int = _PREFETCH, name: str | None = None) -> Flowable[tuple[Any, ...]]:
+def zip_latest(*sources: Flowable[Any], prefetch: int = _PREFETCH,
+               name: str | None = None) -> Flowable[tuple[Any, ...]]:
     """A tuple of every source's newest value each time every source has a value not yet paired:
     the static form of ``ops.zip_latest``.
 

@@ -377,7 +377,7 @@ class _RelativeGenerateFlowable(Flowable[Any]):
                  time_mapper: Callable[[Any], Any], name: str | None) -> None:
         super().__init__(name=name)
         self.initial_state = initial_state
-        self.condition, self.iterate, self.time_mapper = condition, iterate, time_mapper
+        self.functions = (condition, iterate, time_mapper)  # not self.iterate: Flowable.iterate() is public
 
     def _subscribe(self, subscriber: Subscriber[Any]) -> None:
         try:
@@ -387,8 +387,7 @@ class _RelativeGenerateFlowable(Flowable[Any]):
             subscriber.on_error(RuntimeError("generate_with_relative_time() must be subscribed on a running "
                                              "event loop"))
             return
-        run = _RelativeGenerateSubscription(subscriber, loop, self.initial_state, self.condition, self.iterate,
-                                            self.time_mapper)
+        run = _RelativeGenerateSubscription(subscriber, loop, self.initial_state, *self.functions)
         subscriber.on_subscribe(run)
         if not run.cancelled:
             run.advance(first=True)

@@ -641,6 +641,18 @@ RUNNERS: dict[tuple[str, int], Callable[[Block], None]] = {
         other, lambda x: rx.timer(0.05 if x == "a" else 0.01), lambda r: rx.timer(0.01))), pairs=True),
     ("ops.fork_join", 0): two_sources(lambda source, other: source.pipe(ops.fork_join(other)),
                                       values={"z": (2, "y")}),
+    # -- the rest of reactivex's creation functions (the kit, third round)
+    ("rx.catch", 0): streams(lambda s, fn, other: rx.catch(s, other), other_requests="    ^1", subscribed_later=True),
+    ("rx.catch_with_iterable", 0): streams(lambda s, fn, other: rx.catch_with_iterable([s, other]),
+                                           other_requests="  ^1    ^9", subscribed_later=True),
+    ("rx.concat_with_iterable", 0): streams(lambda s, fn, other: rx.concat_with_iterable(iter([s, other])),
+                                            other_requests="    ^1", subscribed_later=True),
+    ("rx.with_latest_from", 0): streams(lambda s, fn, other: rx.with_latest_from(s, other), other_requests="^*",
+                                        values={"x": ("b", 1), "y": ("c", 2)}),
+    ("rx.zip_latest", 0): two_sources(lambda source, other: rx.zip_latest(source, other),
+                                      values={"x": ("a", 1), "y": ("c", 2)}),
+    ("rx.generate_with_relative_time", 0): source_runner(
+        lambda: rx.generate_with_relative_time(0, lambda x: x < 4, lambda x: x + 1, lambda x: 0.02)),
 }
 
 

@@ -139,8 +139,17 @@ async def test_a_condition_false_at_once_completes_at_subscribe() -> None:
     assert ts.at == [(0.0, "|")]
 
 
-@pytest.mark.parametrize("delay, error", [(-1, ValueError), (float("inf"), ValueError), (float("nan"), ValueError),
-                                          ("1", TypeError), (True, TypeError), (None, TypeError)])
+@pytest.mark.parametrize(
+    "delay, error",
+    [
+        (-1, ValueError),
+        (float("inf"), ValueError),
+        (float("nan"), ValueError),
+        ("1", TypeError),
+        (True, TypeError),
+        (None, TypeError),
+    ],
+)
 def test_a_bad_delay_is_signalled(delay: Any, error: type[Exception]) -> None:
     async def main() -> TestSubscriber[Any]:
         ts = TestSubscriber[Any](initial_request=1)

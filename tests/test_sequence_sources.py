@@ -48,17 +48,23 @@ class Failed(Exception):
 
 def _sources(seed: int) -> list[Case]:
     rng = random.Random(seed)
-    return [Case(tuple(rng.randint(0, 9) for _ in range(rng.choice((0, 1, 2, 3, 8)))),
-                 Failed(f"source {k} of seed {seed}") if rng.random() < 0.5 else None)
-            for k in range(rng.choice((0, 1, 2, 3, 5)))]
+    return [
+        Case(
+            tuple(rng.randint(0, 9) for _ in range(rng.choice((0, 1, 2, 3, 8)))),
+            Failed(f"source {k} of seed {seed}") if rng.random() < 0.5 else None,
+        )
+        for k in range(rng.choice((0, 1, 2, 3, 5)))
+    ]
 
 
 def _mapper_raising_at(seed: int) -> Callable[[Case], Any]:
     """for_in's mapper: a source per case, raising at the value ``seed % 4`` (if there is one)."""
+
     def mapper(case: Case) -> Any:
         if case.items[:1] == (seed % 4,):
             raise Failed(f"mapper at {case!r}")
         return case
+
     return mapper
 
 
@@ -69,15 +75,22 @@ def _gen(xs: list[Any]) -> Iterator[Any]:
 #: name -> (rxpipe source, reactivex source), each given the seeded list of cases
 SEQUENTIAL: dict[str, tuple[Callable[[list[Case]], Any], Callable[[list[Case]], Any]]] = {
     "catch": (lambda cs: rx.catch(*map(rxpipe_source, cs)), lambda cs: reactivex.catch(*map(reactivex_source, cs))),
-    "catch_with_iterable": (lambda cs: rx.catch_with_iterable([rxpipe_source(c) for c in cs]),
-                            lambda cs: reactivex.catch_with_iterable([reactivex_source(c) for c in cs])),
-    "catch_with_iterable_generator": (lambda cs: rx.catch_with_iterable(rxpipe_source(c) for c in cs),
-                                      lambda cs: reactivex.catch_with_iterable(reactivex_source(c) for c in cs)),
-    "concat_with_iterable": (lambda cs: rx.concat_with_iterable([rxpipe_source(c) for c in cs]),
-                             lambda cs: reactivex.concat_with_iterable([reactivex_source(c) for c in cs])),
+    "catch_with_iterable": (
+        lambda cs: rx.catch_with_iterable([rxpipe_source(c) for c in cs]),
+        lambda cs: reactivex.catch_with_iterable([reactivex_source(c) for c in cs]),
+    ),
+    "catch_with_iterable_generator": (
+        lambda cs: rx.catch_with_iterable(rxpipe_source(c) for c in cs),
+        lambda cs: reactivex.catch_with_iterable(reactivex_source(c) for c in cs),
+    ),
+    "concat_with_iterable": (
+        lambda cs: rx.concat_with_iterable([rxpipe_source(c) for c in cs]),
+        lambda cs: reactivex.concat_with_iterable([reactivex_source(c) for c in cs]),
+    ),
     "concat_with_iterable_generator": (
         lambda cs: rx.concat_with_iterable(rxpipe_source(c) for c in cs),
-        lambda cs: reactivex.concat_with_iterable(reactivex_source(c) for c in cs)),
+        lambda cs: reactivex.concat_with_iterable(reactivex_source(c) for c in cs),
+    ),
     "for_in": (lambda cs: rx.for_in(cs, rxpipe_source), lambda cs: reactivex.for_in(cs, reactivex_source)),
 }
 
@@ -88,15 +101,17 @@ def test_equal_to_reactivex_on_every_seeded_list_of_sources(name: str) -> None:
     base = zlib.crc32(name.encode())
     for seed in range(base, base + SEEDS):
         sources = _sources(seed)
-        assert through_rxpipe(lambda _: ours(sources), NONE) == through_reactivex(lambda _: theirs(sources), NONE), \
-            sources
+        got = through_rxpipe(lambda _, cs=sources: ours(cs), NONE)
+        assert got == through_reactivex(lambda _, cs=sources: theirs(cs), NONE), sources
 
 
 def test_for_in_equal_to_reactivex_when_the_mapper_raises() -> None:
     for seed in range(SEEDS):
         sources, mapper = _sources(seed), _mapper_raising_at(seed)
-        got = through_rxpipe(lambda _: rx.for_in(sources, lambda c: rxpipe_source(mapper(c))), NONE)
-        expected = through_reactivex(lambda _: reactivex.for_in(sources, lambda c: reactivex_source(mapper(c))), NONE)
+        got = through_rxpipe(lambda _, cs=sources, m=mapper: rx.for_in(cs, lambda c: rxpipe_source(m(c))), NONE)
+        expected = through_reactivex(
+            lambda _, cs=sources, m=mapper: reactivex.for_in(cs, lambda c: reactivex_source(m(c))), NONE
+        )
         assert got == expected, sources
 
 
@@ -107,14 +122,22 @@ def _other(index: int, seed: int) -> Any:
 
 #: name -> (rxpipe build, reactivex build), given the timed other source
 TIMED: dict[str, tuple[Callable[[Any], Any], Callable[[Any], Any]]] = {
-    "with_latest_from": (lambda o: lambda s: rx.with_latest_from(s, rxpipe_timeline(o)),
-                         lambda o: lambda s: reactivex.with_latest_from(s, reactivex_timeline(o))),
-    "with_latest_from_other_first": (lambda o: lambda s: rx.with_latest_from(rxpipe_timeline(o), s),
-                                     lambda o: lambda s: reactivex.with_latest_from(reactivex_timeline(o), s)),
-    "zip_latest": (lambda o: lambda s: rx.zip_latest(s, rxpipe_timeline(o)),
-                   lambda o: lambda s: reactivex.zip_latest(s, reactivex_timeline(o))),
-    "zip_latest_three": (lambda o: lambda s: rx.zip_latest(rxpipe_timeline(o), s, rxpipe_timeline(o)),
-                         lambda o: lambda s: reactivex.zip_latest(reactivex_timeline(o), s, reactivex_timeline(o))),
+    "with_latest_from": (
+        lambda o: lambda s: rx.with_latest_from(s, rxpipe_timeline(o)),
+        lambda o: lambda s: reactivex.with_latest_from(s, reactivex_timeline(o)),
+    ),
+    "with_latest_from_other_first": (
+        lambda o: lambda s: rx.with_latest_from(rxpipe_timeline(o), s),
+        lambda o: lambda s: reactivex.with_latest_from(reactivex_timeline(o), s),
+    ),
+    "zip_latest": (
+        lambda o: lambda s: rx.zip_latest(s, rxpipe_timeline(o)),
+        lambda o: lambda s: reactivex.zip_latest(s, reactivex_timeline(o)),
+    ),
+    "zip_latest_three": (
+        lambda o: lambda s: rx.zip_latest(rxpipe_timeline(o), s, rxpipe_timeline(o)),
+        lambda o: lambda s: reactivex.zip_latest(reactivex_timeline(o), s, reactivex_timeline(o)),
+    ),
 }
 
 
@@ -130,8 +153,10 @@ def test_equal_to_reactivex_on_virtual_time(name: str) -> None:
 
 def test_the_static_forms_are_their_operators_on_the_first_source() -> None:
     assert run_virtual(rx.with_latest_from(rx.of(1, 2)).to_list()) == [(1,), (2,)]  # reactivex: 1-tuples
-    assert run_virtual(rx.with_latest_from(rx.of(1, 2), rx.of("a"), rx.of("x", "y")).to_list()) == \
-        [(1, "a", "y"), (2, "a", "y")]
+    assert run_virtual(rx.with_latest_from(rx.of(1, 2), rx.of("a"), rx.of("x", "y")).to_list()) == [
+        (1, "a", "y"),
+        (2, "a", "y"),
+    ]
     assert run_virtual(rx.zip_latest(rx.of(1, 2), rx.of("a", "b")).to_list()) == [(2, "a")]
     pubs = [TestPublisher[int]() for _ in range(2)]
     rx.zip_latest(*pubs, prefetch=4).subscribe(TestSubscriber[Any](initial_request=1))

@@ -25,10 +25,6 @@ NEVER = {
     "cast": "typing only",
     # sources
     "compose": "`rx.pipe(*operators)` composes operators",
-    "to_async": "a scheduler hop; `map_async` runs coroutine functions with bounded concurrency",
-    "start_async": "use `rx.from_future(coro)`",
-    "from_callback": "a callback API is a push source: wrap it with `rx.from_observable` (bounded, with an overflow "
-                     "strategy)",
 }
 
 #: what to use today for a reactivex name that rxpipe has not got yet (only where it is close)
