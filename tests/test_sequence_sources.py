@@ -11,6 +11,7 @@ zip_latest on virtual time (120 timed inputs against a timed other source, react
 
 from __future__ import annotations
 
+import inspect
 import random
 import sys
 import zlib
@@ -122,6 +123,23 @@ def _other(index: int, seed: int) -> Any:
 
 #: name -> (rxpipe build, reactivex build), given the timed other source
 TIMED: dict[str, tuple[Callable[[Any], Any], Callable[[Any], Any]]] = {
+    # the source (driven by timed_through_*) first: it cannot be subscribed twice
+    "catch": (
+        lambda o: lambda s: rx.catch(s, rxpipe_timeline(o)),
+        lambda o: lambda s: reactivex.catch(s, reactivex_timeline(o)),
+    ),
+    "concat_with_iterable": (
+        lambda o: lambda s: rx.concat_with_iterable(iter([s, rxpipe_timeline(o)])),
+        lambda o: lambda s: reactivex.concat_with_iterable(iter([s, reactivex_timeline(o)])),
+    ),
+    "for_in": (
+        lambda o: lambda s: rx.for_in([s, o], lambda x: x if isinstance(x, rx.Flowable) else rxpipe_timeline(x)),
+        lambda o: (
+            lambda s: reactivex.for_in(
+                [s, o], lambda x: x if isinstance(x, reactivex.Observable) else reactivex_timeline(x)
+            )
+        ),
+    ),
     "with_latest_from": (
         lambda o: lambda s: rx.with_latest_from(s, rxpipe_timeline(o)),
         lambda o: lambda s: reactivex.with_latest_from(s, reactivex_timeline(o)),
@@ -167,6 +185,27 @@ def test_the_static_forms_are_their_operators_on_the_first_source() -> None:
         rx.zip_latest()
     with pytest.raises(TypeError, match="Flowables"):
         rx.zip_latest(rx.of(1), [2])  # type: ignore[arg-type]
+
+
+NEW = (
+    "catch",
+    "catch_with_iterable",
+    "concat_with_iterable",
+    "for_in",
+    "with_latest_from",
+    "zip_latest",
+    "generate_with_relative_time",
+    "start_async",
+    "from_callback",
+    "to_async",
+)
+
+
+@pytest.mark.parametrize("name", NEW)
+def test_reactivex_argument_order_and_names(name: str) -> None:
+    theirs = [p for p in inspect.signature(getattr(reactivex, name)).parameters.values()]
+    ours = [p for p in inspect.signature(getattr(rx, name)).parameters.values() if p.kind is not p.KEYWORD_ONLY]
+    assert [(p.name, p.kind) for p in ours[: len(theirs)]] == [(p.name, p.kind) for p in theirs]
 
 
 # -- demand ------------------------------------------------------------------------------------------
