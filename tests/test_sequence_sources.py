@@ -23,7 +23,7 @@ import reactivex
 import rxpipe as rx
 from rxpipe import UNBOUNDED
 from rxpipe import operators as ops
-from rxpipe.testing import TestPublisher, TestSubscriber, run_virtual
+from rxpipe.testing import TestPublisher, TestSubscriber, check_operator, run_virtual
 
 from .operators.differential import (
     Case,
@@ -302,6 +302,22 @@ def test_many_synchronous_sources_never_recurse() -> None:
     failing = rx.catch_with_iterable(rx.throw(ValueError(str(k))) for k in range(n))
     with pytest.raises(ValueError, match=str(n - 1)):
         run_virtual(failing.to_list())  # every source failed: the last error
+
+
+#: the functions with the checked source in the place of one of their sources (rxpipe.testing's contract)
+CONTRACT: dict[str, Callable[[], Callable[[rx.Flowable[Any]], rx.Flowable[Any]]]] = {
+    "catch": lambda: lambda s: rx.catch(rx.throw(ValueError("x")), s),
+    "catch_with_iterable": lambda: lambda s: rx.catch_with_iterable([s]),
+    "concat_with_iterable": lambda: lambda s: rx.concat_with_iterable([rx.empty(), s, rx.empty()]),
+    "for_in": lambda: lambda s: rx.for_in([s], lambda x: x),
+    "with_latest_from": lambda: lambda s: rx.with_latest_from(s, rx.of("x")),
+    "zip_latest": lambda: lambda s: rx.zip_latest(s),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CONTRACT))
+def test_the_contract_checks_hold(name: str) -> None:
+    check_operator(CONTRACT[name])
 
 
 # -- errors -------------------------------------------------------------------------------------------
