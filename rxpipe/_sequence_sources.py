@@ -26,7 +26,8 @@ R = TypeVar("R")
 
 
 class _OneAfterAnother(Stage):
-    """One run: ``iterator`` gives the sources; ``resume_on_error`` (catch) or on completion (concat)."""
+    """One run: the sources one after another, taken from ``iterator``; the next one follows an
+    error (catch: ``resume_on_error``) or a completion (concat)."""
 
     prefetch = None
     log_hook_errors = False  # the iterator and for_in's mapper are the user's: their errors are the stream's
@@ -172,8 +173,7 @@ def for_in(values: Iterable[T], mapper: Callable[[T], Flowable[R]], *, name: str
     """``concat_with_iterable(map(mapper, values))``: the stream ``mapper(value)`` for each value
     in turn, each made only when the one before completed.
 
-        values:    [1, 2]
-        output:    (12|) then (20|): for_in([1, 2], lambda v: rx.of(v, v * 10)) emits 1 10 2 20
+        for_in([1, 2], lambda v: rx.of(v, 10 * v)):  1, 10, 2, 20, then completion
 
     Demand: one stream at a time, asked exactly what downstream still wants (the outstanding
     demand carries over); ``mapper`` runs for a value only when its stream's turn comes.
