@@ -35,12 +35,20 @@ class _StartAsync(_Start):
     def _begin(self, loop: asyncio.AbstractEventLoop) -> asyncio.Future[Any]:
         awaitable = self.func()
         if isinstance(awaitable, concurrent.futures.Future):
-            return asyncio.wrap_future(awaitable, loop=loop)
+            awaitable = asyncio.wrap_future(awaitable, loop=loop)
         if not inspect.isawaitable(awaitable):
             raise TypeError(
                 f"start_async(): function_async returned {awaitable!r}, not an awaitable (a coroutine or a future)"
             )
-        return asyncio.ensure_future(awaitable)
+        return asyncio.ensure_future(_item("start_async(): the awaitable's result", awaitable))
+
+
+async def _item(what: str, awaitable: Awaitable[Any]) -> Any:
+    """The awaitable's result, refused if None (items are never None) with a message naming it."""
+    result = await awaitable
+    if result is None:
+        raise TypeError(f"{what} is None; items are never None (Reactive Streams §2.13)")
+    return result
 
 
 def start_async(function_async: Callable[[], Awaitable[T]], *, name: str | None = None) -> Flowable[T]:
@@ -76,14 +84,15 @@ class _ToAsync(_Start):
         self.args = args
 
     def _begin(self, loop: asyncio.AbstractEventLoop) -> asyncio.Future[Any]:
+        what = f"to_async(): {getattr(self.func, '__name__', 'func')}'s result"
         if inspect.iscoroutinefunction(self.func):
-            return asyncio.ensure_future(self.func(*self.args))
-        return asyncio.ensure_future(asyncio.to_thread(self.func, *self.args))
+            return asyncio.ensure_future(_item(what, self.func(*self.args)))
+        return asyncio.ensure_future(_item(what, asyncio.to_thread(self.func, *self.args)))
 
 
 def to_async(func: Callable[..., T], scheduler: None = None, *, name: str | None = None) -> Callable[..., Flowable[T]]:
     """A function that returns a Flowable of ``func``'s result: ``to_async(f)(x, y)`` gives
-    ``f(x, y)``'s value, computed off the loop.
+    ``f(x, y)``'s value, computed in a thread (a coroutine function: as a task).
 
         to_async(f)(x):  ----(r|)     r = f(x) in asyncio.to_thread, when it returns and is requested
 

@@ -176,8 +176,14 @@ async def test_start_async_errors() -> None:
     async def nothing() -> None:
         return None
 
-    with pytest.raises(TypeError, match="None"):
+    with pytest.raises(TypeError, match=r"start_async\(\): the awaitable's result is None"):
         await rx.start_async(nothing).to_list()
+
+    def side_effect_only(x: int) -> None:
+        assert x == 1
+
+    with pytest.raises(TypeError, match=r"to_async\(\): side_effect_only's result is None"):
+        await rx.to_async(side_effect_only)(1).to_list()
     with pytest.raises(TypeError):
         rx.start_async(5)  # type: ignore[arg-type]
 
