@@ -20,9 +20,9 @@ outstanding is raised to ``min(prefetch, smallest free credit)``, exactly while 
 So every item upstream sends is wanted by every live subscriber, and the log holds only the
 in-flight items a subscriber joining late has no credit for, plus replay's history.
 
-All signals run through one serial pass (:class:`~rxpipe.stage.SerialLoop`): deliveries to
-subscribers at the same position go item by item in subscription order (as a subject pushes
-them), and upstream is asked at the end of a pass, never from inside a subscriber's ``on_next``.
+Deliveries run in one serial pass (:class:`~rxpipe.stage.SerialLoop`): to subscribers at the
+same position item by item in subscription order (as a subject pushes them); upstream is asked
+after the pass, never from inside a subscriber's ``on_next``.
 """
 
 from __future__ import annotations
@@ -164,7 +164,7 @@ class ConnectableFlowable(Flowable[Any]):
         self.connection: Connection | None = None
         self.counters = StageCounters(self.name)
         self.stepping = False
-        self.dispatch = SerialLoop(self._pass)
+        self.serving = SerialLoop(self._pass)
 
     # -- connecting ------------------------------------------------------------------------------
     def connect(self) -> Connection:
@@ -274,8 +274,20 @@ class ConnectableFlowable(Flowable[Any]):
             else:
                 sub._error(error)
 
+    def dispatch(self) -> None:
+        """Serve the subscribers (serially: a call while serving only marks a pass missed), then
+        ask upstream for what is due. The request is made outside the pass: a synchronous
+        upstream answering it has each item served as it arrives, before the next one (a
+        subscriber leaving on an item, as ``take`` does, disconnects before the rest arrive)."""
+        serving = self.serving
+        if serving.running:
+            serving.missed = True
+            return
+        serving()
+        self.request_due()
+
     def _pass(self) -> None:
-        """Serve every subscriber, free what no one needs, ask upstream for what is due."""
+        """Serve every subscriber, free what no one needs."""
         subscribers = self.subscribers
         if len(subscribers) > 1:
             self.stepping = True  # item by item, in subscription order (a subject's order)
@@ -293,7 +305,6 @@ class ConnectableFlowable(Flowable[Any]):
             for sub in list(subscribers):
                 sub.drain()
         self.trim()
-        self.request_due()
 
     def trim(self) -> None:
         head = self.history_start()

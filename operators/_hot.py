@@ -96,13 +96,18 @@ class RefCountFlowable(Flowable[Any]):
         self.source: ConnectableFlowable = source
         self.count = 0
         self.connection: Connection | None = None
+        self.connecting = False
 
     def _subscribe(self, subscriber: Subscriber[Any]) -> None:
         self.count += 1
         first = self.count == 1
         self.source._subscribe(_Guard(subscriber, self._left))  # type: ignore[arg-type]  # duck-typed
         if first:
-            connection = self.source.connect()
+            self.connecting = True  # a synchronous upstream may run (and the subscriber leave) inside
+            try:
+                connection = self.source.connect()
+            finally:
+                self.connecting = False
             if self.count == 0:  # the subscriber left inside its subscribe: nobody to connect for
                 connection.dispose()
             else:
@@ -110,8 +115,12 @@ class RefCountFlowable(Flowable[Any]):
 
     def _left(self) -> None:
         self.count -= 1
-        if self.count == 0 and self.connection is not None:
-            connection, self.connection = self.connection, None
+        if self.count:
+            return
+        connection, self.connection = self.connection, None
+        if connection is None and self.connecting:
+            connection = self.source.connection  # ours, still being made
+        if connection is not None:
             connection.dispose()
 
 
@@ -139,8 +148,9 @@ class MappedFlowable(Flowable[Any]):
 
         def on_leave() -> None:
             left[0] = True
-            if holder[0] is not None:
-                holder[0].dispose()
+            connection = holder[0] or hub.connection  # hub.connection: still being made
+            if connection is not None:
+                connection.dispose()
 
         mapped._subscribe_safely(_Guard(subscriber, on_leave))  # type: ignore[arg-type]  # duck-typed
         holder[0] = hub.connect()
