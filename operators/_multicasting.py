@@ -163,7 +163,7 @@ def multicast(subject: Any = None, *, subject_factory: Callable[[Any], Any] | No
     ``BehaviorSubject(v)`` → :func:`publish_value` (v), ``ReplaySubject(n, w)`` → :func:`replay`
     (n, w).
 
-        source:   -a-b-|                  multicast(BehaviorSubject("i"))
+        source:   --a-b-|                 multicast(BehaviorSubject("i"))
         x:        ^9                      subscribed before connect()
         x gets:   i-a-b-|
 
