@@ -104,8 +104,8 @@ if TYPE_CHECKING:  # what type checkers see; _FAMILIES below is what runs (a tes
     from ._hubs import BroadcastHub, PartitionHub, broadcast_hub, partition_hub
     from ._merge_hub import HubProducer, MergeHub, merge_hub
     from ._multicasting import (
-        Connection,
         ConnectableFlowable,
+        Connection,
         broadcast,
         multicast,
         publish,

@@ -140,9 +140,18 @@ class ConnectableFlowable(Flowable[Any]):
 
     kind = "publish"
 
-    def __init__(self, source: Flowable[Any], *, prefetch: int, replaying: bool = False,
-                 buffer_size: int | None = None, window_s: float | None = None, initial: Any = ABSENT,
-                 kind: str = "publish", name: str | None = None) -> None:
+    def __init__(
+        self,
+        source: Flowable[Any],
+        *,
+        prefetch: int,
+        replaying: bool = False,
+        buffer_size: int | None = None,
+        window_s: float | None = None,
+        initial: Any = ABSENT,
+        kind: str = "publish",
+        name: str | None = None,
+    ) -> None:
         self.kind = kind
         super().__init__(name=name, upstreams=(source,))
         self.source = source
@@ -349,5 +358,12 @@ class ConnectableFlowable(Flowable[Any]):
         (waiting for a subscriber, or kept as replay history), capacity (``prefetch``), in/out."""
         counters = self.counters
         demand = min((s.requested for s in self.subscribers), default=0)
-        return StageStatistics(counters.stage, demand, self.tail - self.head, self.prefetch, counters.items_in,
-                               counters.items_out, dict(counters.dropped))
+        return StageStatistics(
+            counters.stage,
+            demand,
+            self.tail - self.head,
+            self.prefetch,
+            counters.items_in,
+            counters.items_out,
+            dict(counters.dropped),
+        )

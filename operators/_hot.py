@@ -23,8 +23,16 @@ HubSpec = tuple[str, bool, "int | None", "float | None", Any]
 
 def make_hub(source: Flowable[Any], spec: HubSpec, prefetch: int, name: str | None) -> ConnectableFlowable:
     kind, replaying, buffer_size, window_s, initial = spec
-    return ConnectableFlowable(source, prefetch=prefetch, replaying=replaying, buffer_size=buffer_size,
-                               window_s=window_s, initial=initial, kind=kind, name=name)
+    return ConnectableFlowable(
+        source,
+        prefetch=prefetch,
+        replaying=replaying,
+        buffer_size=buffer_size,
+        window_s=window_s,
+        initial=initial,
+        kind=kind,
+        name=name,
+    )
 
 
 class _Leaving(Subscription):
@@ -90,8 +98,10 @@ class RefCountFlowable(Flowable[Any]):
 
     def __init__(self, source: Flowable[Any], name: str | None) -> None:
         if not isinstance(source, ConnectableFlowable):
-            raise TypeError(f"ref_count() needs a ConnectableFlowable (from publish(), publish_value(), replay() or "
-                            f"multicast(subject)), got {source!r}")
+            raise TypeError(
+                f"ref_count() needs a ConnectableFlowable (from publish(), publish_value(), replay() or "
+                f"multicast(subject)), got {source!r}"
+            )
         super().__init__(name=name, upstreams=(source,))
         self.source: ConnectableFlowable = source
         self.count = 0
@@ -129,8 +139,15 @@ class MappedFlowable(Flowable[Any]):
     subscribes to ``mapper(connectable)``, then connects; the connection is disposed when that
     subscription is cancelled or terminates (reactivex ``multicast(subject_factory, mapper)``)."""
 
-    def __init__(self, source: Flowable[Any], spec: Callable[[], HubSpec], mapper: Callable[[Any], Any],
-                 prefetch: int, kind: str, name: str | None) -> None:
+    def __init__(
+        self,
+        source: Flowable[Any],
+        spec: Callable[[], HubSpec],
+        mapper: Callable[[Any], Any],
+        prefetch: int,
+        kind: str,
+        name: str | None,
+    ) -> None:
         self.kind = kind
         super().__init__(name=name, upstreams=(source,))
         self.source = source
@@ -153,9 +170,11 @@ class MappedFlowable(Flowable[Any]):
                 connection.dispose()
 
         mapped._subscribe_safely(_Guard(subscriber, on_leave))  # type: ignore[arg-type]  # duck-typed
-        holder[0] = hub.connect()
         if left[0]:
-            holder[0].dispose()
+            return  # ended inside its subscribe (mapper gave rx.empty()): nothing to connect for
+        connection = holder[0] = hub.connect()
+        if left[0]:
+            connection.dispose()
 
 
 def spec_of_subject(subject: Any) -> HubSpec:
@@ -165,11 +184,15 @@ def spec_of_subject(subject: Any) -> HubSpec:
     from reactivex.subject import AsyncSubject, BehaviorSubject, ReplaySubject, Subject
 
     if not isinstance(subject, Subject) or isinstance(subject, AsyncSubject):
-        raise TypeError(f"multicast() takes a reactivex Subject, BehaviorSubject or ReplaySubject "
-                        f"(read for its kind and bounds), got {subject!r}")
+        raise TypeError(
+            f"multicast() takes a reactivex Subject, BehaviorSubject or ReplaySubject "
+            f"(read for its kind and bounds), got {subject!r}"
+        )
     if subject.is_disposed or subject.is_stopped or subject.observers:
-        raise ValueError("multicast() needs a fresh subject (not disposed, not terminated, no observers): rxpipe "
-                         "reads its kind and bounds, and never feeds it")
+        raise ValueError(
+            "multicast() needs a fresh subject (not disposed, not terminated, no observers): rxpipe "
+            "reads its kind and bounds, and never feeds it"
+        )
     if isinstance(subject, ReplaySubject):
         if subject.queue:
             raise ValueError("multicast(ReplaySubject) needs one without history: rxpipe does not carry it over")

@@ -16,8 +16,17 @@ from ._broadcast import BroadcastFlowable
 from ._connectable import ConnectableFlowable, Connection
 from ._hot import HubSpec, MappedFlowable, RefCountFlowable, make_hub, spec_of_subject
 
-__all__ = ["broadcast", "publish", "publish_value", "replay", "multicast", "ref_count", "share",
-           "ConnectableFlowable", "Connection"]
+__all__ = [
+    "broadcast",
+    "publish",
+    "publish_value",
+    "replay",
+    "multicast",
+    "ref_count",
+    "share",
+    "ConnectableFlowable",
+    "Connection",
+]
 
 _PUBLISH: HubSpec = ("publish", False, None, None, ABSENT)
 
@@ -48,8 +57,9 @@ def broadcast(n: int, *, name: str | None = None) -> Operator:
     return lambda source: BroadcastFlowable(source, n, name)
 
 
-def _connectable(op: str, spec: HubSpec, mapper: Callable[[Any], Any] | None, prefetch: int,
-                 name: str | None) -> Operator:
+def _connectable(
+    op: str, spec: HubSpec, mapper: Callable[[Any], Any] | None, prefetch: int, name: str | None
+) -> Operator:
     check_optional_callable(op, "mapper", mapper)
     check_int_arg(op, "prefetch", prefetch, 1)
     if mapper is None:
@@ -57,8 +67,9 @@ def _connectable(op: str, spec: HubSpec, mapper: Callable[[Any], Any] | None, pr
     return lambda source: MappedFlowable(source, lambda: spec, mapper, prefetch, op, name)
 
 
-def publish(mapper: Callable[[Flowable[Any]], Flowable[Any]] | None = None, *, prefetch: int = 32,
-            name: str | None = None) -> Operator:
+def publish(
+    mapper: Callable[[Flowable[Any]], Flowable[Any]] | None = None, *, prefetch: int = 32, name: str | None = None
+) -> Operator:
     """Share one subscription of the source among many subscribers: a :class:`ConnectableFlowable`
     that subscribes upstream at ``connect()``.
 
@@ -91,8 +102,13 @@ def publish(mapper: Callable[[Flowable[Any]], Flowable[Any]] | None = None, *, p
     return _connectable("publish", _PUBLISH, mapper, prefetch, name)
 
 
-def publish_value(initial_value: Any, mapper: Callable[[Flowable[Any]], Flowable[Any]] | None = None, *,
-                  prefetch: int = 32, name: str | None = None) -> Operator:
+def publish_value(
+    initial_value: Any,
+    mapper: Callable[[Flowable[Any]], Flowable[Any]] | None = None,
+    *,
+    prefetch: int = 32,
+    name: str | None = None,
+) -> Operator:
     """As :func:`publish`, but a subscriber first gets the latest value: ``initial_value`` until
     the first item, then the last item received (reactivex's ``BehaviorSubject``).
 
@@ -112,14 +128,21 @@ def publish_value(initial_value: Any, mapper: Callable[[Flowable[Any]], Flowable
     Anchor: reactivex ``publish_value(initial_value, mapper)``.
     """
     if initial_value is None:
-        raise ValueError("publish_value(initial_value) cannot be None: a Flowable never emits None "
-                         "(Reactive Streams §2.13)")
+        raise ValueError(
+            "publish_value(initial_value) cannot be None: a Flowable never emits None (Reactive Streams §2.13)"
+        )
     return _connectable("publish_value", ("publish_value", False, None, None, initial_value), mapper, prefetch, name)
 
 
-def replay(buffer_size: int | None = None, window: Any = None, *,
-           mapper: Callable[[Flowable[Any]], Flowable[Any]] | None = None, scheduler: Any = None,
-           prefetch: int = 32, name: str | None = None) -> Operator:
+def replay(
+    buffer_size: int | None = None,
+    window: Any = None,
+    *,
+    mapper: Callable[[Flowable[Any]], Flowable[Any]] | None = None,
+    scheduler: Any = None,
+    prefetch: int = 32,
+    name: str | None = None,
+) -> Operator:
     """As :func:`publish`, but a new subscriber first gets the history: the last ``buffer_size``
     items received within ``window`` (reactivex's ``ReplaySubject``).
 
@@ -145,20 +168,28 @@ def replay(buffer_size: int | None = None, window: Any = None, *,
     Anchor: reactivex ``replay(buffer_size, window, mapper=, scheduler=)``; Reactor ``replay(history)``.
     """
     if callable(buffer_size):
-        raise TypeError("replay(buffer_size) got a callable: reactivex 6.1 takes the mapper by keyword, "
-                        "replay(buffer_size, window, mapper=fn)")
+        raise TypeError(
+            "replay(buffer_size) got a callable: reactivex 6.1 takes the mapper by keyword, "
+            "replay(buffer_size, window, mapper=fn)"
+        )
     if buffer_size is not None:
         check_int_arg("replay", "buffer_size", buffer_size, 0)
     window_s = None if window is None else check_duration("replay", "window", window, zero=True)
     if scheduler is not None:
-        raise ValueError("replay(scheduler=) must be None: rxpipe runs on one asyncio loop, whose clock measures "
-                         "the window")
+        raise ValueError(
+            "replay(scheduler=) must be None: rxpipe runs on one asyncio loop, whose clock measures the window"
+        )
     return _connectable("replay", ("replay", True, buffer_size, window_s, ABSENT), mapper, prefetch, name)
 
 
-def multicast(subject: Any = None, *, subject_factory: Callable[[Any], Any] | None = None,
-              mapper: Callable[[Flowable[Any]], Flowable[Any]] | None = None, prefetch: int = 32,
-              name: str | None = None) -> Operator:
+def multicast(
+    subject: Any = None,
+    *,
+    subject_factory: Callable[[Any], Any] | None = None,
+    mapper: Callable[[Flowable[Any]], Flowable[Any]] | None = None,
+    prefetch: int = 32,
+    name: str | None = None,
+) -> Operator:
     """Share the source as a reactivex subject kind would: ``Subject()`` → :func:`publish`,
     ``BehaviorSubject(v)`` → :func:`publish_value` (v), ``ReplaySubject(n, w)`` → :func:`replay`
     (n, w).
@@ -192,8 +223,9 @@ def multicast(subject: Any = None, *, subject_factory: Callable[[Any], Any] | No
             raise ValueError("multicast(subject_factory=) needs mapper= (reactivex's cold form)")
         check_callable("multicast", mapper, "mapper")
         factory, fn = subject_factory, mapper
-        return lambda source: MappedFlowable(source, lambda: spec_of_subject(factory(None)), fn, prefetch,
-                                             "multicast", name)
+        return lambda source: MappedFlowable(
+            source, lambda: spec_of_subject(factory(None)), fn, prefetch, "multicast", name
+        )
     if subject is None:
         raise ValueError("multicast: Subject cannot be None")
     if mapper is not None:

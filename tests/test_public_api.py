@@ -67,6 +67,8 @@ DESIGN_3["rxpipe"] |= {"of", "from_", "from_list", "return_value", "throw", "cre
 DESIGN_3["rxpipe.operators"] |= {"throttle", "map_async_partitioned", "conflate", "keep_alive", "kill_switch",
                                  "restart_with_backoff", "split_when", "merge_prioritized", "merge_hub",
                                  "broadcast_hub", "partition_hub"}
+# -- operators, third round: the hot family (DESIGN §3; issue 34) --
+DESIGN_3["rxpipe.operators"] |= {"publish", "publish_value", "replay", "multicast", "ref_count", "share"}
 
 
 def documented() -> dict[str, set[str]]:

@@ -65,14 +65,20 @@ async def _watch(flow: rx.Flowable[Any], notes: list[Note]) -> asyncio.Future[No
         notes.append(note)
         done.set_result(None)
 
-    flow.subscribe(on_next=lambda v: notes.append(("N", v)), on_error=lambda e: end(note_of_error(e)),
-                   on_complete=lambda: end(("C",)))
+    flow.subscribe(
+        on_next=lambda v: notes.append(("N", v)),
+        on_error=lambda e: end(note_of_error(e)),
+        on_complete=lambda: end(("C",)),
+    )
     return done
 
 
 def _rx_watch(flow: reactivex.Observable[Any], notes: list[Note]) -> None:
-    flow.subscribe(on_next=lambda v: notes.append(("N", v)), on_error=lambda e: notes.append(note_of_error(e)),
-                   on_completed=lambda: notes.append(("C",)))
+    flow.subscribe(
+        on_next=lambda v: notes.append(("N", v)),
+        on_error=lambda e: notes.append(note_of_error(e)),
+        on_completed=lambda: notes.append(("C",)),
+    )
 
 
 def connected(ours: Any, theirs: Any, case: Case, take: int | None) -> tuple[Notes, Notes]:
@@ -81,8 +87,10 @@ def connected(ours: Any, theirs: Any, case: Case, take: int | None) -> tuple[Not
 
     async def main() -> None:
         shared = rxpipe_source(case).pipe(ours)
-        waits = [await _watch(shared, got["a"]),
-                 await _watch(shared.pipe(ops.take(take)) if take else shared, got["b"])]
+        waits = [
+            await _watch(shared, got["a"]),
+            await _watch(shared.pipe(ops.take(take)) if take else shared, got["b"]),
+        ]
         shared.connect()
         await asyncio.wait_for(asyncio.gather(*waits), 60)
         await asyncio.wait_for(await _watch(shared, got["c"]), 60)
@@ -151,13 +159,19 @@ def _mappers(rng: random.Random) -> tuple[Callable[[Any], Any], Callable[[Any], 
     ``concat(s)`` after a ``take``: reactivex subscribes the continuation on its trampoline, after
     a synchronous source ran to its end (rxpipe subscribes it at once, and it gets the rest)."""
     k = rng.choice((1, 2, 4))
-    return rng.choice((
-        (lambda s: s.pipe(ops.map(lambda x: x * 2)), lambda s: s.pipe(rxo.map(lambda x: x * 2))),
-        (lambda s: rx.zip(s, s.pipe(ops.skip(k))), lambda s: reactivex.zip(s, s.pipe(rxo.skip(k)))),
-        (lambda s: s.pipe(ops.take(k)), lambda s: s.pipe(rxo.take(k))),
-        (lambda s: rx.merge(s.pipe(ops.map(lambda x: ("a", x))), s.pipe(ops.filter(lambda x: x % 2 == 0))),
-         lambda s: reactivex.merge(s.pipe(rxo.map(lambda x: ("a", x))), s.pipe(rxo.filter(lambda x: x % 2 == 0)))),
-    ))
+    return rng.choice(
+        (
+            (lambda s: s.pipe(ops.map(lambda x: x * 2)), lambda s: s.pipe(rxo.map(lambda x: x * 2))),
+            (lambda s: rx.zip(s, s.pipe(ops.skip(k))), lambda s: reactivex.zip(s, s.pipe(rxo.skip(k)))),
+            (lambda s: s.pipe(ops.take(k)), lambda s: s.pipe(rxo.take(k))),
+            (
+                lambda s: rx.merge(s.pipe(ops.map(lambda x: ("a", x))), s.pipe(ops.filter(lambda x: x % 2 == 0))),
+                lambda s: reactivex.merge(
+                    s.pipe(rxo.map(lambda x: ("a", x))), s.pipe(rxo.filter(lambda x: x % 2 == 0))
+                ),
+            ),
+        )
+    )
 
 
 @register("publish")
@@ -184,8 +198,10 @@ def _replay(rng: random.Random) -> Pair:
 def _multicast(rng: random.Random) -> Pair:
     ours, theirs = _mappers(rng)
     make = rng.choice((lambda: Subject(), lambda: BehaviorSubject("i"), lambda: ReplaySubject(2)))
-    return (ops.multicast(subject_factory=lambda scheduler: make(), mapper=ours),
-            rxo.multicast(subject_factory=lambda scheduler: make(), mapper=theirs))
+    return (
+        ops.multicast(subject_factory=lambda scheduler: make(), mapper=ours),
+        rxo.multicast(subject_factory=lambda scheduler: make(), mapper=theirs),
+    )
 
 
 @register("share")
@@ -209,8 +225,9 @@ def test_every_name_of_the_family_is_compared() -> None:
 
 
 # -- the demand rule, exactly ---------------------------------------------------------------------------
-def _two(op: Any, a_credit: int, b_credit: int, **kw: Any) -> tuple[TestPublisher[int], Any, TestSubscriber[int],
-                                                                   TestSubscriber[int]]:
+def _two(
+    op: Any, a_credit: int, b_credit: int, **kw: Any
+) -> tuple[TestPublisher[int], Any, TestSubscriber[int], TestSubscriber[int]]:
     pub = TestPublisher[int]()
     shared = pub.pipe(op)
     a, b = TestSubscriber[int](a_credit), TestSubscriber[int](b_credit)
@@ -390,6 +407,7 @@ def test_replay_window_on_virtual_time() -> None:
         assert later.values == []
         pub.error(ValueError("x"))
         assert isinstance(later.error, ValueError) and isinstance(late.error, ValueError)
+
     run_virtual(main())
 
 
@@ -430,18 +448,41 @@ def test_the_mapper_form_is_cold_and_disposes_its_connection() -> None:
     assert b.values == [(5, 6)] and b.completed
 
 
-@pytest.mark.parametrize("make, error", [
-    (lambda: ops.publish(prefetch=0), ValueError), (lambda: ops.publish(mapper=3), TypeError),
-    (lambda: ops.publish_value(None), ValueError), (lambda: ops.replay(-1), ValueError),
-    (lambda: ops.replay(lambda s: s), TypeError), (lambda: ops.replay(window=-1.0), ValueError),
-    (lambda: ops.replay(scheduler=object()), ValueError), (lambda: ops.multicast(), ValueError),
-    (lambda: ops.multicast(AsyncSubject()), TypeError), (lambda: ops.multicast(42), TypeError),
-    (lambda: ops.multicast(Subject(), mapper=lambda s: s), ValueError),
-    (lambda: ops.multicast(subject_factory=lambda s: Subject()), ValueError),
-    (lambda: ops.multicast(Subject(), subject_factory=lambda s: Subject(), mapper=lambda s: s), ValueError),
-    (lambda: ops.share(prefetch=0), ValueError),
-], ids=["prefetch", "mapper", "none-value", "buffer_size", "legacy-order", "window", "scheduler", "no-subject",
-        "async-subject", "not-a-subject", "subject-mapper", "factory-no-mapper", "both", "share-prefetch"])
+@pytest.mark.parametrize(
+    "make, error",
+    [
+        (lambda: ops.publish(prefetch=0), ValueError),
+        (lambda: ops.publish(mapper=3), TypeError),
+        (lambda: ops.publish_value(None), ValueError),
+        (lambda: ops.replay(-1), ValueError),
+        (lambda: ops.replay(lambda s: s), TypeError),
+        (lambda: ops.replay(window=-1.0), ValueError),
+        (lambda: ops.replay(scheduler=object()), ValueError),
+        (lambda: ops.multicast(), ValueError),
+        (lambda: ops.multicast(AsyncSubject()), TypeError),
+        (lambda: ops.multicast(42), TypeError),
+        (lambda: ops.multicast(Subject(), mapper=lambda s: s), ValueError),
+        (lambda: ops.multicast(subject_factory=lambda s: Subject()), ValueError),
+        (lambda: ops.multicast(Subject(), subject_factory=lambda s: Subject(), mapper=lambda s: s), ValueError),
+        (lambda: ops.share(prefetch=0), ValueError),
+    ],
+    ids=[
+        "prefetch",
+        "mapper",
+        "none-value",
+        "buffer_size",
+        "legacy-order",
+        "window",
+        "scheduler",
+        "no-subject",
+        "async-subject",
+        "not-a-subject",
+        "subject-mapper",
+        "factory-no-mapper",
+        "both",
+        "share-prefetch",
+    ],
+)
 def test_bad_arguments_are_refused_at_construction(make: Callable[[], Any], error: type[Exception]) -> None:
     with pytest.raises(error):
         make()
