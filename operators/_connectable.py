@@ -247,8 +247,36 @@ class ConnectableFlowable(Flowable[Any]):
         self.log.append(item)
         if self.window_s is not None:
             self.times.append(loop_clock()())
-        self.tail += 1
-        self.dispatch()
+        tail = self.tail = self.tail + 1
+        serving = self.serving
+        if serving.running:
+            serving.missed = True
+            return
+        # Fast path (the hot loop): every subscriber is at the new item with credit and not in a
+        # drain of its own: hand it over here, in subscription order, under the serial flag (a
+        # re-entrant signal only marks a pass missed), then run a pass only if one is due.
+        behind = False
+        serving.running = True
+        try:
+            for sub in tuple(self.subscribers):
+                requested = sub.requested
+                if sub.cursor == tail - 1 and requested and not sub._wip and not sub.cancelled:
+                    sub.cursor = tail
+                    if requested != UNBOUNDED:
+                        sub.requested = requested - 1
+                    sub.emitted += 1
+                    self.counters.items_out += 1
+                    sub.downstream.on_next(item)
+                else:
+                    behind = True
+        finally:
+            serving.running = False
+        if behind or serving.missed:
+            serving.missed = False
+            serving()
+        else:
+            self.trim()
+        self.request_due()
 
     def serve(self, sub: HotSubscription) -> None:
         """One drain pass of ``sub``: its items from its cursor on its demand (one item when the
@@ -301,13 +329,12 @@ class ConnectableFlowable(Flowable[Any]):
         if len(subscribers) > 1:
             self.stepping = True  # item by item, in subscription order (a subject's order)
             try:
-                moved = True
-                while moved:
-                    moved = False
+                more = True
+                while more:
                     for sub in list(subscribers):
-                        before = sub.cursor
                         sub.drain()
-                        moved = moved or sub.cursor != before
+                    tail = self.tail
+                    more = any(sub.cursor < tail and sub.requested for sub in subscribers)
             finally:
                 self.stepping = False
         else:
@@ -316,17 +343,26 @@ class ConnectableFlowable(Flowable[Any]):
         self.trim()
 
     def trim(self) -> None:
-        head = self.history_start()
-        for sub in self.subscribers:
-            if sub.cursor < head:
-                head = sub.cursor
-        self.head = head
+        """Free the items before ``head`` (no subscriber's, not history) once they are at least
+        half the log and ``_COMPACT`` items: amortised O(1) per item."""
+        if len(self.log) < 2 * _COMPACT:
+            return
+        head = self.oldest_needed()
         unused = head - self.base
         if unused >= _COMPACT and unused * 2 >= len(self.log):
             del self.log[:unused]
             if self.times:
                 del self.times[:unused]
             self.base = head
+
+    def oldest_needed(self) -> int:
+        """``head``: the oldest position a subscriber or the history still needs."""
+        head = self.history_start()
+        for sub in self.subscribers:
+            if sub.cursor < head:
+                head = sub.cursor
+        self.head = head
+        return head
 
     def request_due(self) -> None:
         """Raise upstream outstanding to ``min(prefetch, smallest free credit)`` (module doc)."""
@@ -361,7 +397,7 @@ class ConnectableFlowable(Flowable[Any]):
         return StageStatistics(
             counters.stage,
             demand,
-            self.tail - self.head,
+            self.tail - self.oldest_needed(),
             self.prefetch,
             counters.items_in,
             counters.items_out,
