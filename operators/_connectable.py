@@ -34,7 +34,7 @@ from rxpipe._protocol import UNBOUNDED, Subscriber
 from rxpipe.errors import MissingBackpressureError
 from rxpipe.flowable import Flowable
 from rxpipe.metrics import StageCounters, StageStatistics
-from rxpipe.stage import LINK_SLOTS, DrainSubscription, SerialLoop, UpstreamLink
+from rxpipe.stage import LINK_SLOTS, DrainSubscription, SerialLoop, UpstreamLink, discard_all
 
 from ._args import ABSENT
 
@@ -244,6 +244,10 @@ class ConnectableFlowable(Flowable[Any]):
 
     # -- items -----------------------------------------------------------------------------------
     def received(self, item: Any) -> None:
+        if not self.subscribers and not self.replaying and self.initial is ABSENT:
+            # in flight when the last subscriber left: a publish gives it to no one (counted, told)
+            discard_all((item,), "no_subscriber", self.counters)
+            return
         self.log.append(item)
         if self.window_s is not None:
             self.times.append(loop_clock()())

@@ -92,7 +92,8 @@ def publish(
     ``prefetch - prefetch // 4`` (Reactor ``publish(prefetch)``). A cancelled subscriber stops
     counting; with no subscriber nothing is requested (reactivex's subject drops what the
     source pushes with no observer: rxpipe asks for nothing instead; an item in flight when the
-    last one left reaches nobody). Items arrive to every subscriber in subscription order.
+    last one left reaches nobody and is counted dropped, reason ``"no_subscriber"``, told with
+    ``on_discard``). Items arrive to every subscriber in subscription order.
     Args: mapper (shared Flowable -> Flowable, or None); prefetch (items, >= 1).
     Signals: TypeError/ValueError (raised here) for a non-callable mapper or a bad prefetch; the
         upstream's error or completion reaches every subscriber after its items; an upstream

@@ -321,7 +321,8 @@ def test_a_cancelled_subscriber_stops_counting_and_the_last_cancel_requests_noth
     a.cancel()
     assert pub.requests == [1, 4]  # b alone: its 4 free
     b.cancel()
-    pub.emit(2)  # in flight when the last one left: reaches nobody
+    pub.emit(2)  # in flight when the last one left: reaches nobody, counted
+    assert shared.statistics().dropped == {"no_subscriber": 1}
     late = TestSubscriber[int](2)
     shared.subscribe(late)
     assert pub.requests == [1, 4] and late.values == []  # 3 still in flight cover late's credit
