@@ -245,8 +245,9 @@ def ref_count(*, name: str | None = None) -> Operator:
         x gets:   -a
         y gets:         -a-b-|
 
-    A subscriber leaves by cancelling or by its terminal signal; the count is this operator's
-    (reactivex keeps one count per ``ref_count()`` call). After the upstream completed, a new
+    A subscriber leaves by cancelling or by its terminal signal. The count belongs to each
+    application (reactivex keeps one per ``ref_count()`` call, shared by every connectable that
+    one operator is applied to). After the upstream completed, a new
     subscriber gets what the connectable gives late subscribers (publish: the end) and no new
     upstream subscription is made.
     Demand: the connectable's (the slowest subscriber governs); the last one leaving cancels
