@@ -69,6 +69,8 @@ DESIGN_3["rxpipe"] |= {"catch", "catch_with_iterable", "concat_with_iterable", "
 DESIGN_3["rxpipe.operators"] |= {"throttle", "map_async_partitioned", "conflate", "keep_alive", "kill_switch",
                                  "restart_with_backoff", "split_when", "merge_prioritized", "merge_hub",
                                  "broadcast_hub", "partition_hub"}
+# -- operators, third round: the hot family (DESIGN §3; issue 34) --
+DESIGN_3["rxpipe.operators"] |= {"publish", "publish_value", "replay", "multicast", "ref_count", "share"}
 
 
 def documented() -> dict[str, set[str]]:

@@ -28,10 +28,7 @@ NEVER = {
 }
 
 #: what to use today for a reactivex name that rxpipe has not got yet (only where it is close)
-CLOSEST = {
-    "share": "`ops.broadcast(n)` for a known number of branches (the slowest branch governs)",
-    "publish": "`ops.broadcast(n)` for a known number of branches (the slowest branch governs)",
-}
+CLOSEST: dict[str, str] = {}
 
 #: rxpipe names reactivex has the same name for, but a different meaning by argument type
 OWN = {
