@@ -103,7 +103,17 @@ if TYPE_CHECKING:  # what type checkers see; _FAMILIES below is what runs (a tes
     # the operators for LLM pipelines beyond RxPY (DESIGN §3; Akka's semantics)
     from ._hubs import BroadcastHub, PartitionHub, broadcast_hub, partition_hub
     from ._merge_hub import HubProducer, MergeHub, merge_hub
-    from ._multicasting import broadcast
+    from ._multicasting import (
+        ConnectableFlowable,
+        Connection,
+        broadcast,
+        multicast,
+        publish,
+        publish_value,
+        ref_count,
+        replay,
+        share,
+    )
     from ._partitioned import map_async_partitioned
     from ._prioritized import merge_prioritized
     from ._repeating import do_while, repeat, while_do
@@ -200,7 +210,8 @@ _FAMILIES: dict[str, tuple[str, ...]] = {
                      "flat_map_indexed", "flat_map_latest", "switch_map_indexed", "expand", "exclusive"),
     "._error_handling": ("catch", "retry", "on_error_resume_next"),
     "._repeating": ("repeat", "do_while", "while_do"),
-    "._multicasting": ("broadcast",),
+    "._multicasting": ("broadcast", "publish", "publish_value", "replay", "multicast", "ref_count", "share",
+                       "ConnectableFlowable", "Connection"),
     # not operators: the policies of map_async, the type of group_by's groups
     "rxpipe.resilience": ("Retry", "CircuitBreaker"),
     "._group_by": ("GroupedFlowable",),

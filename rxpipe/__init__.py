@@ -100,3 +100,12 @@ __version__ = "0.1.0"
 from ._combine_sources import combine_latest, concat, merge, zip  # noqa: E402
 
 __all__ += ["zip", "merge", "concat", "combine_latest"]
+
+# -- the rest of reactivex's creation functions (DESIGN §3, the kit's third round) --
+from ._callback_sources import from_callback, start_async, to_async  # noqa: E402
+from ._combine_sources import with_latest_from, zip_latest  # noqa: E402
+from ._loop_sources import generate_with_relative_time  # noqa: E402
+from ._sequence_sources import catch, catch_with_iterable, concat_with_iterable, for_in  # noqa: E402
+
+__all__ += ["catch", "catch_with_iterable", "concat_with_iterable", "for_in", "with_latest_from", "zip_latest",
+            "generate_with_relative_time", "start_async", "from_callback", "to_async"]

@@ -1,7 +1,7 @@
 """The static forms of the combining operators: ``rx.zip``, ``rx.merge``, ``rx.concat``,
-``rx.combine_latest`` (reactivex's names). Each is its operator applied to the first source:
-``rx.zip(a, b, c) == a.pipe(ops.zip(b, c))``. The core never imports ``rxpipe.operators`` at
-import time (DESIGN §1): each function imports it when called.
+``rx.combine_latest``, ``rx.with_latest_from``, ``rx.zip_latest`` (reactivex's names). Each is
+its operator applied to the first source: ``rx.zip(a, b, c) == a.pipe(ops.zip(b, c))``. The core
+never imports ``rxpipe.operators`` at import time (DESIGN §1): each function imports it when called.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from typing import Any
 from .flowable import Flowable
 from .sources import empty
 
-__all__ = ["zip", "merge", "concat", "combine_latest"]
+__all__ = ["zip", "merge", "concat", "combine_latest", "with_latest_from", "zip_latest"]
 
 _PREFETCH = 32  # = operators.DEFAULT_INNER_PREFETCH and DEFAULT_MERGE_PREFETCH (not imported: see above)
 
@@ -100,3 +100,51 @@ def combine_latest(*sources: Flowable[Any], prefetch: int = _PREFETCH,
     if not sources:
         raise ValueError("rx.combine_latest() needs at least one source")
     return _static("combine_latest", sources, name, prefetch=prefetch)
+
+
+def with_latest_from(*sources: Flowable[Any], name: str | None = None) -> Flowable[tuple[Any, ...]]:
+    """Pair each item of the first source with the latest item of each other source: the
+    static form of ``ops.with_latest_from``.
+
+        source:   --a-b--c|
+        other:    ---1-2----|
+        upstream: ^2^1                   a has no partner yet: dropped, one more asked
+        demand:   ^2
+        output:   ----x--y|              x = (b, 1), y = (c, 2)
+
+    ``rx.with_latest_from(a, b, c)`` is ``a.pipe(ops.with_latest_from(b, c))``: the first source
+    is asked for downstream's demand, passed through (an item dropped for want of partners asks
+    for one more); the others are requested without bound (``UNBOUNDED``) and only their latest
+    item is kept. An item of the first source before every other has emitted is dropped (as in
+    reactivex). Completes when the first source completes (the others are cancelled).
+    Signals: TypeError (raised here) without sources (reactivex's needs the first) or for an
+    argument that is not a Flowable; an error from any source cancels the others.
+    Anchor: reactivex ``with_latest_from(*sources)``, Reactor ``withLatestFrom``.
+    """
+    if not sources:
+        raise TypeError("rx.with_latest_from() needs at least one source (the one whose items are paired)")
+    return _static("with_latest_from", sources, name)
+
+
+def zip_latest(*sources: Flowable[Any], prefetch: int = _PREFETCH,
+               name: str | None = None) -> Flowable[tuple[Any, ...]]:
+    """A tuple of every source's newest value each time every source has a value not yet paired:
+    the static form of ``ops.zip_latest``.
+
+        source:    -a---b-c----|
+        other:     --1-------2-|
+        demand:    ^*
+        output:    --x-------y-|     x = (a, 1), y = (c, 2); b was replaced by c (dropped)
+
+    ``rx.zip_latest(a, b)`` is ``a.pipe(ops.zip_latest(b, prefetch=prefetch))``: a newer value
+    replaces its source's unpaired one (counted dropped, reason ``"superseded"``); completes at
+    the tuple following any source's completion, or when a source completes without an unpaired
+    value. Demand: each source a window of ``prefetch`` items (default 32, as ``zip``'s); a
+    tuple waits for downstream demand, which pauses every source.
+    Signals: ValueError (raised here) without sources (as reactivex) or for ``prefetch < 1``;
+    TypeError for an argument that is not a Flowable; an error from any source cancels the others.
+    Anchor: reactivex ``zip_latest``; RxJava ``zipLatest`` (RxJava2Extensions).
+    """
+    if not sources:
+        raise ValueError("rx.zip_latest() needs at least one source")
+    return _static("zip_latest", sources, name, prefetch=prefetch)

@@ -1,8 +1,11 @@
-"""Sources whose signals come from the event loop: ``timer``, ``never``, ``from_future``.
+"""Sources whose signals come from the event loop: ``timer``, ``never``, ``from_future``,
+``generate_with_relative_time``.
 
 ``timer`` runs on ``loop.call_at`` (so a virtual clock drives it); its periodic form is
 ``interval``'s subscription with a first delay of its own, so a tick without demand follows
 ``interval``'s rule. ``from_future`` takes its one value from a future's done callback.
+``generate_with_relative_time`` holds one due value at a time (its timer starts again only
+once that value went downstream).
 """
 
 from __future__ import annotations
@@ -11,7 +14,7 @@ import asyncio
 import concurrent.futures
 import inspect
 import math
-from typing import Any, Awaitable, TypeVar
+from typing import Any, Awaitable, Callable, TypeVar
 
 from ._async_sources import _IntervalSubscription
 from ._demand import EMPTY_SUBSCRIPTION, DrainSubscription, log
@@ -19,7 +22,7 @@ from ._durations import as_seconds, one_of
 from ._protocol import Subscriber
 from .flowable import Flowable
 
-__all__ = ["timer", "never", "from_future"]
+__all__ = ["timer", "never", "from_future", "generate_with_relative_time"]
 
 T = TypeVar("T")
 
@@ -297,3 +300,124 @@ def from_future(awaitable: Awaitable[T], *, name: str | None = None) -> Flowable
     if not isinstance(awaitable, (asyncio.Future, concurrent.futures.Future)) and not inspect.isawaitable(awaitable):
         raise TypeError(f"from_future() needs a future or an awaitable, got {awaitable!r}")
     return _FutureFlowable(awaitable, name)
+
+
+# -- generate_with_relative_time ------------------------------------------------------------------------
+class _RelativeGenerateSubscription(DrainSubscription):
+    """One run: ``state`` is due ``time_mapper(state)`` seconds after the one before went out
+    (after subscribe for the first); ``due`` once its timer fired, until it is delivered."""
+
+    __slots__ = ("loop", "condition", "iterate", "time_mapper", "state", "handle", "due")
+
+    def __init__(self, downstream: Subscriber[Any], loop: asyncio.AbstractEventLoop, initial_state: Any,
+                 condition: Callable[[Any], Any], iterate: Callable[[Any], Any],
+                 time_mapper: Callable[[Any], Any]) -> None:
+        super().__init__(downstream)
+        self.loop = loop
+        self.condition, self.iterate, self.time_mapper = condition, iterate, time_mapper
+        self.state = initial_state
+        self.handle: asyncio.TimerHandle | None = None
+        self.due = False
+
+    def advance(self, first: bool) -> None:
+        """The next state (the initial one first): complete if ``condition`` fails, else its timer.
+        Called in a serial context (after ``on_subscribe``, or inside the drain loop)."""
+        try:
+            if not first:
+                self.state = self.iterate(self.state)
+            if not self.condition(self.state):
+                self._complete()
+                return
+            if self.state is None:
+                raise TypeError("generate_with_relative_time: the state is None; items are never None "
+                                "(Reactive Streams §2.13)")
+            delay = _relative_delay(self.time_mapper(self.state))
+        except Exception as error:  # a user function raised: the stream's error
+            self._error(error)
+            return
+        self.handle = self.loop.call_later(delay, self._fire)
+
+    def _fire(self) -> None:
+        self.handle = None
+        self.due = True
+        self.drain()
+
+    def _drain(self) -> None:
+        if self.due and self.requested:
+            self.due = False
+            self._delivered(1, self.requested)
+            self.downstream.on_next(self.state)
+            if not self.cancelled:
+                self.advance(first=False)
+
+    def _holds(self) -> bool:
+        return self.due
+
+    def _release(self) -> None:
+        if self.handle is not None:
+            self.handle.cancel()
+            self.handle = None
+
+
+def _relative_delay(value: object) -> float:
+    seconds = as_seconds(value)
+    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)):
+        raise TypeError(f"generate_with_relative_time: time_mapper returned {value!r}, not a number of seconds "
+                        f"or a timedelta")
+    if not 0 <= seconds < math.inf:
+        raise ValueError(f"generate_with_relative_time: time_mapper returned {value!r}; a delay is a finite "
+                         f"number of seconds >= 0")
+    return float(seconds)
+
+
+class _RelativeGenerateFlowable(Flowable[Any]):
+    kind = "generate_with_relative_time"
+
+    def __init__(self, initial_state: Any, condition: Callable[[Any], Any], iterate: Callable[[Any], Any],
+                 time_mapper: Callable[[Any], Any], name: str | None) -> None:
+        super().__init__(name=name)
+        self.initial_state = initial_state
+        self.functions = (condition, iterate, time_mapper)  # not self.iterate: Flowable.iterate() is public
+
+    def _subscribe(self, subscriber: Subscriber[Any]) -> None:
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            subscriber.on_subscribe(EMPTY_SUBSCRIPTION)
+            subscriber.on_error(RuntimeError("generate_with_relative_time() must be subscribed on a running "
+                                             "event loop"))
+            return
+        run = _RelativeGenerateSubscription(subscriber, loop, self.initial_state, *self.functions)
+        subscriber.on_subscribe(run)
+        if not run.cancelled:
+            run.advance(first=True)
+
+
+def generate_with_relative_time(initial_state: Any, condition: Callable[[Any], Any], iterate: Callable[[Any], Any],
+                                time_mapper: Callable[[Any], Any], *, name: str | None = None) -> Flowable[Any]:
+    """``initial_state``, ``iterate(initial_state)``, ... while ``condition(state)`` holds, each
+    state ``time_mapper(state)`` seconds after the one before.
+
+        demand:  ^2     ^2
+        source:  --0-1--2-(3|)    (0, x < 4, x + 1, 0.02 s): 2 is due at frame 6, asked for at 7
+
+    State ``s`` is due ``time_mapper(s)`` seconds after the state before it went downstream (the
+    first: after subscribe), and delivered then if downstream asked, else at its first
+    ``request``: one due value at most, and the next delay starts only once it went out, so the
+    spacing between items is never shorter than ``time_mapper`` says. ``iterate`` and
+    ``condition`` run when the value before went out; completion follows the last item at once.
+    Under unbounded demand the values and times are reactivex's (subscribe + the sum of the
+    delays). Per subscription the state starts again.
+    Time: ``loop.time()`` / ``call_later`` only, so a virtual clock drives it exactly.
+    Args: time_mapper (state -> seconds or ``datetime.timedelta``, >= 0).
+    Signals: TypeError (raised here) for an argument that is not callable; ``condition``,
+        ``iterate`` or ``time_mapper`` raising → ``on_error`` with it; a delay that is not a
+        finite number >= 0 → ``on_error(TypeError/ValueError)``; a None state → TypeError
+        (§2.13); subscribing off a running event loop signals RuntimeError. Cancel stops the timer.
+    Anchor: reactivex ``generate_with_relative_time``; Reactor ``Flux.generate`` with
+        ``delayElements`` per item.
+    """
+    for label, fn in (("condition", condition), ("iterate", iterate), ("time_mapper", time_mapper)):
+        if not callable(fn):
+            raise TypeError(f"generate_with_relative_time({label}) needs a callable, got {fn!r}")
+    return _RelativeGenerateFlowable(initial_state, condition, iterate, time_mapper, name)

@@ -222,18 +222,25 @@ class _Start(Flowable[Any]):
         self.func = func
         self.job: asyncio.Future[Any] | None = None
 
+    def _begin(self, loop: asyncio.AbstractEventLoop) -> asyncio.Future[Any]:
+        """Start the one run (at the first subscription, on the subscriber's loop)."""
+        if inspect.iscoroutinefunction(self.func):
+            return asyncio.ensure_future(self.func())
+        return loop.run_in_executor(None, self.func)  # reactivex runs it on a thread too
+
     def _subscribe(self, subscriber: Subscriber[Any]) -> None:
         if self.job is None:
             try:
                 loop = asyncio.get_running_loop()
             except RuntimeError:
                 subscriber.on_subscribe(EMPTY_SUBSCRIPTION)
-                subscriber.on_error(RuntimeError("start() must be subscribed on a running event loop"))
+                subscriber.on_error(RuntimeError(f"{self.kind}() must be subscribed on a running event loop"))
                 return
-            if inspect.iscoroutinefunction(self.func):
-                self.job = asyncio.ensure_future(self.func())
-            else:
-                self.job = loop.run_in_executor(None, self.func)  # reactivex runs it on a thread too
+            try:
+                self.job = self._begin(loop)
+            except Exception as error:  # the call itself raised: every subscriber hears of it
+                self.job = loop.create_future()
+                self.job.set_exception(error)
         # shield: a subscriber that cancels stops listening; the shared run goes on for the others
         from_future(asyncio.shield(self.job))._subscribe(subscriber)
 

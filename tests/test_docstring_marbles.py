@@ -641,6 +641,18 @@ RUNNERS: dict[tuple[str, int], Callable[[Block], None]] = {
         other, lambda x: rx.timer(0.05 if x == "a" else 0.01), lambda r: rx.timer(0.01))), pairs=True),
     ("ops.fork_join", 0): two_sources(lambda source, other: source.pipe(ops.fork_join(other)),
                                       values={"z": (2, "y")}),
+    # -- the rest of reactivex's creation functions (the kit, third round)
+    ("rx.catch", 0): streams(lambda s, fn, other: rx.catch(s, other), other_requests="    ^1", subscribed_later=True),
+    ("rx.catch_with_iterable", 0): streams(lambda s, fn, other: rx.catch_with_iterable([s, other]),
+                                           other_requests="  ^1    ^9", subscribed_later=True),
+    ("rx.concat_with_iterable", 0): streams(lambda s, fn, other: rx.concat_with_iterable(iter([s, other])),
+                                            other_requests="    ^1", subscribed_later=True),
+    ("rx.with_latest_from", 0): streams(lambda s, fn, other: rx.with_latest_from(s, other), other_requests="^*",
+                                        values={"x": ("b", 1), "y": ("c", 2)}),
+    ("rx.zip_latest", 0): two_sources(lambda source, other: rx.zip_latest(source, other),
+                                      values={"x": ("a", 1), "y": ("c", 2)}),
+    ("rx.generate_with_relative_time", 0): source_runner(
+        lambda: rx.generate_with_relative_time(0, lambda x: x < 4, lambda x: x + 1, lambda x: 0.02)),
 }
 
 
@@ -819,6 +831,57 @@ LLM_RUNNERS: dict[tuple[str, int], Callable[[Block], None]] = {
     ("ops.partition_hub", 0): hub_consumers(lambda: ops.partition_hub(lambda n, x: x % n, 8)),
 }
 RUNNERS.update(LLM_RUNNERS)
+
+
+def connectable(make: Callable[[], Any], *, connect: bool = True,
+                subscribed_at: list[int] | None = None) -> Callable[[Block], None]:
+    """Play a hot operator's diagram: the cold upstream ``source``; consumers ``x``, ``y``, ``z``,
+    each subscribed in the column of its first mark, requesting (``^n``) and cancelling (``!``)
+    as its line says; ``connect()`` in column 0 (after the subscriptions there) when ``connect``;
+    what each gets (``x gets`` ...); ``upstream:`` the source's exact requests."""
+    def run(block: Block) -> None:
+        async def main() -> None:
+            loop = asyncio.get_running_loop()
+            m = Marbles()
+            source = m.cold(block["source"].strip())
+            hot = source.pipe(make())
+            consumers = {label: _Timeline() for label in ("x", "y", "z") if label in block}
+            actions: dict[int, list[Callable[[], Any]]] = {}
+            for label, ts in consumers.items():
+                marks = parse_demand(block[label])
+                actions.setdefault(marks[0][0], []).append(lambda hot=hot, ts=ts: hot.subscribe(ts))
+                for frame, n in marks:
+                    actions.setdefault(frame, []).append(ts.cancel if n is None else lambda ts=ts, n=n: ts.request(n))
+            if connect:
+                actions.setdefault(0, []).append(hot.connect)
+            for frame, calls in actions.items():  # one timer per frame: its calls in order
+                loop.call_at(frame * 0.01, lambda calls=calls: [call() for call in calls])
+            await m.run(rx.never(), demand="", frames=max(len(v) for v in block.values()) + 10)
+            for label, ts in consumers.items():
+                _expect(ts, block[f"{label} gets"])
+            if "upstream" in block:
+                assert source.request_log == _requests(block["upstream"])
+            if subscribed_at is not None:
+                assert source.subscribed_at == subscribed_at
+        run_virtual(main())
+    return run
+
+
+def _behavior(value: str) -> Any:
+    from reactivex.subject import BehaviorSubject
+
+    return BehaviorSubject(value)
+
+
+RUNNERS.update({
+    ("ops.publish", 0): connectable(lambda: ops.publish()),
+    ("ops.publish_value", 0): connectable(lambda: ops.publish_value("i")),
+    ("ops.replay", 0): connectable(lambda: ops.replay(buffer_size=2)),
+    ("ops.multicast", 0): connectable(lambda: ops.multicast(_behavior("i"))),
+    ("ops.ref_count", 0): connectable(lambda: rx.pipe(ops.publish(), ops.ref_count()), connect=False,
+                                      subscribed_at=[0, 6]),
+    ("ops.share", 0): connectable(lambda: ops.share(), connect=False, subscribed_at=[0]),
+})
 
 FOUND = {(name, k): block for name, doc in _public_docs().items() for k, block in enumerate(diagrams(doc))}
 

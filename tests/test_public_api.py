@@ -63,10 +63,14 @@ DESIGN_3["rxpipe.serving"] = {"CompletionRequest", "Completion", "TokenChunk", "
 DESIGN_3["rxpipe"] |= {"of", "from_", "from_list", "return_value", "throw", "create", "generate", "repeat_value",
                        "from_callable", "start", "amb", "fork_join", "case", "if_then", "using",
                        "on_error_resume_next"}
+DESIGN_3["rxpipe"] |= {"catch", "catch_with_iterable", "concat_with_iterable", "for_in", "with_latest_from",
+                       "zip_latest", "generate_with_relative_time", "start_async", "from_callback", "to_async"}
 # -- operators for LLM pipelines beyond RxPY (DESIGN §3; issue 41) --
 DESIGN_3["rxpipe.operators"] |= {"throttle", "map_async_partitioned", "conflate", "keep_alive", "kill_switch",
                                  "restart_with_backoff", "split_when", "merge_prioritized", "merge_hub",
                                  "broadcast_hub", "partition_hub"}
+# -- operators, third round: the hot family (DESIGN §3; issue 34) --
+DESIGN_3["rxpipe.operators"] |= {"publish", "publish_value", "replay", "multicast", "ref_count", "share"}
 
 
 def documented() -> dict[str, set[str]]:

@@ -25,17 +25,10 @@ NEVER = {
     "cast": "typing only",
     # sources
     "compose": "`rx.pipe(*operators)` composes operators",
-    "to_async": "a scheduler hop; `map_async` runs coroutine functions with bounded concurrency",
-    "start_async": "use `rx.from_future(coro)`",
-    "from_callback": "a callback API is a push source: wrap it with `rx.from_observable` (bounded, with an overflow "
-                     "strategy)",
 }
 
 #: what to use today for a reactivex name that rxpipe has not got yet (only where it is close)
-CLOSEST = {
-    "share": "`ops.broadcast(n)` for a known number of branches (the slowest branch governs)",
-    "publish": "`ops.broadcast(n)` for a known number of branches (the slowest branch governs)",
-}
+CLOSEST: dict[str, str] = {}
 
 #: rxpipe names reactivex has the same name for, but a different meaning by argument type
 OWN = {

@@ -297,7 +297,15 @@ NOT_OPERATORS.update({
     "HubProducer": "a producer's handle on a merge hub",
     "BroadcastHub": "the hot Flowable broadcast_hub returns (checked below)",
     "PartitionHub": "the hot Flowable partition_hub returns (checked below)",
+    "ConnectableFlowable": "the hot Flowable publish/publish_value/replay/multicast return (checked below)",
+    "Connection": "the handle ConnectableFlowable.connect() returns",
 })
+
+
+def _subject() -> Any:
+    from reactivex.subject import Subject
+
+    return Subject()
 
 
 def _merge_hub_fed_by(source: Any) -> Any:
@@ -339,6 +347,22 @@ BUILT_INS.update({
     "merge_hub": (lambda: _merge_hub_fed_by, {"max_held": 4, "checks": ("demand", "bounds", "cancel", "completion")}),
     "broadcast_hub": (lambda: ops.broadcast_hub(8), {"max_held": 8, "checks": _HUB_CHECKS}),
     "partition_hub": (lambda: ops.partition_hub(lambda n, x: x % n, 8), {"max_held": 8, "checks": _HUB_CHECKS}),
+    # -- third round (issue 34): hot. A connectable subscribed by the checks' sink alone is
+    # connected through ref_count (or is the mapper form, cold): the last subscriber leaving
+    # cancels the upstream; replay's history holds items already delivered (not held ahead)
+    # zip holds what it prefetched of each input (4), as zip's own entry
+    "publish": (lambda: ops.publish(lambda s: s.pipe(ops.zip(s.pipe(ops.map(lambda x: -x)), prefetch=4))),
+                {"max_held": 4}),
+    "publish/ref_count": (lambda: rx.pipe(ops.publish(prefetch=8), ops.ref_count()), {"max_held": 0}),
+    "publish_value": (lambda: rx.pipe(ops.publish_value(-1), ops.ref_count()), {"max_held": 0}),
+    "publish_value/mapper": (lambda: ops.publish_value(-1, lambda s: s.pipe(ops.skip(1))), {"max_held": 0}),
+    "replay": (lambda: rx.pipe(ops.replay(4), ops.ref_count()), {"max_held": 0}),
+    "replay/mapper": (lambda: ops.replay(2, mapper=lambda s: s.pipe(ops.zip(s, prefetch=4))), {"max_held": 4}),
+    "multicast": (lambda: rx.pipe(ops.multicast(_subject()), ops.ref_count()), {"max_held": 0}),
+    "multicast/factory": (lambda: ops.multicast(subject_factory=lambda scheduler: _subject(), mapper=lambda s: s),
+                          {"max_held": 0}),
+    "ref_count": (lambda: rx.pipe(ops.publish(), ops.ref_count()), {"max_held": 0}),
+    "share": (lambda: ops.share(prefetch=4), {"max_held": 0}),
 })
 
 

@@ -355,7 +355,14 @@ def test_buffer_is_the_identity_under_unbounded_demand() -> None:
 
 def test_every_shared_name_is_compared() -> None:
     # the third round's families register theirs in vocab.py when their modules are imported
-    from . import test_aggregates, test_higher_order, test_one_to_one, test_time_vocab, test_windows  # noqa: F401
+    from . import (  # noqa: F401
+        test_aggregates,
+        test_higher_order,
+        test_hot,
+        test_one_to_one,
+        test_time_vocab,
+        test_windows,
+    )
     from .vocab import SYNC as THIRD_SYNC
     from .vocab import TIMED as THIRD_TIMED
 
