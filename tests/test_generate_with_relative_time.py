@@ -18,6 +18,7 @@ from rxpipe import operators as ops
 from rxpipe.testing import TestSubscriber, run_virtual
 
 from .operators.differential import TimedCase, timed_through_reactivex, timed_through_rxpipe
+from .timeline import Timeline
 
 NO_INPUT = TimedCase((), 0.0)
 DELAYS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.0)  # no 0: reactivex 6.1 asserts a delay is truthy (`assert time`)
@@ -57,24 +58,6 @@ def test_equal_to_reactivex_in_values_and_times(seed: int) -> None:
     args = _arguments(seed)
     got = timed_through_rxpipe(lambda _: rx.generate_with_relative_time(*args), NO_INPUT)
     assert got == timed_through_reactivex(lambda _: reactivex.generate_with_relative_time(*args), NO_INPUT)
-
-
-class Timeline(TestSubscriber[Any]):
-    """A TestSubscriber that also records when each signal came (loop time)."""
-
-    __test__ = False
-
-    def __init__(self, initial_request: int = 0) -> None:
-        super().__init__(initial_request)
-        self.at: list[tuple[float, Any]] = []
-
-    def on_next(self, item: Any) -> None:
-        self.at.append((asyncio.get_running_loop().time(), item))
-        super().on_next(item)
-
-    def on_complete(self) -> None:
-        self.at.append((asyncio.get_running_loop().time(), "|"))
-        super().on_complete()
 
 
 def _counting(calls: list[str]) -> tuple[Callable[[int], bool], Callable[[int], int], Callable[[int], float]]:

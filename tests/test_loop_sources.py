@@ -19,24 +19,7 @@ from rxpipe import operators as ops
 from rxpipe.testing import TestSubscriber
 
 from .operators.differential import TimedCase, timed_through_reactivex, timed_through_rxpipe
-
-
-class Timeline(TestSubscriber[Any]):
-    """A TestSubscriber that also records when each signal came (loop time)."""
-
-    __test__ = False
-
-    def __init__(self, initial_request: int = 0) -> None:
-        super().__init__(initial_request)
-        self.at: list[tuple[float, Any]] = []
-
-    def on_next(self, item: Any) -> None:
-        self.at.append((asyncio.get_running_loop().time(), item))
-        super().on_next(item)
-
-    def on_complete(self) -> None:
-        self.at.append((asyncio.get_running_loop().time(), "|"))
-        super().on_complete()
+from .timeline import Timeline
 
 
 # -- timer ----------------------------------------------------------------------------------------------
