@@ -74,6 +74,10 @@ class GatewayConfig:
         listener closed get to have their request answered (503 ``draining``), then how long
         aiohttp waits for a handler still running before cancelling it (seconds, each; a second
         SIGINT/SIGTERM cuts it short).
+    credit_watchers_max: ``GET /v1/credit`` event streams (routers watching the edge's credit,
+        DESIGN §8b) open at once at most; one more gets 429 ``too_many_watchers``.
+    credit_heartbeat_s: a credit watch repeats the snapshot this often when nothing changed
+        (seconds): its reader knows the stream is alive.
     tenants_file: path of a tenants file (JSON, or TOML by its ``.toml`` suffix; schema in
         :class:`~rxpipe.gateway.Tenants`), or None for one tenant. With it, admission is per
         tenant (DESIGN §5 "Many tenants"): auth keys are ``api_keys`` plus every tenant's keys,
@@ -114,6 +118,10 @@ class GatewayConfig:
     shutdown_timeout_s: float = setting(2.0, "number", "at stop, after the drain: connections already open get this "
                                                        "long to have what they sent answered 503 draining (s)",
                                         minimum=0)
+    credit_watchers_max: int = setting(64, "int", "GET /v1/credit event streams (routers watching the credit) open "
+                                                  "at once; one more gets 429", minimum=1)
+    credit_heartbeat_s: float = setting(1.0, "number", "a credit watch repeats the snapshot this often when nothing "
+                                                       "changed (s)", minimum=0, exclusive_minimum=True)
     tenants_file: str | None = setting(None, "str", "tenants (JSON or TOML): per-tenant fair queue, priority, "
                                                     "rpm/tpm (the manual's \"Many tenants\"); null: one tenant",
                                        nullable=True, allow_empty=False)

@@ -27,6 +27,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from ..serving import Replicas
 from ._policy import DrainMeter
 
 __all__ = [
@@ -87,12 +88,11 @@ def credit_of(
     no room at all."""
     free = 0
     slots = 0
-    # a balance's replicas (``Replicas``: the edge sees them as one engine) count each
-    flat = [replica for engine in engines for replica in getattr(engine, "engines", (engine,))]
-    for engine in flat:
-        slots += int(getattr(engine, "max_num_seqs", 0) or 0)
-        if taking_work and engine.available:
-            free += int(getattr(engine, "free_slots", 0) or 0)
+    for stage_engine in engines:  # an Engine, or a balance's Replicas: each replica counts
+        for engine in stage_engine.engines if isinstance(stage_engine, Replicas) else (stage_engine,):
+            slots += engine.max_num_seqs
+            if taking_work and engine.available:
+                free += engine.free_slots
     room = min(demand, MAX_ADVERTISED) if taking_work else 0
     rate = meter.rate(now)
     backlog = meter.backlog

@@ -12,6 +12,7 @@ from ..view import PipelineView
 from ._admission import AdmissionPolicy
 from ._config import GatewayConfig
 from ._credit import Credit
+from ._credit_watch import CreditWatch
 from ._keys import KeyRing
 from ._policy import Refusal
 from ._tenancy import Tenancy
@@ -24,7 +25,8 @@ class Edge(Protocol):
 
     Attributes: ``config``; ``keys`` (who is calling); ``tenancy`` (None with one tenant);
     ``policy`` (refusals, Retry-After, the drain meter); ``access_log`` (one line per answer);
-    ``view`` (the live pipeline view, once the edge is attached to its pipeline).
+    ``view`` (the live pipeline view, once the edge is attached to its pipeline);
+    ``credit_watch`` (the routers watching its credit, ``GET /v1/credit`` as an event stream).
     """
 
     config: GatewayConfig
@@ -33,6 +35,7 @@ class Edge(Protocol):
     policy: AdmissionPolicy
     access_log: bool
     view: PipelineView | None
+    credit_watch: CreditWatch
 
     @property
     def draining(self) -> bool:

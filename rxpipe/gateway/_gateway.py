@@ -30,6 +30,7 @@ from ..view import PipelineView
 from ._admission import AdmissionPolicy
 from ._config import GatewayConfig
 from ._credit import Credit, credit_of
+from ._credit_watch import CreditWatch
 from ._inflight import InFlight
 from ._keys import KeyRing
 from ._metrics import count_rejection
@@ -72,6 +73,7 @@ class _Admission(DrainSubscription, AdmissionQueue):
 
     def _on_request(self, n: int) -> None:
         self.waiting = False  # the drain call this request makes re-reads the pressure state
+        self.gateway.credit_watch.changed()
 
     def _holds(self) -> bool:
         return self.waiting
@@ -98,6 +100,7 @@ class _Admission(DrainSubscription, AdmissionQueue):
         self.emitted += 1
         self.counters.items_out += 1
         self.downstream.on_next(item)
+        self.gateway.credit_watch.changed()
         return True
 
     def finish(self) -> None:
@@ -212,6 +215,9 @@ class Gateway(Flowable[CompletionRequest], Service):
         self._ticker: asyncio.Task[None] | None = None
         #: credit snapshots made (``x-rxpipe-credit-seq``)
         self._credit_seq = 0
+        #: the routers watching the credit (``GET /v1/credit`` as an event stream)
+        self.credit_watch = CreditWatch(lambda: self.credit(self.loop_time()), self.config.credit_watchers_max,
+                                        self.config.credit_heartbeat_s)
 
     # -- Flowable ------------------------------------------------------------------------------
     def _subscribe(self, subscriber: Subscriber[CompletionRequest]) -> None:
@@ -281,6 +287,7 @@ class Gateway(Flowable[CompletionRequest], Service):
         """The graph cancelled the edge's subscription: fail every admitted request that has not
         started (their handlers answer 503 ``unavailable``) and refuse new ones."""
         self.stopped = True
+        self.credit_watch.changed()
         self.in_flight_book.fail_unstarted(EngineUnavailableError("the pipeline behind the gateway stopped"))
 
     # -- who is calling ------------------------------------------------------------------------
@@ -415,6 +422,7 @@ class Gateway(Flowable[CompletionRequest], Service):
         """The engine took ``request`` at loop time ``now``: the drain meter counts the start and,
         when the completion ends, the slot it frees; the tenant's reservation is settled then."""
         self.policy.meter.record_start(now)
+        self.credit_watch.changed()  # a slot taken
         completion.result.add_done_callback(self._finished)
         if self.tenancy is not None:
             arrival = request.arrival_s
@@ -445,7 +453,11 @@ class Gateway(Flowable[CompletionRequest], Service):
     # -- Service -------------------------------------------------------------------------------
     def attach(self, pipeline: Pipeline) -> None:
         engines = (getattr(stage, "engine", None) for stage in pipeline.stages)
+        for engine in self.policy.engines:
+            engine.remove_capacity_listener(self.credit_watch.changed)
         self.policy.engines = [engine for engine in engines if engine is not None]
+        for engine in self.policy.engines:
+            engine.add_capacity_listener(self.credit_watch.changed)  # a slot freed: the watchers hear it
         self.view = PipelineView(pipeline)
 
     async def start(self, host: str, port: int | None) -> str | None:
@@ -456,6 +468,7 @@ class Gateway(Flowable[CompletionRequest], Service):
             raise RuntimeError(f"gateway {self.name!r} is already serving on {self.url}")
         self.draining = False
         self.stopped = False
+        self.credit_watch.reopen()
         self._loop = asyncio.get_running_loop()
         self._runner, self.url = await listen(make_app(self, self._loop), self.config, host,
                                               port if port is not None else 8000)
@@ -470,6 +483,7 @@ class Gateway(Flowable[CompletionRequest], Service):
         ``timeout_s`` seconds (or until :meth:`abort`); then cancel what is left (those clients
         get 503 ``draining``) and complete the stream so the graph finishes."""
         self.draining = True
+        self.credit_watch.close()  # the watchers' last word: no room
         book = self.in_flight_book
         loop = asyncio.get_running_loop()
         started = loop.time()
@@ -509,6 +523,7 @@ class Gateway(Flowable[CompletionRequest], Service):
         if self._ticker is not None:
             self._ticker.cancel()
             self._ticker = None
+        self.credit_watch.close()
         if self._runner is not None:
             self.draining = True  # what still arrives is refused as such
             runner, self._runner = self._runner, None

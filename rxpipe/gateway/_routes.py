@@ -17,6 +17,7 @@ from ..view import PATHS as VIEW_PATHS
 from ..view import ViewRoutes
 from ._completions import CHAT, COMPLETIONS, EMBEDDINGS, RESPONSES, CompletionRoutes
 from ._credit import CREDIT_PATH
+from ._credit_watch import wants_watch
 from ._edge import Edge
 from ._metrics import count_request
 from ._responses import (
@@ -85,10 +86,16 @@ class _Operational:
             return json_response(503, b'{"status":"unavailable"}', {"Retry-After": "1"})
         return json_response(200, b'{"status":"ready"}')
 
-    async def credit(self, request: web.Request) -> web.Response:
+    async def credit(self, request: web.Request) -> web.StreamResponse:
         """``GET /v1/credit``: the edge's credit as JSON (the answer's headers say it too), for
-        routers probing a backend that said it has no room; no key needed, as for ``/health``."""
-        credit = request[CREDIT] = self.edge.credit(self.edge.loop_time())
+        routers probing a backend that said it has no room; no key needed, as for ``/health``.
+        With ``Accept: text/event-stream``: the watch, an event stream of the credit as it
+        changes (:mod:`~rxpipe.gateway._credit_watch`)."""
+        edge = self.edge
+        credit = request[CREDIT] = edge.credit(edge.loop_time())
+        if wants_watch(request):
+            return await edge.credit_watch.serve(request, credit,
+                                                 lambda response: answer_headers(request, response, edge))
         return json_response(200, orjson.dumps(credit.as_json()))
 
     async def metrics(self, request: web.Request) -> web.Response:

@@ -29,6 +29,7 @@ It imports the core, ``rxpipe.stage`` and ``rxpipe.operators`` only. The stages 
 
 from ._admission import AdmissionQueue
 from ._affinity import PrefixAffinity, RoutingPolicy
+from ._balance import Replicas
 from ._edge_queue import EdgeQueueFlowable, ReplyFuture, edge_queue, reply_departure
 from ._execute import ExecuteFlowable
 from ._features import ALL_FEATURES, FEATURES
@@ -69,6 +70,7 @@ __all__ = [
     "fair_queue",
     "AdmissionQueue",
     "balance",
+    "Replicas",
     "prefix_affinity",
     "PrefixAffinity",
     "RoutingPolicy",

@@ -1,0 +1,175 @@
+"""The edge's credit pushed to the routers that watch it (DESIGN §8b "Credit across the HTTP hop").
+
+``GET /v1/credit`` with ``Accept: text/event-stream`` opens a watch: Server-Sent Events, one
+``data: <credit JSON>`` (the body of the plain ``GET /v1/credit``: ``free_slots``, ``queue_room``,
+``drain_per_s``, ``queue_duration_ms``, ``seq``) at once, then one each time the edge's room
+changes, and the snapshot again every ``credit_heartbeat_s`` when nothing changed (the watcher
+learns its stream is alive). The stream head carries the credit headers of any answer.
+
+It is Reactive Streams' ``request(n)`` carried across the HTTP hop as a push, the way a subscriber
+signals demand to its publisher (§3.9), instead of a router polling or reading the heads of its
+own answers only: a backend that another client filled says 0 within one loop pass and one
+network hop, before the router sends it the next request.
+
+What changes the room: downstream demand reaching the edge (its queue asks one more per
+departure), an admission (it spends one), an engine's slot freed or taken, the drain. Each of
+those calls :meth:`CreditWatch.changed`; the snapshot is taken once per loop pass (``call_soon``),
+however many changes it saw, and sent only when ``free_slots`` or ``queue_room`` differ from the
+last one sent. Bounds: at most ``credit_watchers_max`` watches at once (one more gets 429
+``too_many_watchers``); a slow watcher holds at most one unsent snapshot (a newer one replaces it:
+only the latest word matters), the rest waits in its socket's write buffer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Callable
+
+import orjson
+from aiohttp import web
+
+from ._credit import Credit
+from ._responses import error_response
+
+__all__ = ["CreditWatch", "wants_watch"]
+
+
+def wants_watch(request: web.Request) -> bool:
+    """True for a ``GET /v1/credit`` asking for the event stream (``Accept: text/event-stream``)."""
+    return request.method == "GET" and "text/event-stream" in request.headers.get("Accept", "")
+
+
+class _Watcher:
+    """One open watch: the latest snapshot not yet written (None: none) and its wake-up."""
+
+    __slots__ = ("pending", "wake")
+
+    def __init__(self) -> None:
+        self.pending: bytes | None = None
+        self.wake = asyncio.Event()
+
+    def offer(self, data: bytes) -> None:
+        self.pending = data  # replaces an unsent older one: only the latest word matters
+        self.wake.set()
+
+
+def _event(credit: Credit) -> bytes:
+    return b"data: " + orjson.dumps(credit.as_json()) + b"\n\n"
+
+
+class CreditWatch:
+    """The watches of one edge and what feeds them.
+
+    Args:
+        snapshot: the edge's credit now (``Gateway.credit`` at the loop's time; each call is a
+            new snapshot with a new ``seq``).
+        max_watchers: watches open at most (``credit_watchers_max``); one more gets 429.
+        heartbeat_s: seconds between two snapshots sent when nothing changed (``credit_heartbeat_s``).
+
+    :meth:`changed` is cheap when nobody watches (one truth test): the edge calls it on every
+    admission. Counters: ``sent`` (events written, all watchers), ``watchers`` (open now).
+    """
+
+    def __init__(self, snapshot: Callable[[], Credit], max_watchers: int, heartbeat_s: float) -> None:
+        self._snapshot = snapshot
+        self.max_watchers = max_watchers
+        self.heartbeat_s = heartbeat_s
+        self._watchers: set[_Watcher] = set()
+        self._scheduled = False
+        self._last: tuple[int, int] | None = None
+        self._beat: asyncio.TimerHandle | None = None
+        self._closing = False
+        self.sent = 0
+
+    @property
+    def watchers(self) -> int:
+        """Watches open now."""
+        return len(self._watchers)
+
+    def changed(self) -> None:
+        """The edge's room may have changed: a snapshot goes to the watchers at the end of this
+        loop pass (one per pass, however many calls)."""
+        if self._watchers and not self._scheduled:
+            self._scheduled = True
+            asyncio.get_running_loop().call_soon(self._flush)
+
+    def _flush(self, force: bool = False) -> None:
+        self._scheduled = False
+        if not self._watchers:
+            return
+        credit = self._snapshot()
+        key = (credit.free_slots, credit.queue_room)
+        if key == self._last and not force:
+            return
+        self._last = key
+        data = _event(credit)
+        for watcher in self._watchers:
+            watcher.offer(data)
+
+    def _heartbeat(self) -> None:
+        self._beat = None
+        if self._watchers:
+            self._flush(force=True)
+            self._arm()
+
+    def _arm(self) -> None:
+        if self._beat is None and self._watchers:
+            self._beat = asyncio.get_running_loop().call_later(self.heartbeat_s, self._heartbeat)
+
+    def close(self) -> None:
+        """End every watch (the edge drains or stops) after one last snapshot, which then says no
+        room; a watch opened from now on gets 503."""
+        self._closing = True
+        if self._watchers:
+            self._flush(force=True)
+        for watcher in self._watchers:
+            watcher.wake.set()
+        if self._beat is not None:
+            self._beat.cancel()
+            self._beat = None
+
+    def reopen(self) -> None:
+        """The edge serves again (a Service started after a stop)."""
+        self._closing = False
+
+    async def serve(self, request: web.Request, first: Credit,
+                    before_send: Callable[[web.StreamResponse], None]) -> web.StreamResponse:
+        """Answer a watch: the event stream, its first event ``first`` (the snapshot whose headers
+        ``before_send`` puts on the head), until the client leaves or :meth:`close`. 429
+        ``too_many_watchers`` (``Retry-After: 1``) past ``max_watchers``; 503 ``draining`` once
+        closed (these refusals get their headers from the caller). Raises nothing for a client
+        that left (its stream just ends)."""
+        if self._closing:
+            return error_response(503, "the gateway is draining: no credit to watch", "service_unavailable",
+                                  "draining", headers={"Retry-After": "1"})
+        if len(self._watchers) >= self.max_watchers:
+            return error_response(429, f"at most {self.max_watchers} credit watches at once", "overloaded_error",
+                                  "too_many_watchers", headers={"Retry-After": "1"})
+        watcher = _Watcher()
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-store",
+                                               "X-Accel-Buffering": "no"})
+        before_send(response)
+        self._watchers.add(watcher)
+        self._last = (first.free_slots, first.queue_room)
+        watcher.offer(_event(first))
+        self._arm()
+        try:
+            await response.prepare(request)
+            while True:
+                await watcher.wake.wait()
+                watcher.wake.clear()
+                data, watcher.pending = watcher.pending, None
+                if data is not None:
+                    await response.write(data)
+                    self.sent += 1
+                if self._closing and watcher.pending is None:
+                    break
+            with contextlib.suppress(ConnectionError):
+                await response.write_eof()
+        except ConnectionError:  # the client left
+            pass
+        finally:
+            self._watchers.discard(watcher)
+        return response
+

@@ -1,0 +1,128 @@
+"""The credit watch (DESIGN §8b): ``GET /v1/credit`` with ``Accept: text/event-stream`` on a real
+``rxpipe run`` gateway pushes the edge's credit as it changes, repeats it on a heartbeat, is
+bounded in watchers, and ends with a last word of no room when the gateway drains."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+import aiohttp
+import orjson
+import pytest
+
+from tests.gateway.server import GatewayProcess
+
+#: two engine slots, two places in the queue; a 40-token request runs ~2 s (50 ms steps); one
+#: watcher at most, a heartbeat every 0.3 s
+SETTINGS = ("max_num_seqs=2", "queue_capacity=2", "batch_max_size=1", "step_overhead_s=0.05",
+            "credit_watchers_max=1", "credit_heartbeat_s=0.3")
+WATCH = {"Accept": "text/event-stream"}
+
+
+@pytest.fixture(scope="module")
+def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayProcess]:
+    process = GatewayProcess(tmp_path_factory.mktemp("credit-watch"), *SETTINGS)
+    yield process
+    process.terminate()
+
+
+async def events(response: aiohttp.ClientResponse) -> AsyncIterator[dict[str, Any]]:
+    """The credit words of a watch, in order."""
+    async for line in response.content:
+        if line.startswith(b"data: "):
+            yield orjson.loads(line[6:])
+
+
+def room(word: dict[str, Any]) -> tuple[int, int]:
+    return word["free_slots"], word["queue_room"]
+
+
+async def idle(session: aiohttp.ClientSession, url: str) -> None:
+    while True:  # polling the state: the last test's work has left
+        async with session.get(url + "/v1/credit") as response:
+            if room(await response.json()) == (2, 2):
+                return
+        await asyncio.sleep(0.01)
+
+
+async def test_the_watch_pushes_every_change_of_room_and_nothing_else(gateway: GatewayProcess) -> None:
+    async with aiohttp.ClientSession() as session:
+        await idle(session, gateway.url)
+        async with session.get(gateway.url + "/v1/credit", headers=WATCH) as watch:
+            assert watch.status == 200 and watch.content_type == "text/event-stream"
+            assert (watch.headers["x-rxpipe-free-slots"], watch.headers["x-rxpipe-queue-room"]) == ("2", "2")
+            words = events(watch)
+            first = await anext(words)
+            assert first["seq"] == int(watch.headers["x-rxpipe-credit-seq"])  # the head's snapshot
+            # the plain probe's body: (the drain rate is what the last test left measured)
+            assert set(first) == {"free_slots", "queue_room", "drain_per_s", "queue_duration_ms", "seq"}
+            assert (room(first), first["queue_duration_ms"]) == ((2, 2), 0)
+            body = {"model": "sim", "prompt": "hold a slot", "max_tokens": 40}
+            fillers = [asyncio.create_task(session.post(gateway.url + "/v1/completions", json=body))
+                       for _ in range(4)]
+            seen = [first]
+            answered_when_full = None
+            async with asyncio.timeout(10):
+                async for word in words:  # two running, two queued: no room, then all of it again
+                    seen.append(word)
+                    if room(word) == (0, 0) and answered_when_full is None:
+                        answered_when_full = sum(filler.done() for filler in fillers)
+                    if room(word) == (2, 2) and answered_when_full is not None:
+                        break
+            for filler in fillers:
+                assert (await filler).status == 200
+        # "full" was pushed while the four ran (~2 s each), not learnt from an answer
+        assert answered_when_full == 0
+        seqs = [word["seq"] for word in seen]
+        assert seqs == sorted(set(seqs))  # each word a newer snapshot
+
+
+async def test_the_heartbeat_repeats_the_snapshot_of_an_idle_edge(gateway: GatewayProcess) -> None:
+    async with aiohttp.ClientSession() as session:
+        await idle(session, gateway.url)
+        async with session.get(gateway.url + "/v1/credit", headers=WATCH) as watch:
+            words = events(watch)
+            async with asyncio.timeout(5):
+                seen = [await anext(words) for _ in range(3)]
+    assert [room(word) for word in seen] == [(2, 2)] * 3
+    assert seen[0]["seq"] < seen[1]["seq"] < seen[2]["seq"]
+
+
+async def test_one_watcher_over_the_bound_gets_429(gateway: GatewayProcess) -> None:
+    async with aiohttp.ClientSession() as session:
+        async with session.get(gateway.url + "/v1/credit", headers=WATCH) as watch:
+            await anext(events(watch))  # open
+            async with session.get(gateway.url + "/v1/credit", headers=WATCH) as second:
+                assert second.status == 429
+                assert second.headers["Retry-After"] == "1"
+                assert (await second.json())["error"] == {
+                    "message": "at most 1 credit watches at once", "type": "overloaded_error", "param": None,
+                    "code": "too_many_watchers"}
+            # the plain probe is no watch: always answered
+            async with session.get(gateway.url + "/v1/credit") as probe:
+                assert probe.status == 200 and probe.content_type == "application/json"
+        async with asyncio.timeout(5):
+            while True:  # the first watch closed: its place is free again
+                async with session.get(gateway.url + "/v1/credit", headers=WATCH) as again:
+                    if again.status == 200:
+                        break
+                await asyncio.sleep(0.01)
+
+
+async def test_a_draining_gateway_says_no_room_and_ends_the_watch(tmp_path: Any) -> None:
+    process = GatewayProcess(tmp_path, *SETTINGS)
+    try:
+        async with aiohttp.ClientSession() as session:
+            async with session.get(process.url + "/v1/credit", headers=WATCH) as watch:
+                words = events(watch)
+                assert room(await anext(words)) == (2, 2)
+                process.proc.send_signal(signal.SIGTERM)
+                async with asyncio.timeout(10):
+                    rest = [word async for word in words if room(word) != (2, 2)]  # to the stream's end
+        assert [room(word) for word in rest] == [(0, 0)]
+        assert process.wait() == 0
+    finally:
+        process.kill()
