@@ -84,7 +84,8 @@ def _limits(value: Any) -> list[int | str]:
 
 #: the OpenAIEngine arguments this pipeline takes, the same for every backend
 ENGINE = ("retry_after_cap_s", "throttle_retries", "connect_timeout_s", "read_timeout_s", "total_timeout_s",
-          "stall_timeout_s", "credit_probe_min_s", "credit_probe_max_s", "credit_fresh_s")
+          "stall_timeout_s", "credit_probe_min_s", "credit_probe_max_s", "credit_fresh_s",
+          "credit_watch")
 
 #: every setting (``--set key=value``; ``rxpipe run pipelines/llm_router.py --help-settings``)
 SETTINGS = Schema(

@@ -37,6 +37,7 @@ import aiohttp
 
 from ..errors import EngineUnavailableError
 from ._http1 import HTTP1Pool
+from ._openai_credit_watch import CreditWatcher, room_of
 from ._openai_state import _OpenAIState
 from ._openai_wire import parse_retry_after
 
@@ -77,10 +78,8 @@ def parse_room(headers: Mapping[str, str]) -> int | None:
     queue room is 0 whatever the slots (the edge admits nothing then). Else llm-d's
     ``x-llm-d-flow-band-headroom-requests``."""
     queue = _count(headers, "x-rxpipe-queue-room")
-    if queue == 0:
-        return 0  # the edge admits only into room: a slot free for an instant takes nothing from here
     if queue is not None:
-        return queue + (_count(headers, "x-rxpipe-free-slots") or 0)
+        return room_of(queue, _count(headers, "x-rxpipe-free-slots"))
     return _count(headers, "x-llm-d-flow-band-headroom-requests")
 
 
@@ -169,6 +168,8 @@ class _Credit(_OpenAIState):
     _probe_pool: HTTP1Pool | None
     _n_waiting: int
     _dispatched: deque[float]
+    credit_watch: bool
+    _watcher: CreditWatcher | None
 
     if TYPE_CHECKING:
 
@@ -212,7 +213,44 @@ class _Credit(_OpenAIState):
             self._start_waiting()
         elif self.credit.left(self._now()) == 0:
             self._start_probe()
+        if self._watcher is None and self.credit_watch:
+            self._start_watch()
         return True
+
+    def _start_watch(self) -> None:
+        """Open the backend's credit watch (:class:`CreditWatcher`): from now on its words arrive
+        as its room changes."""
+        loop = self._loop
+        if self._closed or loop is None:
+            return
+        auth = self._answer_headers.get("Authorization")
+        self._watcher = CreditWatcher(self.base_url, self._on_word, self._on_watch_lost,
+                                      {"Authorization": auth} if auth else {}, self.credit_probe_max_s, 1.0, loop)
+        self._watcher.start()
+
+    @property
+    def watching(self) -> bool:
+        """True while the backend's credit watch is open (its words arrive as they change; no
+        probe is sent)."""
+        watcher = self._watcher
+        return watcher is not None and watcher.live
+
+    def _on_word(self, room: int, seq: int | None) -> None:
+        """A word of the watch: the backend's room (requests) in snapshot ``seq``. When it leaves
+        more room than the book did, the capacity listeners look again (the balance routes
+        there, the executor asks)."""
+        now = self._now()
+        credit = self.credit
+        before = credit.left(now) or 0
+        credit.observe(room, self._unsent(), now, seq)
+        if (credit.left(now) or 0) > before:
+            self._freed = True
+            self._start_waiting()
+
+    def _on_watch_lost(self) -> None:
+        """The watch ended: a backend at 0 is probed until it is open again or says room."""
+        if self.credit.left(self._now()) == 0:
+            self._start_probe()
 
     def _reroute(self, call: Any, headers: Mapping[str, str]) -> None:
         """A credit backend refused ``call`` with 429 (full: it said so, and its credit is 0
@@ -263,8 +301,8 @@ class _Credit(_OpenAIState):
             self._start_probe()
 
     def _start_probe(self) -> None:
-        if self._probe_task is not None or self._closed or self._loop is None:
-            return
+        if self._probe_task is not None or self._closed or self._loop is None or self.watching:
+            return  # a live watch says the room as it changes
         self._probe_task = self._loop.create_task(self._probe_loop(), name=f"rxpipe-credit-probe-{self.name}")
 
     async def _probe_loop(self) -> None:
@@ -273,8 +311,8 @@ class _Credit(_OpenAIState):
         try:
             while not self._closed and self.credit.left(self._now()) == 0:
                 await asyncio.sleep(delay)
-                if self._closed or self.credit.left(self._now()) != 0:
-                    break  # an answer said room meanwhile
+                if self._closed or self.credit.left(self._now()) != 0 or self.watching:
+                    break  # an answer or the watch said room meanwhile, or the watch is open
                 headers = await self._probe_once()
                 if headers is not None and self._observe_probe(headers):
                     break
@@ -321,6 +359,9 @@ class _Credit(_OpenAIState):
         return {"Accept": "application/json", **({"Authorization": auth} if auth else {})}
 
     async def _close_probe(self) -> None:
+        watcher, self._watcher = self._watcher, None
+        if watcher is not None:
+            await watcher.close()
         task, self._probe_task = self._probe_task, None
         if task is not None:
             task.cancel()

@@ -86,6 +86,8 @@ OPENAI_SETTINGS = Schema(
     Setting("credit_fresh_s", None, "number", "a credit backend's word older than this allows one call at a time "
                                               "until its next (s); null: a word holds until the next", minimum=0,
             exclusive_minimum=True, nullable=True),
+    Setting("credit_watch", True, "bool", "keep a credit backend's GET /v1/credit event stream open: its room "
+                                          "arrives as it changes"),
     Setting("reroute_throttled", False, "bool", "a 429 from a backend that advertises credit fails the call at "
                                                 "once, to be routed to another replica"),
 )

@@ -138,6 +138,10 @@ class OpenAIEngine(_HTTPCall, _Answers, _Backoff, _UsageProbe, _Credit):
             call, or a probe, brings the next word): stricter against a backend filled by others,
             at the cost of the replica a prefix affinity prefers (see
             :class:`~rxpipe.engines._openai_credit.BackendCredit`).
+        credit_watch: True (default): once a backend's answer carried credit, keep its
+            ``GET /v1/credit`` event stream open (one connection of its own): its room arrives as
+            it changes, no probe is sent while it is open (:mod:`~rxpipe.engines._openai_credit_watch`);
+            False: answers and probes only.
         reroute_throttled: a 429 from a backend that advertises credit fails the call at once
             with ``EngineUnavailableError`` (``retry_after`` set) instead of holding it for its
             Retry-After, so ``balance(retry_unstarted=True)`` sends it to another replica
@@ -213,7 +217,8 @@ class OpenAIEngine(_HTTPCall, _Answers, _Backoff, _UsageProbe, _Credit):
                  headers: Mapping[str, str] | None = None,
                  session: aiohttp.ClientSession | None = None, rng: random.Random | None = None,
                  credit_probe_min_s: float = 0.002, credit_probe_max_s: float = 0.05,
-                 credit_fresh_s: float | None = None, reroute_throttled: bool = False) -> None:
+                 credit_fresh_s: float | None = None, reroute_throttled: bool = False,
+                 credit_watch: bool = True) -> None:
         max_in_flight = _arg("max_in_flight", max_in_flight)
         if max_in_flight == "auto":
             limit = ConcurrencyLimit(AUTO_INITIAL_LIMIT, AUTO_MAX_LIMIT, adaptive=True)
@@ -254,6 +259,8 @@ class OpenAIEngine(_HTTPCall, _Answers, _Backoff, _UsageProbe, _Credit):
         self.credit = BackendCredit(None if credit_fresh_s is None else float(credit_fresh_s))
         self._probe_task = None
         self._probe_pool = None
+        self.credit_watch = _arg("credit_watch", credit_watch)
+        self._watcher = None
         #: loop times the balance routed a request here that has not reached start() yet
         self._dispatched: deque[float] = deque()
         #: 429'd calls of a credit backend failed at once to be routed elsewhere (reroute_throttled)

@@ -79,7 +79,9 @@ def test_probe_bounds_are_checked() -> None:
 
 async def test_zero_room_sends_nothing_until_the_probe_says_more(backend: GatewayProcess) -> None:
     url = backend.url
-    engine = OpenAIEngine(url, "sim", 4, reroute_throttled=True, retry_after_jitter=0.0)
+    # answers and probes only (the watch, which would say "full" before any request, is
+    # tests/engines/test_openai_credit_watch.py's)
+    engine = OpenAIEngine(url, "sim", 4, reroute_throttled=True, retry_after_jitter=0.0, credit_watch=False)
     async with aiohttp.ClientSession() as other:
         try:
             first = submit(engine, CompletionRequest(prompt="hello", max_tokens=2))

@@ -1,0 +1,157 @@
+"""OpenAIEngine watching a real rxpipe gateway's credit (DESIGN §8b): once a backend's answer carried
+credit the engine keeps ``GET /v1/credit``'s event stream open, so a backend that another client
+filled is known full before any request goes, and known free the moment it is; no probe is sent
+while the watch is open. A backend that drains ends the watch and the probes take over; one whose
+``/v1/credit`` is no event stream is probed only."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from collections.abc import Iterator
+from typing import Any
+
+import aiohttp
+import pytest
+from aiohttp import web
+
+from rxpipe.engines import CompletionRequest, OpenAIEngine
+from rxpipe.engines._openai_credit_watch import room_of
+from tests.gateway.server import GatewayProcess
+
+from .openai_support import submit, wait_for
+
+#: one engine slot and one place in the queue; a 40-token request runs ~2 s (50 ms steps)
+BACKEND = ("max_num_seqs=1", "queue_capacity=1", "batch_max_size=1", "step_overhead_s=0.05")
+
+
+@pytest.fixture(scope="module")
+def backend(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayProcess]:
+    process = GatewayProcess(tmp_path_factory.mktemp("credit-watch-backend"), *BACKEND)
+    yield process
+    process.terminate()
+
+
+async def answered(session: aiohttp.ClientSession, url: str) -> dict[str, int]:
+    """``/v1/completions`` answers of the backend by status code, from its metrics."""
+    async with session.get(url + "/metrics") as response:
+        text = await response.text()
+    pattern = r'^rxpipe_http_requests_total\{code="(\d+)",route="/v1/completions"\} (\S+)$'
+    return {code: int(float(value)) for code, value in re.findall(pattern, text, re.M)}
+
+
+async def queue_room(session: aiohttp.ClientSession, url: str) -> int:
+    async with session.get(url + "/v1/credit") as response:
+        body: dict[str, Any] = await response.json()
+    return int(body["queue_room"])
+
+
+def test_room_of_is_queue_room_plus_free_slots_and_none_without_a_queue_room() -> None:
+    assert room_of(3, 2) == 5
+    assert room_of(3, None) == 3
+    assert room_of(0, 4) == 0  # the edge admits nothing, whatever the slots
+    assert room_of(-1, 4) == 0
+    assert room_of(None, 4) is None
+    assert room_of(2, -3) == 2
+
+
+async def test_a_backend_filled_by_another_client_gets_no_request_while_the_watch_says_full(
+    backend: GatewayProcess,
+) -> None:
+    url = backend.url
+    engine = OpenAIEngine(url, "sim", 4, reroute_throttled=True, retry_after_jitter=0.0)
+    async with aiohttp.ClientSession() as other:
+        try:
+            while await queue_room(other, url) != 1:
+                await asyncio.sleep(0.01)  # polling the state: the last test's work has left
+            first = submit(engine, CompletionRequest(prompt="hello", max_tokens=2))
+            await first.result
+            await wait_for(lambda: engine.watching, what="the watch to open")
+            assert engine.advertised_room == 2 and engine.credit.probes == 0
+            before = await answered(other, url)
+            fillers = [
+                asyncio.create_task(
+                    other.post(url + "/v1/completions", json={"model": "sim", "prompt": "f", "max_tokens": 40})
+                )
+                for _ in range(2)
+            ]
+            # the watch says it: no request of ours went, none was refused
+            await wait_for(lambda: engine.advertised_room == 0, what="the watch to say full")
+            assert engine.free_slots == 0 and engine.rerouted == 0
+            for task in fillers:
+                (await task).release()
+            # the watch says room as the others leave (no answer of ours, no probe told it)
+            await wait_for(lambda: engine.free_slots > 0, timeout_s=10.0, what="the watch to say room")
+            assert engine.credit.probes == 0
+            resumed = submit(engine, CompletionRequest(prompt="after the others", max_tokens=2))
+            assert (await resumed.result).finish_reason in ("length", "stop")
+            after = await answered(other, url)
+            assert after.get("429", 0) == before.get("429", 0)  # nothing of ours was refused
+            assert sum(after.values()) - sum(before.values()) == 3  # the two fillers and ours
+            assert engine.credit.probes == 0 and engine.watching
+        finally:
+            await engine.aclose()
+    assert not engine.watching and engine._probe_task is None
+
+
+async def test_a_draining_backend_ends_the_watch_and_the_probes_take_over(tmp_path: Any) -> None:
+    process = GatewayProcess(tmp_path, *BACKEND)
+    engine = OpenAIEngine(process.url, "sim", 2, credit_probe_max_s=0.02)
+    try:
+        await submit(engine, CompletionRequest(prompt="hello", max_tokens=2)).result
+        await wait_for(lambda: engine.watching, what="the watch to open")
+        process.terminate()  # drains: its last word is no room, then the stream ends
+        await wait_for(lambda: not engine.watching, what="the watch to end")
+        assert engine.advertised_room == 0 and engine.free_slots == 0
+        probes = engine.credit.probes
+        await wait_for(lambda: engine.credit.probes >= probes + 2, what="the probes to take over")
+        assert engine._watcher is not None and not engine._watcher.unsupported  # tried again later
+    finally:
+        await engine.aclose()
+        process.kill()
+
+
+async def test_a_backend_whose_credit_is_no_event_stream_is_probed_only() -> None:
+    """A backend with the headers and a plain JSON ``/v1/credit`` (an older rxpipe, another server
+    speaking the headers): the watch asks once, then the probes are its only path."""
+    words = {"room": 1}
+    credit_gets: list[str] = []
+
+    def credit_headers() -> dict[str, str]:
+        return {"x-rxpipe-queue-room": str(words["room"]), "x-rxpipe-free-slots": "0"}
+
+    async def completions(request: web.Request) -> web.Response:
+        await request.read()
+        words["room"] = 0  # this answer fills it
+        body = {"id": "c", "object": "text_completion", "model": "m",
+                "choices": [{"index": 0, "text": "hi", "finish_reason": "stop"}],
+                "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}}
+        return web.json_response(body, headers=credit_headers())
+
+    async def credit(request: web.Request) -> web.Response:
+        credit_gets.append(request.headers.get("Accept", ""))
+        return web.json_response({"queue_room": words["room"]}, headers=credit_headers())
+
+    app = web.Application()
+    app.router.add_post("/v1/completions", completions)
+    app.router.add_get("/v1/credit", credit)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    engine = OpenAIEngine(f"http://127.0.0.1:{port}", "m", 2, chat=False, credit_probe_max_s=0.02)
+    try:
+        await submit(engine, CompletionRequest(prompt="hello", max_tokens=2)).result
+        assert engine.advertised_room == 0
+        await wait_for(lambda: engine._watcher is not None and engine._watcher.unsupported,
+                       what="the watch to find no event stream")
+        assert credit_gets.count("text/event-stream") == 1 and not engine.watching
+        probes = engine.credit.probes
+        await wait_for(lambda: engine.credit.probes >= probes + 2, what="probes")
+        words["room"] = 1
+        await wait_for(lambda: engine.advertised_room == 1, what="a probe to say room")
+        assert credit_gets.count("text/event-stream") == 1  # asked once only
+    finally:
+        await engine.aclose()
+        await runner.cleanup()
