@@ -34,6 +34,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import datetime
+import os
 import random
 import statistics
 import time
@@ -204,12 +205,19 @@ async def _credit_run(
     return fills, counts
 
 
+def _cpu_s(pid: int) -> float:
+    """User + system CPU seconds of process ``pid`` so far (``/proc/PID/stat``)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def credit(args: argparse.Namespace, logs: Path) -> None:
     root = Path(args.router_root).resolve()
     backends = start_backends(args.backends, BACKEND_SETTINGS, logs)
     try:
         urls = [b.url for b in backends]
         extra = () if args.credit_fresh_s is None else (f"credit_fresh_s={args.credit_fresh_s}",)
+        extra += tuple(args.router_set)
         router = start_router(root, urls, logs, extra)
         try:
             capacity = asyncio.run(closed_loop(router.url, 8 * args.backends, args.duration_s, args.max_tokens))
@@ -223,12 +231,15 @@ def credit(args: argparse.Namespace, logs: Path) -> None:
                         session, router.url, args.load * capacity, args.duration_s, args.max_tokens, counts, seed=2
                     )
 
+            cpu_before = _cpu_s(router.proc.pid)
             asyncio.run(plain())
+            router_cpu = _cpu_s(router.proc.pid) - cpu_before
             served = [len(_access(b.log)) - n for b, n in zip(backends, before, strict=True)]
             skew = max(served) / statistics.mean(served) if sum(served) else 0.0
             print(
                 f"skew at {args.load:g}x capacity (no fills): {skew:.3f} (answers per backend {served}; "
-                f"client outcomes {counts})",
+                f"client outcomes {counts}); router CPU {router_cpu:.2f} s, "
+                f"{router_cpu / max(1, sum(served)) * 1e6:.0f} us per request",
                 flush=True,
             )
             fills, counts = asyncio.run(_credit_run(router.url, backends, capacity, args))
@@ -362,6 +373,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=float,
         default=None,
         help="credit: the router's credit_fresh_s (one call at a time on an older word)",
+    )
+    parser.add_argument(
+        "--router-set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="credit: a setting of the router (repeatable), e.g. credit_watch=false: answers and probes only",
     )
     parser.add_argument(
         "--router-root",
