@@ -27,13 +27,14 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from ..serving import Replicas
+from ..serving import Engine, Replicas
 from ._policy import DrainMeter
 
 __all__ = [
     "Credit",
     "credit_of",
     "credit_headers",
+    "slot_engines",
     "FREE_SLOTS",
     "QUEUE_ROOM",
     "DRAIN_PER_S",
@@ -80,6 +81,19 @@ class Credit:
         }
 
 
+def slot_engines(engines: list[Any]) -> list[Engine]:
+    """The engines whose slots the edge's credit counts, of what its pipeline's stages name as
+    their engine: an :class:`~rxpipe.serving.Engine`, each replica of a balance's
+    :class:`~rxpipe.serving.Replicas`; not what has no slots of its own here (a transport sink's
+    view of remote workers)."""
+    found: list[Engine] = []
+    for engine in engines:
+        for one in engine.engines if isinstance(engine, Replicas) else (engine,):
+            if isinstance(one, Engine):
+                found.append(one)
+    return found
+
+
 def credit_of(
     engines: list[Any], meter: DrainMeter, demand: int, taking_work: bool, now: float, seq: int = 0
 ) -> Credit:
@@ -88,11 +102,10 @@ def credit_of(
     no room at all."""
     free = 0
     slots = 0
-    for stage_engine in engines:  # an Engine, or a balance's Replicas: each replica counts
-        for engine in stage_engine.engines if isinstance(stage_engine, Replicas) else (stage_engine,):
-            slots += engine.max_num_seqs
-            if taking_work and engine.available:
-                free += engine.free_slots
+    for engine in slot_engines(engines):
+        slots += engine.max_num_seqs
+        if taking_work and engine.available:
+            free += engine.free_slots
     room = min(demand, MAX_ADVERTISED) if taking_work else 0
     rate = meter.rate(now)
     backlog = meter.backlog

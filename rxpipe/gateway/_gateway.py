@@ -29,7 +29,7 @@ from ..stage import EMPTY_SUBSCRIPTION, DrainSubscription
 from ..view import PipelineView
 from ._admission import AdmissionPolicy
 from ._config import GatewayConfig
-from ._credit import Credit, credit_of
+from ._credit import Credit, credit_of, slot_engines
 from ._credit_watch import CreditWatch
 from ._inflight import InFlight
 from ._keys import KeyRing
@@ -453,10 +453,10 @@ class Gateway(Flowable[CompletionRequest], Service):
     # -- Service -------------------------------------------------------------------------------
     def attach(self, pipeline: Pipeline) -> None:
         engines = (getattr(stage, "engine", None) for stage in pipeline.stages)
-        for engine in self.policy.engines:
+        for engine in slot_engines(self.policy.engines):
             engine.remove_capacity_listener(self.credit_watch.changed)
         self.policy.engines = [engine for engine in engines if engine is not None]
-        for engine in self.policy.engines:
+        for engine in slot_engines(self.policy.engines):
             engine.add_capacity_listener(self.credit_watch.changed)  # a slot freed: the watchers hear it
         self.view = PipelineView(pipeline)
 

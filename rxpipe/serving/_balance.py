@@ -47,22 +47,13 @@ class Replicas:
 
     ``available``: True while any replica is (the edge answers 503 only when none is);
     ``retry_after_s``: seconds until the first replica takes work again (0.0 when one does);
-    ``features``: what every replica serves (a request may go to any of them); capacity
-    listeners are each replica's (:meth:`~rxpipe.serving.Engine.add_capacity_listener`). It is
-    no engine itself (no ``free_slots``): the edge's credit counts each replica.
+    ``features``: what every replica serves (a request may go to any of them). It is no engine
+    itself (no ``free_slots``): the edge's credit counts each replica.
     """
 
     def __init__(self, engines: list[Any]) -> None:
         self.engines = engines
         self.features = common_features(engine.features for engine in engines)
-
-    def add_capacity_listener(self, callback: Callable[[], None]) -> None:
-        for engine in self.engines:
-            engine.add_capacity_listener(callback)
-
-    def remove_capacity_listener(self, callback: Callable[[], None]) -> None:
-        for engine in self.engines:
-            engine.remove_capacity_listener(callback)
 
     @property
     def available(self) -> bool:
