@@ -16,6 +16,7 @@ from rxpipe.engines import CompletionRequest, OpenAIEngine
 from rxpipe.engines._openai_credit import BackendCredit, parse_room
 from rxpipe.errors import EngineUnavailableError
 from rxpipe.settings import SettingError
+from rxpipe.testing import run_virtual
 from tests.gateway.server import GatewayProcess
 
 from .openai_stub_server import StubServer
@@ -128,3 +129,42 @@ async def test_a_backend_without_credit_headers_keeps_todays_signals(server: Stu
         assert engine.free_slots == 3
     finally:
         await engine.aclose()
+
+
+class ScriptedProbes(OpenAIEngine):
+    """An engine whose ``GET /v1/credit`` is replaced by a script of answers (the probe's
+    schedule is the unit under test, the HTTP call its boundary): each item is the room the
+    backend says, or None for a probe that fails (connection refused)."""
+
+    def __init__(self, rooms: list[int | None]) -> None:
+        super().__init__("http://127.0.0.1:1", "m", 2, credit_watch=False)
+        self.rooms = rooms
+        self.sent_at: list[float] = []
+
+    async def _probe_once(self) -> dict[str, str] | None:
+        self.credit.probes += 1
+        self.sent_at.append(self._now())
+        room = self.rooms.pop(0)
+        return None if room is None else {"x-rxpipe-queue-room": str(room), "x-rxpipe-free-slots": "0"}
+
+
+def test_the_probe_backs_off_from_2_ms_doubling_to_50_ms_and_stops_when_the_backend_says_room() -> None:
+    async def main() -> tuple[list[float], int | None, int]:
+        loop = asyncio.get_running_loop()
+        engine = ScriptedProbes([0, 0, None, 0, 0, 0, 0, 0, 3])
+        engine.bind_loop(loop)
+        engine._loop = loop  # as submit() binds it
+        start = loop.time()
+        assert engine._observe_credit({"x-rxpipe-queue-room": "0", "x-rxpipe-free-slots": "1"})
+        assert engine.advertised_room == 0 and engine._probe_task is not None
+        while engine._probe_task is not None:
+            await asyncio.sleep(0.001)
+        try:
+            return [round(t - start, 6) for t in engine.sent_at], engine.advertised_room, engine.credit.probes
+        finally:
+            await engine.aclose()
+
+    sent_at, room_after, probes = run_virtual(main())
+    # 2, 4, 8, 16, 32 ms, then 50 ms each (credit_probe_max_s); a failed probe keeps the backoff
+    assert sent_at == [0.002, 0.006, 0.014, 0.03, 0.062, 0.112, 0.162, 0.212, 0.262]
+    assert room_after == 3 and probes == 9
