@@ -8,6 +8,10 @@ name are summed.
   lazily at scrape time from every live engine, so nothing is updated per sequence.
 - ``rxpipe_engine_concurrency_limit{engine}``: the in-flight window of engines that have one
   (``OpenAIEngine``: fixed and cut on 429/503, or adaptive with ``max_in_flight="auto"``).
+- ``rxpipe_engine_advertised_credit{engine}`` / ``rxpipe_engine_credit_watch_up{engine}``: of
+  engines in front of a backend that says its credit (``OpenAIEngine``, DESIGN §8b), the
+  requests its last word allows less what was sent since (``advertised_credit``), and 1 while its
+  credit watch is open (``watching``); read at scrape time.
 - ``rxpipe_engine_batch_tokens{engine}`` / ``rxpipe_engine_step_duration_seconds{engine}``:
   histograms observed once per engine step (never per token), through :func:`observe_step`.
 - ``rxpipe_engine_prefix_cache_queries_total{engine}`` / ``..._hits_total{engine}``: prompt
@@ -104,21 +108,32 @@ class EngineCollector(Collector):
         running: dict[str, int] = defaultdict(int)
         waiting: dict[str, int] = defaultdict(int)
         limits: dict[str, int] = defaultdict(int)
+        credit: dict[str, int] = defaultdict(int)
+        watching: dict[str, int] = defaultdict(int)
         for engine in live_engines():
             try:
                 name = engine.name
                 r, w = engine.running, engine.waiting
                 limit = getattr(engine, "concurrency_limit", None)
+                advertised = getattr(engine, "advertised_credit", None)
+                watch = bool(getattr(engine, "watching", False))
             except Exception:  # an engine torn down mid-scrape: skip it this time
                 continue
             running[name] += r
             waiting[name] += w
             if limit is not None:
                 limits[name] += limit
+            if advertised is not None:
+                credit[name] += advertised
+                watching[name] += watch
         yield gauge_by("rxpipe_engine_running_seqs", "Sequences running on the engine.", "engine", running)
         yield gauge_by("rxpipe_engine_waiting_seqs", "Sequences admitted and waiting to start.", "engine", waiting)
         yield gauge_by("rxpipe_engine_concurrency_limit",
                        "Calls the engine may have in flight now (OpenAIEngine's window).", "engine", limits)
+        yield gauge_by("rxpipe_engine_advertised_credit",
+                       "Requests the backend's last word of credit allows, less those sent since.", "engine", credit)
+        yield gauge_by("rxpipe_engine_credit_watch_up",
+                       "1 while the engine's credit watch on its backend is open.", "engine", watching)
 
 
 REGISTRY.register(EngineCollector())

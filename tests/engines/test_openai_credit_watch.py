@@ -14,6 +14,7 @@ from typing import Any
 import aiohttp
 import pytest
 from aiohttp import web
+from prometheus_client import REGISTRY
 
 from rxpipe.engines import CompletionRequest, OpenAIEngine
 from rxpipe.engines._openai_credit_watch import room_of
@@ -40,6 +41,10 @@ async def answered(session: aiohttp.ClientSession, url: str) -> dict[str, int]:
     return {code: int(float(value)) for code, value in re.findall(pattern, text, re.M)}
 
 
+def metric(name: str, engine: OpenAIEngine) -> float | None:
+    return REGISTRY.get_sample_value(name, {"engine": engine.name})
+
+
 async def queue_room(session: aiohttp.ClientSession, url: str) -> int:
     async with session.get(url + "/v1/credit") as response:
         body: dict[str, Any] = await response.json()
@@ -60,6 +65,7 @@ async def test_a_backend_filled_by_another_client_gets_no_request_while_the_watc
 ) -> None:
     url = backend.url
     engine = OpenAIEngine(url, "sim", 4, reroute_throttled=True, retry_after_jitter=0.0)
+    engine.name = f"credit-watch-{id(engine)}"  # its own series (an engine's metrics are by name)
     async with aiohttp.ClientSession() as other:
         try:
             while await queue_room(other, url) != 1:
@@ -68,6 +74,8 @@ async def test_a_backend_filled_by_another_client_gets_no_request_while_the_watc
             await first.result
             await wait_for(lambda: engine.watching, what="the watch to open")
             assert engine.advertised_room == 2 and engine.credit.probes == 0
+            assert metric("rxpipe_engine_credit_watch_up", engine) == 1
+            assert metric("rxpipe_engine_advertised_credit", engine) == 2
             before = await answered(other, url)
             fillers = [
                 asyncio.create_task(
@@ -78,6 +86,7 @@ async def test_a_backend_filled_by_another_client_gets_no_request_while_the_watc
             # the watch says it: no request of ours went, none was refused
             await wait_for(lambda: engine.advertised_room == 0, what="the watch to say full")
             assert engine.free_slots == 0 and engine.rerouted == 0
+            assert metric("rxpipe_engine_advertised_credit", engine) == 0
             for task in fillers:
                 (await task).release()
             # the watch says room as the others leave (no answer of ours, no probe told it)
