@@ -2,7 +2,8 @@ import logging
 
 import pytest
 
-pytest_plugins = ["rxpipe.testing.pytest_plugin"]
+# tests.engines.openai_stub_fixtures: the stub OpenAI backend (fixtures stub, stub_process) for every directory
+pytest_plugins = ["rxpipe.testing.pytest_plugin", "tests.engines.openai_stub_fixtures"]
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -2,7 +2,7 @@
 
 - :mod:`.reference`: the API reference pages, one per public module, and every documented
   callable's marble diagrams drawn as SVG pictures from its docstring (the same blocks
-  ``tests/test_docstring_marbles.py`` plays), generated while the site builds.
+  ``tests/docstring_marbles/`` plays), generated while the site builds.
 - :mod:`.migration`: ``docs/migration.md``, every reactivex 6.1 operator and source with its
   rxpipe counterpart or the reason it has none.
 - :mod:`.tables`: the settings tables of the docs pages, generated from the pipelines' schemas.

@@ -4,7 +4,7 @@ and above each documented callable its marble diagrams, drawn from its docstring
 The pages are Markdown for mkdocstrings (``::: rxpipe.operators.map``), generated while the
 site builds (:mod:`rxpipe._docsite.hooks`), so a new public name or a new operator is in the
 manual without anyone writing its page: its docstring is the entry, its docstring diagram the
-picture (the block ``tests/test_docstring_marbles.py`` plays).
+picture (the block ``tests/docstring_marbles/`` plays).
 """
 
 from __future__ import annotations

@@ -270,7 +270,7 @@ def docstring_marble_rows(doc: str) -> list[list[MarbleRow]]:
     ``source:`` (or ``observable:``) line among them; the diagrams share one time origin, the
     leftmost column where one starts. Two or more spaces followed by anything but ``^`` (a
     request mark) start a comment. The test suite plays every block of every public docstring
-    (``tests/test_docstring_marbles.py``) and the manual draws the same blocks
+    (``tests/docstring_marbles/``) and the manual draws the same blocks
     (:func:`~rxpipe.testing.draw_marbles`), so a drawn diagram is an executed one.
     """
     return marble_blocks(inspect.cleandoc(doc).splitlines())

@@ -54,7 +54,7 @@ def draw_marbles(diagram: str | Sequence[MarbleRow] | Mapping[str, str], *, titl
     ``title``: the picture's accessible title (default: the diagram's text).
     Raises ValueError for text without a ``label: diagram`` line, or a malformed item line (the
     parser's message). The manual draws every operator's docstring diagram with it, the same
-    text ``tests/test_docstring_marbles.py`` plays.
+    text ``tests/docstring_marbles/`` plays.
     """
     rows = _rows(diagram)
     if not rows:

@@ -1,23 +1,13 @@
-"""The stub OpenAI-compatible server of the OpenAIEngine tests, as fixtures."""
+"""The OpenAIEngine tests' name for the shared stub backend (``openai_stub_fixtures.py``)."""
 
 from __future__ import annotations
 
-from typing import Iterator
-
 import pytest
 
-from .openai_stub_server import DEFAULTS, StubServer
-
-
-@pytest.fixture(scope="module")
-def stub_process(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StubServer]:
-    server = StubServer(tmp_path_factory.mktemp("stub"))
-    yield server
-    server.stop()
+from .openai_stub_server import StubServer
 
 
 @pytest.fixture
-def server(stub_process: StubServer) -> StubServer:
-    """The shared stub, counters cleared and options back to their defaults."""
-    stub_process.control(reset=True, **DEFAULTS)
-    return stub_process
+def server(stub: StubServer) -> StubServer:
+    """The module's stub, counters cleared and options back to their defaults (``stub``)."""
+    return stub

@@ -1,4 +1,4 @@
-"""Helpers of the OpenAIEngine tests (the stub server's fixtures are in ``conftest.py``)."""
+"""Helpers of the OpenAIEngine tests (the stub server's fixtures are in ``openai_stub_fixtures.py``)."""
 
 from __future__ import annotations
 

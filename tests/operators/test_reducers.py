@@ -16,9 +16,9 @@ import reactivex.operators as rxo
 import rxpipe as rx
 from rxpipe import UNBOUNDED, SequenceContainsNoElementsError
 from rxpipe import operators as ops
-from rxpipe.testing import TestPublisher, TestSubscriber
 
 from .differential import Case, through_reactivex, through_rxpipe
+from .hand_driven import subscribe
 from .random_demand import Run
 from .seeded_pairs import check_random_demand, check_seeded_cases
 
@@ -110,12 +110,6 @@ def _window_of(op: Any) -> int:
 
 
 # -- the reducer demand rule, exactly ----------------------------------------------------------------
-def subscribe(op: Any, initial: int = 0) -> tuple[TestPublisher[Any], TestSubscriber[Any]]:
-    pub, ts = TestPublisher[Any](), TestSubscriber[Any](initial_request=initial)
-    pub.pipe(op).subscribe(ts)
-    return pub, ts
-
-
 @pytest.mark.parametrize("op", [ops.count, ops.to_list, lambda: ops.reduce(lambda a, x: a + x)],
                          ids=["count", "to_list", "reduce"])
 def test_nothing_is_requested_before_downstream_asks_then_rounds_never_unbounded(op: Callable[[], Any]) -> None:

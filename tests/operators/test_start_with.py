@@ -15,9 +15,10 @@ import reactivex.operators as rxo
 import rxpipe as rx
 from rxpipe import UNBOUNDED
 from rxpipe import operators as ops
-from rxpipe.testing import TestPublisher, TestSubscriber
+from rxpipe.testing import TestSubscriber
 
 from .differential import cases, through_reactivex, through_rxpipe
+from .hand_driven import subscribe
 from .random_demand import drive
 
 CASES = 12
@@ -29,12 +30,6 @@ def test_equal_to_reactivex_on_every_seeded_input(count: int) -> None:
     for case in cases(seed=zlib.crc32(f"start_with:{count}".encode()), count=CASES):
         items = [rng.randint(-9, -1) for _ in range(count)]
         assert through_rxpipe(ops.start_with(*items), case) == through_reactivex(rxo.start_with(*items), case), case
-
-
-def subscribe(op: Any, initial: int = 0) -> tuple[TestPublisher[Any], TestSubscriber[Any]]:
-    pub, ts = TestPublisher[Any](), TestSubscriber[Any](initial_request=initial)
-    pub.pipe(op).subscribe(ts)
-    return pub, ts
 
 
 def test_the_demand_left_after_the_items_goes_upstream() -> None:

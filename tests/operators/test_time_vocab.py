@@ -27,6 +27,7 @@ from rxpipe import operators as ops
 from rxpipe.testing import TestPublisher, TestSubscriber, run_virtual
 
 from .differential import reactivex_timeline, rxpipe_timeline, timeline
+from .hand_driven import subscribe
 from .test_time import INTERVALS_S, NO_TIE_S
 from .vocab import TIMED, Pair, check_timed, register_timed
 
@@ -166,12 +167,6 @@ def test_every_name_of_the_family_is_compared() -> None:
 
 
 # -- the demand rule, exactly --------------------------------------------------------------------------------
-def subscribe(op: Any, initial: int = 0) -> tuple[TestPublisher[Any], TestSubscriber[Any]]:
-    pub, ts = TestPublisher[Any](), TestSubscriber[Any](initial_request=initial)
-    pub.pipe(op).subscribe(ts)
-    return pub, ts
-
-
 @pytest.mark.parametrize("op", [
     lambda: ops.timestamp(), lambda: ops.time_interval(), lambda: ops.take_with_time(10.0),
     lambda: ops.take_until_with_time(10.0), lambda: ops.timeout(10.0, rx.empty()),

@@ -27,6 +27,7 @@ from rxpipe import operators as ops
 from rxpipe.testing import TestPublisher, TestSubscriber, run_virtual
 
 from .differential import reactivex_timeline, rxpipe_timeline, timeline
+from .hand_driven import subscribe
 from .test_one_to_one import UserError
 from .test_time import INTERVALS_S
 from .vocab import SYNC, TIMED, Pair, check_demand, check_sync, check_timed, register, register_timed
@@ -247,12 +248,6 @@ def test_random_demand_is_never_exceeded_never_stalls_and_gives_reactivex_values
 
 
 # -- buffers: request(n) lists -> up to n * count upstream ---------------------------------------------------
-def subscribe(op: Any, initial: int = 0) -> tuple[TestPublisher[Any], TestSubscriber[Any]]:
-    pub, ts = TestPublisher[Any](), TestSubscriber[Any](initial_request=initial)
-    pub.pipe(op).subscribe(ts)
-    return pub, ts
-
-
 def test_buffer_with_count_asks_n_times_count_items_for_n_lists() -> None:
     pub, ts = subscribe(ops.buffer_with_count(100), 3)
     assert pub.requests == [300]

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import aiohttp
 import openai
@@ -20,7 +20,7 @@ import pytest
 
 from rxpipe.engines.openai import wire_request_id
 from tests.engines import openai_stub_answers as answers
-from tests.engines.openai_stub_server import DEFAULTS, StubServer
+from tests.engines.openai_stub_server import StubServer
 
 from .router_helpers import running_router
 
@@ -40,19 +40,6 @@ PROMPT_TOKENS = 3
 def stub_usage(n: int) -> dict[str, Any]:
     return {"prompt_tokens": PROMPT_TOKENS, "completion_tokens": n, "total_tokens": PROMPT_TOKENS + n,
             "completion_tokens_details": {"reasoning_tokens": 0}}
-
-
-@pytest.fixture(scope="module")
-def stub_process(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StubServer]:
-    server = StubServer(tmp_path_factory.mktemp("stub"))
-    yield server
-    server.stop()
-
-
-@pytest.fixture
-def stub(stub_process: StubServer) -> StubServer:
-    stub_process.control(reset=True, **DEFAULTS)
-    return stub_process
 
 
 def router(stub: StubServer, **config: Any) -> Any:

@@ -25,16 +25,10 @@ CLEAN = ("This model's maximum context length is 4096 tokens. However, you reque
 
 
 @pytest.fixture(scope="module")
-def stub(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StubServer]:
-    server = StubServer(tmp_path_factory.mktemp("stub"))
-    yield server
-    server.stop()
-
-
-@pytest.fixture(scope="module")
-def router(stub: StubServer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayProcess]:
+def router(stub_process: StubServer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayProcess]:
     """Two replicas, both the stub (by two names), so a retry on "another replica" is visible."""
-    process = GatewayProcess(tmp_path_factory.mktemp("router"), f"backends={stub.url},http://localhost:{stub.port}",
+    process = GatewayProcess(tmp_path_factory.mktemp("router"),
+                             f"backends={stub_process.url},http://localhost:{stub_process.port}",
                              "model=m", "max_in_flight=4", file=ROUTER)
     yield process
     process.terminate()

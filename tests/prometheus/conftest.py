@@ -5,7 +5,6 @@ under ``rxpipe load``, shared by this package's tests. Skipped only when the bin
 from __future__ import annotations
 
 import math
-import os
 import shutil
 import subprocess
 import sys
@@ -17,6 +16,8 @@ from typing import Any, Iterator
 
 import orjson
 import pytest
+
+from tests.installed import missing
 
 from ..gateway.server import ROOT, GatewayProcess, free_port
 
@@ -100,11 +101,7 @@ class Stack:
 @pytest.fixture(scope="package")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     if shutil.which("prometheus") is None:
-        # CI installs Debian's package (.ci/run), so there its absence is a failure, not a skip
-        message = "Debian's prometheus is not installed here (.ci/run installs it: apt-get install prometheus)"
-        if os.environ.get("CI"):
-            pytest.fail(message)
-        pytest.skip(message)
+        missing("Debian's prometheus is not installed here (.ci/run installs it: apt-get install prometheus)")
     tmp = tmp_path_factory.mktemp("prometheus")
     gateway = GatewayProcess(tmp, *SETTINGS)
     load = subprocess.Popen([sys.executable, "-m", "rxpipe", "load", gateway.url, *LOAD], cwd=ROOT,

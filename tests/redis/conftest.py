@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-import os
 import shutil
 from pathlib import Path
 from typing import Iterator
 
 import pytest
+
+from tests.installed import missing
 
 from .servers import PipelineProcess, RedisServer
 
@@ -15,11 +16,7 @@ from .servers import PipelineProcess, RedisServer
 @pytest.fixture
 def redis_server(tmp_path: Path) -> Iterator[RedisServer]:
     if shutil.which("redis-server") is None:
-        # CI installs Debian's package (.ci/run), so there its absence is a failure, not a skip
-        message = "Debian's redis-server is not installed here (.ci/run installs it: apt-get install redis-server)"
-        if os.environ.get("CI"):
-            pytest.fail(message)
-        pytest.skip(message)
+        missing("Debian's redis-server is not installed here (.ci/run installs it: apt-get install redis-server)")
     server = RedisServer(tmp_path)
     try:
         yield server

@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 
 from rxpipe.loader import build_pipeline, load_module
+from tests.installed import missing
 
 from .test_gateway_view import Load
 
@@ -30,11 +31,7 @@ FLAGS = ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-backgroun
 @pytest.fixture
 def browser(tmp_path: Path) -> Iterator[Any]:
     if not (shutil.which(CHROMIUM) and shutil.which(CHROMEDRIVER)):
-        # CI installs Debian's packages (.ci/run), so there their absence is a failure, not a skip
-        message = "Debian's chromium and chromium-driver are not installed (.ci/run: apt-get install them)"
-        if os.environ.get("CI"):
-            pytest.fail(message)
-        pytest.skip(message)
+        missing("Debian's chromium and chromium-driver are not installed (.ci/run: apt-get install them)")
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service
 
