@@ -64,6 +64,10 @@ def _count(headers: Mapping[str, str], name: str) -> int | None:
     return value if value > 0 else 0
 
 
+SEEN = "x-rxpipe-seen"
+ROUTER_ID = "x-rxpipe-router-id"
+
+
 def parse_seq(headers: Mapping[str, str]) -> int | None:
     """The answer's ``x-rxpipe-credit-seq`` (the backend's snapshot number), or None."""
     return _count(headers, "x-rxpipe-credit-seq")
@@ -170,6 +174,12 @@ class _Credit(_OpenAIState):
     _dispatched: deque[float]
     credit_watch: bool
     _watcher: CreditWatcher | None
+    #: this engine's name toward its backend (``x-rxpipe-router-id``), its HTTP calls sent so far,
+    #: and the base of the backend's count of them (None until a watch's first word)
+    router_id: str
+    _sent: int
+    _seen_base: int | None
+    _last_sent_s: float
 
     if TYPE_CHECKING:
 
@@ -208,7 +218,7 @@ class _Credit(_OpenAIState):
         room = parse_room(headers)
         if room is None:
             return False
-        if self.credit.observe(room, self._unsent(), self._now(), parse_seq(headers)):
+        if self.credit.observe(room, self._unsent(_count(headers, SEEN)), self._now(), parse_seq(headers)):
             self._freed = True  # capacity listeners look again (execute asks, balance routes)
             self._start_waiting()
         elif self.credit.left(self._now()) == 0:
@@ -224,9 +234,15 @@ class _Credit(_OpenAIState):
         if self._closed or loop is None:
             return
         auth = self._answer_headers.get("Authorization")
-        self._watcher = CreditWatcher(self.base_url, self._on_word, self._on_watch_lost,
-                                      {"Authorization": auth} if auth else {}, self.credit_probe_max_s, 1.0, loop)
+        headers = {ROUTER_ID: self.router_id, **({"Authorization": auth} if auth else {})}
+        self._watcher = CreditWatcher(self.base_url, self._on_word, self._on_watch_lost, headers,
+                                      self.credit_probe_max_s, 1.0, loop, on_open=self._on_watch_open)
         self._watcher.start()
+
+    def _on_watch_open(self) -> None:
+        """A watch stream opened: the backend counts this engine's calls from 0 again (its first
+        word fixes the base of the count, :meth:`_unsent`)."""
+        self._seen_base = None
 
     @property
     def watching(self) -> bool:
@@ -235,14 +251,14 @@ class _Credit(_OpenAIState):
         watcher = self._watcher
         return watcher is not None and watcher.live
 
-    def _on_word(self, room: int, seq: int | None) -> None:
-        """A word of the watch: the backend's room (requests) in snapshot ``seq``. When it leaves
-        more room than the book did, the capacity listeners look again (the balance routes
-        there, the executor asks)."""
+    def _on_word(self, room: int, seq: int | None, seen: int | None) -> None:
+        """A word of the watch: the backend's room (requests) in snapshot ``seq``, having decided
+        ``seen`` of this engine's calls. When it leaves more room than the book did, the capacity
+        listeners look again (the balance routes there, the executor asks)."""
         now = self._now()
         credit = self.credit
         before = credit.left(now) or 0
-        credit.observe(room, self._unsent(), now, seq)
+        credit.observe(room, self._unsent(seen), now, seq)
         if (credit.left(now) or 0) > before:
             self._freed = True
             self._start_waiting()
@@ -264,27 +280,57 @@ class _Credit(_OpenAIState):
         error.retry_after = parse_retry_after(headers)  # type: ignore[attr-defined]
         call.completion.fail(error)
 
-    def _unsent(self) -> int:
-        """Calls admitted here that the answer just read may not have counted: those waiting in the
-        engine, those the balance routed here that have not arrived, and those sent within the
-        last :data:`TRANSIT_S` whose own answer has not begun (possibly still on the wire when the
-        backend wrote that answer's head). Without the last term two answers crossing a new call
-        each reset the book, and the call after them went into a full backend."""
+    def _unsent(self, seen: int | None = None) -> int:
+        """Calls admitted here that the word just read may not have counted: those waiting in the
+        engine, those the balance routed here that have not arrived, and those on their way.
+
+        With ``seen`` (the word says how many of this engine's calls the backend had decided, the
+        watch's count, DESIGN §8b) the last are counted, not guessed: calls sent less calls seen,
+        from the base the stream's first word fixed, and never more than the calls whose answer
+        has not begun. A count gone wrong heals: below 0 (a call was on its way when the watch
+        opened) it starts again from the word, and so it does when nothing was sent for
+        :data:`TRANSIT_S` and every answer has begun (a call that failed before it reached the
+        backend was counted sent). Without ``seen``: the calls sent within the last
+        :data:`TRANSIT_S` whose own answer has not begun (possibly still on the wire when the
+        backend wrote that word) — without that term two answers crossing a new call each reset
+        the book and the call after them went into a full backend — which misses a call slower
+        than that on the wire."""
         unsent = self._n_waiting
         loop = self._loop
+        if loop is None:
+            return unsent
+        now = loop.time()
+        since = now - TRANSIT_S
         dispatched = self._dispatched
-        if loop is not None and dispatched:
-            since = loop.time() - TRANSIT_S
+        if dispatched:
             while dispatched and dispatched[0] < since:
                 dispatched.popleft()
             unsent += len(dispatched)
-        if loop is not None and self._calls:
-            since = loop.time() - TRANSIT_S
-            for call in self._calls:  # at most max_in_flight
-                started = call.started_s
-                if call.response is None and started is not None and started >= since:
-                    unsent += 1
-        return unsent
+        no_head = recent = 0
+        for call in self._calls:  # at most max_in_flight
+            started = call.started_s
+            if call.response is None and started is not None:
+                no_head += 1
+                if started >= since:
+                    recent += 1
+        if seen is None:
+            return unsent + recent
+        base = self._seen_base
+        if base is None:
+            base = self._sent - seen
+        on_way = self._sent - base - seen
+        if on_way < 0 or (no_head == 0 and self._last_sent_s < since):
+            base = self._sent - seen
+            on_way = 0
+        self._seen_base = base
+        return unsent + (on_way if on_way < no_head else no_head)
+
+    def _count_sent(self) -> None:
+        """One HTTP call goes to the backend now (the backend's count of them is ``seen``)."""
+        self._sent += 1
+        loop = self._loop
+        if loop is not None:
+            self._last_sent_s = loop.time()
 
     def dispatched(self) -> None:
         """``ops.balance`` routed one request here; it reaches :meth:`start` once the executor

@@ -57,20 +57,21 @@ def room_of(queue_room: int | None, free_slots: int | None) -> int | None:
     return queue_room + max(0, free_slots or 0)
 
 
-def _word(data: bytes) -> tuple[int, int | None] | None:
-    """(room, seq) of one event's data (the credit JSON), or None if it is not one."""
+def _word(data: bytes) -> tuple[int, int | None, int | None] | None:
+    """(room, seq, seen) of one event's data (the credit JSON), or None if it is not one."""
     try:
         body = orjson.loads(data)
     except orjson.JSONDecodeError:
         return None
     if not isinstance(body, dict):
         return None
-    queue, free, seq = body.get("queue_room"), body.get("free_slots"), body.get("seq")
+    queue, free, seq, seen = body.get("queue_room"), body.get("free_slots"), body.get("seq"), body.get("seen")
     if type(queue) is not int or (free is not None and type(free) is not int):
         return None
     room = room_of(queue, free)
     assert room is not None
-    return room, seq if type(seq) is int and seq >= 0 else None
+    return (room, seq if type(seq) is int and seq >= 0 else None,
+            seen if type(seen) is int and seen >= 0 else None)
 
 
 class CreditWatcher:
@@ -78,9 +79,10 @@ class CreditWatcher:
 
     Args:
         base_url: the backend's ``.../v1`` root (the watch is ``base_url + "/credit"``).
-        on_word: called with ``(room, seq)`` (requests; the snapshot's number or None) for every
-            event, on the loop.
+        on_word: called with ``(room, seq, seen)`` (requests; the snapshot's number or None; the
+            engine's calls the backend had decided, or None) for every event, on the loop.
         on_lost: called when a live stream ended (the engine's word may age from now on).
+        on_open: called when a stream opened (the backend counts ``seen`` from 0 again).
         headers: sent with the watch (its ``Authorization``, if any).
         reconnect_min_s, reconnect_max_s: the reopening backoff (seconds, doubling).
         loop: the engine's loop.
@@ -90,13 +92,15 @@ class CreditWatcher:
     :meth:`close` stops it and closes its connection.
     """
 
-    def __init__(self, base_url: str, on_word: Callable[[int, int | None], None], on_lost: Callable[[], None],
-                 headers: Mapping[str, str], reconnect_min_s: float, reconnect_max_s: float,
-                 loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(self, base_url: str, on_word: Callable[[int, int | None, int | None], None],
+                 on_lost: Callable[[], None], headers: Mapping[str, str], reconnect_min_s: float,
+                 reconnect_max_s: float, loop: asyncio.AbstractEventLoop,
+                 on_open: Callable[[], None] = lambda: None) -> None:
         self.url = base_url + "/credit"
         self.base_url = base_url
         self.on_word = on_word
         self.on_lost = on_lost
+        self.on_open = on_open
         self.headers = {**headers, "Accept": "text/event-stream"}
         self.reconnect_min_s = reconnect_min_s
         self.reconnect_max_s = reconnect_max_s
@@ -157,6 +161,7 @@ class CreditWatcher:
                 return
             self.opened += 1
             self.live = True
+            self.on_open()
             pending = b""
             while data := await response.readany():
                 pending += data

@@ -93,6 +93,7 @@ class _UsageProbe(_OpenAIState):
         if self._own_request_id:
             headers = {**headers, "X-Request-Id": wire_request_id(call.request.id + ":usage")}
         try:
+            self._count_sent()
             response: BackendResponse = await session.post(url, data=body, headers=headers, **self._answer_options)
             try:
                 if response.status != 200:

@@ -148,6 +148,7 @@ class _HTTPCall(_OpenAIState):
                 (self._answer_headers, self._answer_options)
             if self._own_request_id:
                 headers = {**headers, "X-Request-Id": wire_request_id(request.id)}
+            self._count_sent()
             response: BackendResponse = await session.post(url, data=self._body(call), headers=headers, **options)
         except (aiohttp.ClientError, OSError) as error:
             self._settle(call, False, f"unreachable: {error or repr(error)}")

@@ -31,6 +31,7 @@ from __future__ import annotations
 import asyncio
 import math
 import random
+import uuid
 from collections import OrderedDict, deque
 from typing import Any, Literal, Mapping
 
@@ -46,7 +47,7 @@ from ._concurrency import ConcurrencyLimit
 from ._http1 import HTTP1Pool
 from ._openai_answers import _Answers
 from ._openai_backoff import _Backoff
-from ._openai_credit import BackendCredit, _Credit
+from ._openai_credit import ROUTER_ID, BackendCredit, _Credit
 from ._openai_state import _DONE, _RUNNING, _WAITING, _Call, _wake
 from ._openai_usage import _UsageProbe
 from ._openai_wire import _HTTPCall, parse_retry_after, wire_request_id
@@ -261,11 +262,15 @@ class OpenAIEngine(_HTTPCall, _Answers, _Backoff, _UsageProbe, _Credit):
         self._probe_pool = None
         self.credit_watch = _arg("credit_watch", credit_watch)
         self._watcher = None
+        self.router_id = uuid.uuid4().hex
+        self._sent = 0
+        self._seen_base = None
+        self._last_sent_s = 0.0
         #: loop times the balance routed a request here that has not reached start() yet
         self._dispatched: deque[float] = deque()
         #: 429'd calls of a credit backend failed at once to be routed elsewhere (reroute_throttled)
         self.rerouted = 0
-        own = {"Content-Type": "application/json"}
+        own = {"Content-Type": "application/json", ROUTER_ID: self.router_id}
         if api_key is not None:
             own["Authorization"] = f"Bearer {api_key}"
         extra = dict(headers) if headers else {}

@@ -15,6 +15,7 @@ from aiohttp.http_exceptions import ContentEncodingError
 
 from ..errors import BackendError, DroppedError, EngineError, EngineUnavailableError, UnsupportedRequestError
 from ..serving import UNANSWERED_REASONS, Completion, CompletionRequest
+from ._credit import ROUTER_ID, router_id
 from ._edge import Edge
 from ._metrics import REQUEST_DURATION, count_request
 from ._openai import (
@@ -31,6 +32,8 @@ from ._responses import (
     ITEM,
     RATELIMIT,
     RESULT,
+    ROUTER,
+    UNCOUNTED,
     access_line,
     answer_headers,
     clear_answer_state,
@@ -81,15 +84,23 @@ class CompletionRoutes:
         :func:`answer_headers` sets the headers every answer carries."""
         started = time.perf_counter()
         clear_answer_state(request)
+        if ROUTER_ID in request.headers:  # a router watching our credit: its calls are counted
+            request[ROUTER] = router = router_id(request.headers.get(ROUTER_ID))
+            request[UNCOUNTED] = router is not None
         try:
             response = await self._complete(request, route)
         except asyncio.CancelledError:
+            if request[UNCOUNTED]:
+                self.edge.credit_watch.seen(request[ROUTER])
             count_request(route, 499)  # client closed the request (nginx's convention)
             if self.edge.access_log:
                 access_line(self.edge, request, route, None, time.perf_counter() - started)
             raise
         except Exception as error:
             response = unhandled(request, error)
+        if request[UNCOUNTED]:  # decided without admission: refused, or answered otherwise
+            request[UNCOUNTED] = False
+            self.edge.credit_watch.seen(request[ROUTER])
         count_request(route, response.status)
         elapsed = time.perf_counter() - started
         REQUEST_DURATION.observe(elapsed)
@@ -165,6 +176,9 @@ class CompletionRoutes:
         refusal = edge.admit(item, now)  # counts its own refusals per tenant
         if refusal is not None:
             return self._refuse(refusal)
+        if request[UNCOUNTED]:  # in the same step as the admission: the next snapshot has both
+            request[UNCOUNTED] = False
+            edge.credit_watch.seen(request[ROUTER])
         if tenancy is not None:
             request[RATELIMIT] = tenancy.admitted_headers(item)
         try:

@@ -43,6 +43,9 @@ __all__ = [
     "LLMD_DROPPED",
     "CREDIT_PATH",
     "CREDIT_SEQ",
+    "ROUTER_ID",
+    "SEEN",
+    "router_id",
     "MAX_ADVERTISED",
 ]
 
@@ -54,6 +57,12 @@ LLMD_QUEUE_MS = "x-llm-d-flow-queue-duration-ms"
 LLMD_DROPPED = "x-llm-d-request-dropped-reason"
 CREDIT_SEQ = "x-rxpipe-credit-seq"
 CREDIT_PATH = "/v1/credit"
+#: the header a router names itself with, on its credit watch and on every call (a token of at
+#: most 64 characters: letters, digits, ``-``, ``_``): the watch's words then say how many of its
+#: calls the edge has decided (``_credit_watch``)
+ROUTER_ID = "x-rxpipe-router-id"
+#: the answer header saying how many of the calling router's calls the edge has decided
+SEEN = "x-rxpipe-seen"
 #: an unbounded demand (no queue behind the edge asks in counts) is advertised as this many
 MAX_ADVERTISED = 1 << 30
 
@@ -79,6 +88,13 @@ class Credit:
             "queue_duration_ms": self.queue_duration_ms,
             "seq": self.seq,
         }
+
+
+def router_id(value: str | None) -> str | None:
+    """``value`` of an ``x-rxpipe-router-id`` header if it is a valid id, else None."""
+    if value is None or not 0 < len(value) <= 64 or not value.replace("-", "").replace("_", "").isalnum():
+        return None
+    return value
 
 
 def slot_engines(engines: list[Any]) -> list[Engine]:

@@ -29,7 +29,7 @@ from collections.abc import Callable
 import orjson
 from aiohttp import web
 
-from ._credit import Credit
+from ._credit import ROUTER_ID, Credit, router_id
 from ._responses import error_response
 
 __all__ = ["CreditWatch", "wants_watch"]
@@ -41,21 +41,27 @@ def wants_watch(request: web.Request) -> bool:
 
 
 class _Watcher:
-    """One open watch: the latest snapshot not yet written (None: none) and its wake-up."""
+    """One open watch: its router id (or None), the latest snapshot not yet written (None: none)
+    and its wake-up; ``last``: the (free slots, queue room, seen) it was last offered."""
 
-    __slots__ = ("pending", "wake")
+    __slots__ = ("router", "pending", "wake", "last")
 
-    def __init__(self) -> None:
+    def __init__(self, router: str | None) -> None:
+        self.router = router
         self.pending: bytes | None = None
         self.wake = asyncio.Event()
+        self.last: tuple[int, int, int] | None = None
 
     def offer(self, data: bytes) -> None:
         self.pending = data  # replaces an unsent older one: only the latest word matters
         self.wake.set()
 
 
-def _event(credit: Credit) -> bytes:
-    return b"data: " + orjson.dumps(credit.as_json()) + b"\n\n"
+def _event(credit: Credit, seen: int | None) -> bytes:
+    body = credit.as_json()
+    if seen is not None:
+        body["seen"] = seen
+    return b"data: " + orjson.dumps(body) + b"\n\n"
 
 
 class CreditWatch:
@@ -67,6 +73,14 @@ class CreditWatch:
         max_watchers: watches open at most (``credit_watchers_max``); one more gets 429.
         heartbeat_s: seconds between two snapshots sent when nothing changed (``credit_heartbeat_s``).
 
+    A watch that names its router (``x-rxpipe-router-id``) registers it: from then on the edge
+    counts that router's calls (those naming it) as it decides each — admitted, refused or answered
+    otherwise, :meth:`seen` — and the watch's words carry ``"seen"``: the count when the snapshot
+    was taken, so the router knows exactly which of its calls the word's room already counts (the
+    acknowledgement of TCP, or Reactive Streams' requested-minus-delivered, across the hop). Its
+    answers carry the count as ``x-rxpipe-seen``. A router's count lives while one of its watches
+    is open (at most ``max_watchers`` of them).
+
     :meth:`changed` is cheap when nobody watches (one truth test): the edge calls it on every
     admission. Counters: ``sent`` (events written, all watchers), ``watchers`` (open now).
     """
@@ -76,8 +90,9 @@ class CreditWatch:
         self.max_watchers = max_watchers
         self.heartbeat_s = heartbeat_s
         self._watchers: set[_Watcher] = set()
+        #: calls seen per registered router id
+        self._seen: dict[str, int] = {}
         self._scheduled = False
-        self._last: tuple[int, int] | None = None
         self._beat: asyncio.TimerHandle | None = None
         self._closing = False
         self.sent = 0
@@ -94,18 +109,38 @@ class CreditWatch:
             self._scheduled = True
             asyncio.get_running_loop().call_soon(self._flush)
 
+    def seen(self, router: str | None) -> None:
+        """The edge decided a call naming ``router`` (``x-rxpipe-router-id``): admitted it,
+        refused it or answered it otherwise. Counted for a registered router (its watchers hear
+        it at the end of this loop pass); nothing for any other."""
+        if router is not None:
+            count = self._seen.get(router)
+            if count is not None:
+                self._seen[router] = count + 1
+                self.changed()
+
+    def seen_of(self, router: str | None) -> int | None:
+        """The count of ``router``'s calls decided so far, None for a router not registered."""
+        return self._seen.get(router) if router is not None else None
+
     def _flush(self, force: bool = False) -> None:
         self._scheduled = False
         if not self._watchers:
             return
         credit = self._snapshot()
-        key = (credit.free_slots, credit.queue_room)
-        if key == self._last and not force:
-            return
-        self._last = key
-        data = _event(credit)
+        shared = None
         for watcher in self._watchers:
-            watcher.offer(data)
+            seen = self._seen.get(watcher.router) if watcher.router is not None else None
+            key = (credit.free_slots, credit.queue_room, -1 if seen is None else seen)
+            if key == watcher.last and not force:
+                continue
+            watcher.last = key
+            if seen is None:
+                if shared is None:
+                    shared = _event(credit, None)
+                watcher.offer(shared)
+            else:
+                watcher.offer(_event(credit, seen))
 
     def _heartbeat(self) -> None:
         self._beat = None
@@ -146,13 +181,17 @@ class CreditWatch:
         if len(self._watchers) >= self.max_watchers:
             return error_response(429, f"at most {self.max_watchers} credit watches at once", "overloaded_error",
                                   "too_many_watchers", headers={"Retry-After": "1"})
-        watcher = _Watcher()
+        router = router_id(request.headers.get(ROUTER_ID))
+        if router is not None:
+            self._seen.setdefault(router, 0)
+        watcher = _Watcher(router)
         response = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-store",
                                                "X-Accel-Buffering": "no"})
         before_send(response)
         self._watchers.add(watcher)
-        self._last = (first.free_slots, first.queue_room)
-        watcher.offer(_event(first))
+        seen = self.seen_of(router)
+        watcher.last = (first.free_slots, first.queue_room, -1 if seen is None else seen)
+        watcher.offer(_event(first, seen))
         self._arm()
         try:
             await response.prepare(request)
@@ -171,5 +210,6 @@ class CreditWatch:
             pass
         finally:
             self._watchers.discard(watcher)
+            if router is not None and not any(other.router == router for other in self._watchers):
+                del self._seen[router]
         return response
-

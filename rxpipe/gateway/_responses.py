@@ -12,7 +12,7 @@ from aiohttp import web
 
 from ..logs import ACCESS_LOG
 from ..serving import Completion, CompletionRequest, CompletionResult
-from ._credit import LLMD_DROPPED, Credit, credit_headers
+from ._credit import LLMD_DROPPED, SEEN, Credit, credit_headers
 from ._metrics import TIME_TO_FIRST_TOKEN
 from ._openai import error_body
 from ._policy import Refusal, retry_after_headers
@@ -23,7 +23,8 @@ if TYPE_CHECKING:
     from ._edge import Edge
 
 
-__all__ = ["ITEM", "RESULT", "RATELIMIT", "CREDIT", "json_response", "error_response", "refusal_response", "result_of",
+__all__ = ["ITEM", "RESULT", "RATELIMIT", "CREDIT", "ROUTER", "UNCOUNTED",
+           "json_response", "error_response", "refusal_response", "result_of",
            "task_cancelled", "unauthorized", "model_not_found", "too_large", "retrieve", "observe_ttft", "unhandled",
            "clear_answer_state", "answer_headers", "access_line"]
 
@@ -43,6 +44,10 @@ _request_key = getattr(web, "RequestKey", None)
 RATELIMIT: Any = _request_key("rxpipe_ratelimit_headers", dict) if _request_key else "rxpipe.ratelimit_headers"
 #: the credit snapshot an answer's body already says (``GET /v1/credit``): its headers say the same
 CREDIT: Any = _request_key("rxpipe_credit", Credit) if _request_key else "rxpipe.credit"
+#: the calling router's id (``x-rxpipe-router-id``, None: none or not valid), and whether the
+#: edge has still to count its call as decided (:meth:`CreditWatch.seen`)
+ROUTER: Any = _request_key("rxpipe_router", str) if _request_key else "rxpipe.router"
+UNCOUNTED: Any = _request_key("rxpipe_router_uncounted", bool) if _request_key else "rxpipe.router_uncounted"
 
 
 def json_response(status: int, body: bytes, headers: dict[str, str] | None = None) -> web.Response:
@@ -133,6 +138,8 @@ def clear_answer_state(request: web.Request) -> None:
     request[RESULT] = None
     request[RATELIMIT] = None
     request[CREDIT] = None
+    request[ROUTER] = None
+    request[UNCOUNTED] = False
 
 
 def answer_headers(request: web.Request, response: web.StreamResponse, edge: Edge) -> None:
@@ -153,6 +160,11 @@ def answer_headers(request: web.Request, response: web.StreamResponse, edge: Edg
         dropped = _error_code(response) or ("queue_full" if status == 429 else "unavailable")
     credit = request[CREDIT]
     headers.update(credit_headers(credit if credit is not None else edge.credit(edge.loop_time()), dropped))
+    router = request[ROUTER]
+    if router is not None:
+        seen = edge.credit_watch.seen_of(router)
+        if seen is not None:
+            headers[SEEN] = str(seen)
     item = request[ITEM]
     headers["x-request-id"] = new_request_id(request.headers.get("x-request-id"), item.id if item is not None else None)
     if item is not None and item.cache is not None:

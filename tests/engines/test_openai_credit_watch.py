@@ -164,3 +164,21 @@ async def test_a_backend_whose_credit_is_no_event_stream_is_probed_only() -> Non
     finally:
         await engine.aclose()
         await runner.cleanup()
+
+
+async def test_the_backend_counts_every_call_the_engine_sends_once_the_watch_is_open(backend: GatewayProcess) -> None:
+    """The watch's ``seen``: the calls sent after the watch opened are the calls the backend
+    decided, one for one (the count's base is the one call that taught the engine the backend's
+    credit, sent before the watch; a miscount would move the base when the engine is idle)."""
+    engine = OpenAIEngine(backend.url, "sim", 4)
+    try:
+        await submit(engine, CompletionRequest(prompt="hello", max_tokens=2)).result
+        await wait_for(lambda: engine.watching, what="the watch to open")
+        for n in range(5):
+            streamed = CompletionRequest(prompt=f"call {n}", max_tokens=2, stream=n % 2 == 0)
+            assert (await submit(engine, streamed).result).finish_reason in ("length", "stop")
+        assert engine._sent == 6
+        await wait_for(lambda: engine._seen_base == 1 and engine.credit.seq >= 0, what="the count to settle")
+        assert engine._unsent(5) == 0 and engine._seen_base == 1  # "seen 5": none of ours on its way
+    finally:
+        await engine.aclose()

@@ -126,3 +126,39 @@ async def test_a_draining_gateway_says_no_room_and_ends_the_watch(tmp_path: Any)
         assert process.wait() == 0
     finally:
         process.kill()
+
+
+async def test_a_watch_naming_its_router_counts_that_routers_calls_as_the_edge_decides_them(
+    gateway: GatewayProcess,
+) -> None:
+    mine = {"x-rxpipe-router-id": "router-a"}
+    async with aiohttp.ClientSession() as session:
+        await idle(session, gateway.url)
+        body = {"model": "sim", "prompt": "hi", "max_tokens": 2}
+        # before its watch the router is no one: its calls are not counted, no x-rxpipe-seen
+        async with session.post(gateway.url + "/v1/completions", json=body, headers=mine) as before:
+            assert before.status == 200 and "x-rxpipe-seen" not in before.headers
+        async with session.get(gateway.url + "/v1/credit", headers={**WATCH, **mine}) as watch:
+            words = events(watch)
+            assert (await anext(words))["seen"] == 0
+            async with session.post(gateway.url + "/v1/completions", json=body, headers=mine) as admitted:
+                assert admitted.status == 200
+                assert admitted.headers["x-rxpipe-seen"] == "1"  # its own call, counted at admission
+            async with session.post(gateway.url + "/v1/completions", json={"model": "sim"}, headers=mine) as bad:
+                assert bad.status == 400 and bad.headers["x-rxpipe-seen"] == "2"  # decided: refused
+            async with session.post(gateway.url + "/v1/completions", json=body) as other:
+                assert other.status == 200 and "x-rxpipe-seen" not in other.headers  # not the router's
+            async with asyncio.timeout(5):
+                while (await anext(words)).get("seen") != 2:
+                    pass  # the count reaches the watch as it moves (its words in order)
+            async with session.get(gateway.url + "/v1/credit", headers={**WATCH, "x-rxpipe-router-id": "bad id!"}) \
+                    as invalid:
+                assert invalid.status == 429  # the bound (one watcher) holds whatever the id
+        # the watch closed: the router is no one again
+        await asyncio.sleep(0)
+        async with asyncio.timeout(5):
+            while True:
+                async with session.post(gateway.url + "/v1/completions", json=body, headers=mine) as after:
+                    if "x-rxpipe-seen" not in after.headers:
+                        break
+                await asyncio.sleep(0.01)  # the server notices the closed stream on its next write
