@@ -14,10 +14,12 @@ network hop, before the router sends it the next request.
 What changes the room: downstream demand reaching the edge (its queue asks one more per
 departure), an admission (it spends one), an engine's slot freed or taken, the drain. Each of
 those calls :meth:`CreditWatch.changed`; the snapshot is taken once per loop pass (``call_soon``),
-however many changes it saw, and sent only when ``free_slots`` or ``queue_room`` differ from the
-last one sent. Bounds: at most ``credit_watchers_max`` watches at once (one more gets 429
+however many changes it saw, and sent to a watcher only when ``free_slots``, ``queue_room`` or
+its router's count of decided calls (``seen``, :class:`CreditWatch`) differ from what it was last
+sent. Bounds: at most ``credit_watchers_max`` watches at once (one more gets 429
 ``too_many_watchers``); a slow watcher holds at most one unsent snapshot (a newer one replaces it:
-only the latest word matters), the rest waits in its socket's write buffer.
+only the latest word matters), the rest waits in its socket's write buffer (aiohttp's write
+waits for it to drain); a router's count lives while a watch naming it is open.
 """
 
 from __future__ import annotations
