@@ -253,13 +253,12 @@ class _Credit(_OpenAIState):
 
     def _on_word(self, room: int, seq: int | None, seen: int | None) -> None:
         """A word of the watch: the backend's room (requests) in snapshot ``seq``, having decided
-        ``seen`` of this engine's calls. When it leaves more room than the book did, the capacity
-        listeners look again (the balance routes there, the executor asks)."""
-        now = self._now()
-        credit = self.credit
-        before = credit.left(now) or 0
-        credit.observe(room, self._unsent(seen), now, seq)
-        if (credit.left(now) or 0) > before:
+        ``seen`` of this engine's calls. When it raises the engine's ``free_slots`` (the room was
+        what bound them), the capacity listeners look again (the balance routes there, the
+        executor asks)."""
+        before = self.free_slots
+        self.credit.observe(room, self._unsent(seen), self._now(), seq)
+        if self.free_slots > before:  # not when the engine's own window is what binds: no one asks more
             self._freed = True
             self._start_waiting()
 
