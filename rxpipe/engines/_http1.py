@@ -35,6 +35,7 @@ import asyncio
 import ssl
 import zlib
 from collections import deque
+from collections.abc import Callable
 from typing import Any, Mapping, Protocol
 from urllib.parse import urlsplit
 
@@ -132,6 +133,19 @@ class HTTP1Response:
             await conn.wait_data()
         return conn
 
+    def feed(self, sink: Callable[[bytes], None]) -> None:
+        """Hand the body to ``sink(bytes)`` as it arrives, inside the connection's protocol
+        callback (no task wake-up per chunk: a reader of a stream of small events sees each in
+        the loop pass that received it); what was buffered goes first. :meth:`readany` then only
+        waits for the end (``b""``) or the error; the read timeout counts from the last byte.
+        A sink that raises ends the answer with ``aiohttp.ClientPayloadError``."""
+        conn = self._conn
+        if conn is None:
+            return
+        while conn.chunks:
+            sink(conn.take())
+        conn.sink = sink
+
     def at_eof(self) -> bool:
         conn = self._conn
         return conn is None or (conn.complete and not conn.chunks)
@@ -212,6 +226,8 @@ class _Connection(asyncio.Protocol):
         self.paused = False
         self.wait_since = 0.0
         self.read_timeout_s: float | None = None
+        #: set by HTTP1Response.feed: the body goes to it as it arrives, not to the buffer
+        self.sink: Callable[[bytes], None] | None = None
 
     # -- asyncio.Protocol --------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -281,6 +297,14 @@ class _Connection(asyncio.Protocol):
                 return
             if not body:
                 return
+        sink = self.sink
+        if sink is not None:
+            self.wait_since = self.loop.time()  # bytes arrived: the read timeout counts from here
+            try:
+                sink(body)
+            except Exception as error:  # the sink's refusal ends the answer, as a bad body does
+                self._fail(aiohttp.ClientPayloadError(f"the answer's reader refused its body: {error!r}"))
+            return
         self.chunks.append(body)
         self.buffered += len(body)
         self._wake()

@@ -111,6 +111,8 @@ class CreditWatcher:
         self.opened = 0
         self._task: asyncio.Task[None] | None = None
         self._pool: HTTP1Pool | None = None
+        #: the bytes of an event not yet whole
+        self._pending = b""
 
     def start(self) -> None:
         if self._task is None and not self.unsupported:
@@ -132,6 +134,8 @@ class CreditWatcher:
             opened = self.opened
             try:
                 await self._watch_once()
+            except aiohttp.ClientPayloadError as error:  # a malformed stream, or its reader failed
+                log.warning("credit watch %s ended: %r", self.url, error)
             except (TimeoutError, aiohttp.ClientError, OSError, ValueError) as error:
                 log.debug("credit watch %s: %r", self.url, error)
             if self.live:
@@ -162,16 +166,22 @@ class CreditWatcher:
             self.opened += 1
             self.live = True
             self.on_open()
-            pending = b""
-            while data := await response.readany():
-                pending += data
-                *events, pending = pending.split(b"\n\n")
-                for event in events:
-                    self._read(event)
-                if len(pending) > _MAX_EVENT_BYTES:
-                    raise ValueError(f"a credit event over {_MAX_EVENT_BYTES} bytes")
+            self._pending = b""
+            # each word is read in the protocol callback that received it, before the tasks that
+            # pass woke (a request handler among them must not route on the word before it)
+            response.feed(self._feed)
+            while await response.readany():
+                pass  # nothing is buffered: this waits for the end, or raises the error
         finally:
             response.close()
+
+    def _feed(self, data: bytes) -> None:
+        pending = self._pending + data
+        *events, self._pending = pending.split(b"\n\n")
+        for event in events:
+            self._read(event)
+        if len(self._pending) > _MAX_EVENT_BYTES:
+            raise ValueError(f"a credit event over {_MAX_EVENT_BYTES} bytes")
 
     def _read(self, event: bytes) -> None:
         for line in event.split(b"\n"):

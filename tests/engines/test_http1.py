@@ -336,6 +336,57 @@ async def test_read_timeout_while_waiting_for_a_byte() -> None:
             await pool.close()
 
 
+async def test_a_fed_body_reaches_its_sink_in_the_protocol_callback_and_keeps_the_read_timeout_alive() -> None:
+    """``feed``: every chunk goes to the sink as it arrives (what was buffered first), in order;
+    bytes arriving keep a stream alive past ``read_timeout_s``; silence still times it out."""
+    async def ticking(request: web.Request) -> web.StreamResponse:
+        response = web.StreamResponse()
+        await response.prepare(request)
+        for n in range(6):  # 0.6 s of ticks, three times the read timeout
+            await response.write(f"tick {n}\n".encode())
+            await asyncio.sleep(0.1)
+        await asyncio.sleep(1)  # > the read timeout: silence
+        return response
+
+    async with serve(ticking) as (url, _):
+        pool = HTTP1Pool(url, 1)
+        try:
+            response = await pool.post(url, data=b"{}", headers={}, read_timeout_s=0.2)
+            got: list[bytes] = []
+            response.feed(got.append)
+            with pytest.raises(aiohttp.ServerTimeoutError, match="read_timeout_s=0.2"):
+                await response.content.readany()  # returns only at the end: here the silence after the ticks
+            assert b"".join(got) == b"".join(f"tick {n}\n".encode() for n in range(6))
+        finally:
+            await pool.close()
+
+
+async def test_a_sink_that_raises_ends_the_answer_with_a_payload_error() -> None:
+    async def two(request: web.Request) -> web.StreamResponse:
+        response = web.StreamResponse()
+        await response.prepare(request)
+        await response.write(b"one")
+        await asyncio.sleep(0.05)
+        await response.write(b"two")
+        await asyncio.sleep(1)  # > the read timeout: silence
+        return response
+
+    def refuse(data: bytes) -> None:
+        if data == b"two":
+            raise ValueError("not two")
+
+    async with serve(two) as (url, _):
+        pool = HTTP1Pool(url, 1)
+        try:
+            response = await pool.post(url, data=b"{}", headers={}, read_timeout_s=2.0)
+            response.feed(refuse)
+            with pytest.raises(aiohttp.ClientPayloadError, match="refused its body: ValueError\\('not two'\\)"):
+                await response.content.readany()
+            assert pool.open_connections == 0
+        finally:
+            await pool.close()
+
+
 async def test_cancelling_a_read_and_closing_closes_the_connection() -> None:
     async def endless(request: web.Request) -> web.StreamResponse:
         response = web.StreamResponse()
