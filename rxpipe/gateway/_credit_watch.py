@@ -43,16 +43,24 @@ def wants_watch(request: web.Request) -> bool:
 
 
 class _Watcher:
-    """One open watch: its router id (or None), the latest snapshot not yet written (None: none)
-    and its wake-up; ``last``: the (free slots, queue room, seen) it was last offered."""
+    """One open watch: its router id (or None), the latest snapshot not yet written (None: none),
+    its wake-up and its connection's transport (None once gone); ``last``: the (free slots, queue
+    room, seen) it was last offered."""
 
-    __slots__ = ("router", "pending", "wake", "last")
+    __slots__ = ("router", "pending", "wake", "last", "transport")
 
-    def __init__(self, router: str | None) -> None:
+    def __init__(self, router: str | None, transport: asyncio.Transport | None) -> None:
         self.router = router
         self.pending: bytes | None = None
         self.wake = asyncio.Event()
         self.last: tuple[int, int, int] | None = None
+        self.transport = transport
+
+    def behind(self) -> bool:
+        """Its socket's buffer is full and bytes wait in ours: the client has not read for a
+        while, and a word written now would reach it after every older one still queued."""
+        transport = self.transport
+        return transport is not None and not transport.is_closing() and transport.get_write_buffer_size() > 0
 
     def offer(self, data: bytes) -> None:
         self.pending = data  # replaces an unsent older one: only the latest word matters
@@ -156,11 +164,16 @@ class CreditWatch:
 
     def close(self) -> None:
         """End every watch (the edge drains or stops) after one last snapshot, which then says no
-        room; a watch opened from now on gets 503."""
+        room; a watch opened from now on gets 503. A watcher that is :meth:`~_Watcher.behind`
+        cannot take that word (its write would wait for a client that reads nothing, and the stop
+        with it): its connection is cut, which says the same to a router (the watch ended)."""
         self._closing = True
         if self._watchers:
             self._flush(force=True)
         for watcher in self._watchers:
+            if watcher.behind():
+                assert watcher.transport is not None
+                watcher.transport.abort()
             watcher.wake.set()
         if self._beat is not None:
             self._beat.cancel()
@@ -186,7 +199,7 @@ class CreditWatch:
         router = router_id(request.headers.get(ROUTER_ID))
         if router is not None:
             self._seen.setdefault(router, 0)
-        watcher = _Watcher(router)
+        watcher = _Watcher(router, request.transport)  # type: ignore[arg-type]
         response = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-store",
                                                "X-Accel-Buffering": "no"})
         before_send(response)

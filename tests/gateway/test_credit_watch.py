@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import asyncio
 import signal
+import socket
 from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -162,3 +164,46 @@ async def test_a_watch_naming_its_router_counts_that_routers_calls_as_the_edge_d
                     if "x-rxpipe-seen" not in after.headers:
                         break
                 await asyncio.sleep(0.01)  # the server notices the closed stream on its next write
+
+
+def _watch_that_never_reads(port: int) -> socket.socket:
+    """A watch whose client reads nothing (a router stopped by SIGSTOP, a peer gone silent): the
+    smallest receive window, so the gateway's socket buffer fills at once."""
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1)
+    sock.connect(("127.0.0.1", port))
+    sock.sendall(b"GET /v1/credit HTTP/1.1\r\nHost: x\r\nAccept: text/event-stream\r\n\r\n")
+    return sock
+
+
+def _unsent_bytes(server_port: int, client_port: int) -> int | None:
+    """The kernel's send queue of the gateway's end of one loopback connection (/proc/net/tcp)."""
+    local, remote = f"0100007F:{server_port:04X}", f":{client_port:04X}"
+    for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
+        fields = line.split()
+        if fields[1] == local and fields[2].endswith(remote):
+            return int(fields[4].split(":")[0], 16)
+    return None
+
+
+async def test_a_watcher_that_never_reads_does_not_hold_up_the_gateways_stop(tmp_path: Any) -> None:
+    """Its write buffer full, the watcher cannot take the last word: the drain cuts its
+    connection rather than leaving the stop to wait shutdown_timeout_s (twice) for it."""
+    process = GatewayProcess(tmp_path, "credit_heartbeat_s=0.0001")  # ~10,000 words a second
+    stuck = _watch_that_never_reads(process.port)
+    try:
+        client_port = stuck.getsockname()[1]
+        last = None
+        async with asyncio.timeout(20):
+            while True:  # polling the state: the kernel's buffer toward it is full once it stops growing
+                await asyncio.sleep(0.3)
+                unsent = _unsent_bytes(process.port, client_port)
+                if unsent and unsent == last:
+                    break
+                last = unsent
+        process.proc.send_signal(signal.SIGTERM)
+        assert process.wait() == 0
+        assert "still owed an answer" not in process.output
+    finally:
+        stuck.close()
+        process.kill()
