@@ -5,6 +5,7 @@ bounded in watchers, and ends with a last word of no room when the gateway drain
 from __future__ import annotations
 
 import asyncio
+import itertools
 import signal
 import socket
 from collections.abc import AsyncIterator, Iterator
@@ -14,7 +15,10 @@ from typing import Any
 import aiohttp
 import orjson
 import pytest
+from aiohttp import web
 
+from rxpipe.gateway._credit import Credit
+from rxpipe.gateway._credit_watch import CreditWatch
 from tests.gateway.server import GatewayProcess
 
 #: two engine slots, two places in the queue; a 40-token request runs ~2 s (50 ms steps); one
@@ -207,3 +211,42 @@ async def test_a_watcher_that_never_reads_does_not_hold_up_the_gateways_stop(tmp
     finally:
         stuck.close()
         process.kill()
+
+
+async def test_a_watch_opened_in_the_pass_of_a_change_hides_that_change_from_no_other_watcher() -> None:
+    """An admission and a new watch in one loop pass (two handler tasks ready together): the
+    snapshot the admission scheduled still reaches the watchers already open. The heartbeat is a
+    minute, so only the change itself can tell them."""
+    state = {"room": 2}
+    seq = itertools.count(1)
+
+    def snapshot() -> Credit:
+        return Credit(state["room"], state["room"], 0.0, 0, next(seq))
+
+    watch = CreditWatch(snapshot, 4, 60.0)
+
+    async def credit(request: web.Request) -> web.StreamResponse:
+        if "fill" in request.query:
+            state["room"] = 0
+            watch.changed()  # an admission spent the room: a snapshot goes at the end of this pass
+        return await watch.serve(request, snapshot(), lambda response: None)
+
+    app = web.Application()
+    app.router.add_get("/v1/credit", credit)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    url = f"http://127.0.0.1:{site._server.sockets[0].getsockname()[1]}"  # type: ignore[union-attr]
+    try:
+        async with aiohttp.ClientSession() as session:
+            async with session.get(url + "/v1/credit", headers=WATCH) as first:
+                words = events(first)
+                assert room(await anext(words)) == (2, 2)
+                async with session.get(url + "/v1/credit?fill", headers=WATCH) as second:
+                    assert room(await anext(events(second))) == (0, 0)
+                    async with asyncio.timeout(5):
+                        assert room(await anext(words)) == (0, 0)
+    finally:
+        watch.close()
+        await runner.cleanup()
