@@ -13,9 +13,10 @@ The stream is ``live`` from its head until it ends; while it is live the engine 
 It ends when the backend closes it (its drain), on a connection error, or after
 :data:`WATCH_SILENCE_S` without a byte (a backend that stopped speaking is not believed); the
 watcher then opens it again after ``reconnect_min_s``, the interval doubling up to
-``reconnect_max_s`` while it fails, and the engine falls back to its probes meanwhile. A backend
-that answers the watch with anything but an event stream (an older rxpipe, another server with
-the same headers) is ``unsupported``: not asked again, the probes stay its only path.
+``reconnect_max_s`` while it fails, and the engine falls back to its probes meanwhile (a 408,
+429 or 5xx is such a failure: too many watchers, a drain, a proxy whose backend restarts). A
+backend that answers the watch with anything else but an event stream (an older rxpipe, another
+server with the same headers) is ``unsupported``: not asked again, the probes stay its only path.
 
 Anchor: Reactive Streams §3.9 (``request(n)`` signalled by the subscriber to its publisher) with
 the roles crossing the hop: the backend is the subscriber of the router's requests and says its
@@ -149,14 +150,15 @@ class CreditWatcher:
             delay = min(self.reconnect_max_s, delay * 2)
 
     async def _watch_once(self) -> None:
-        """One stream, read to its end. A 429/503 (too many watchers, a drain) is tried again
-        later; any other answer that is not an event stream makes the backend ``unsupported``."""
+        """One stream, read to its end. A 408, 429 or 5xx (too many watchers, a drain, a proxy
+        in front of a backend that restarts: a passing refusal) is tried again later; any other
+        answer that is not an event stream makes the backend ``unsupported``."""
         pool = self._pool
         if pool is None:
             pool = self._pool = HTTP1Pool(self.base_url, 1, connect_timeout_s=WATCH_SILENCE_S, loop=self.loop)
         response = await pool.get(self.url, headers=self.headers, read_timeout_s=WATCH_SILENCE_S)
         try:
-            if response.status in (429, 503):
+            if response.status in (408, 429) or response.status >= 500:
                 return
             if response.status != 200 or response.content_type != "text/event-stream":
                 self.unsupported = True

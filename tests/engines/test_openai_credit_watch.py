@@ -182,3 +182,48 @@ async def test_the_backend_counts_every_call_the_engine_sends_once_the_watch_is_
         assert engine._unsent(5) == 0 and engine._seen_base == 1  # "seen 5": none of ours on its way
     finally:
         await engine.aclose()
+
+
+async def test_a_watch_refused_by_a_passing_fault_is_opened_again() -> None:
+    """A backend behind a reverse proxy that answered the watch 502 while the backend restarted
+    (or any 5xx): a passing fault, not a backend without a watch; the watcher asks again on its
+    backoff and the watch opens."""
+    watches: list[int] = []
+
+    def credit_headers() -> dict[str, str]:
+        return {"x-rxpipe-queue-room": "1", "x-rxpipe-free-slots": "1"}
+
+    async def completions(request: web.Request) -> web.Response:
+        await request.read()
+        body = {"id": "c", "object": "text_completion", "model": "m",
+                "choices": [{"index": 0, "text": "hi", "finish_reason": "stop"}],
+                "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}}
+        return web.json_response(body, headers=credit_headers())
+
+    async def credit(request: web.Request) -> web.StreamResponse:
+        watches.append(len(watches))
+        if len(watches) == 1:
+            return web.Response(status=502, text="<html>502 Bad Gateway</html>", content_type="text/html")
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream", **credit_headers()})
+        await response.prepare(request)
+        await response.write(b'data: {"free_slots": 1, "queue_room": 1, "seq": 1}\n\n')
+        await asyncio.sleep(60)  # the test ends first
+        return response
+
+    app = web.Application()
+    app.router.add_post("/v1/completions", completions)
+    app.router.add_get("/v1/credit", credit)
+    runner = web.AppRunner(app, handler_cancellation=True)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    engine = OpenAIEngine(f"http://127.0.0.1:{port}", "m", 2, chat=False, credit_probe_max_s=0.02)
+    try:
+        await submit(engine, CompletionRequest(prompt="hello", max_tokens=2)).result
+        await wait_for(lambda: engine.watching, what="the watch to open after the 502")
+        assert engine._watcher is not None and not engine._watcher.unsupported
+        assert len(watches) == 2
+    finally:
+        await engine.aclose()
+        await runner.cleanup()
