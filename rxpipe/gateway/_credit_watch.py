@@ -38,8 +38,28 @@ __all__ = ["CreditWatch", "wants_watch"]
 
 
 def wants_watch(request: web.Request) -> bool:
-    """True for a ``GET /v1/credit`` asking for the event stream (``Accept: text/event-stream``)."""
-    return request.method == "GET" and "text/event-stream" in request.headers.get("Accept", "")
+    """True for a ``GET /v1/credit`` asking for the event stream: its ``Accept`` names
+    ``text/event-stream`` (in any case, with any parameters: RFC 9110 §8.3.1) with a weight
+    other than ``q=0`` ("not acceptable", §12.4.2). ``*/*`` is the plain JSON answer."""
+    if request.method != "GET":
+        return False
+    accept = request.headers.get("Accept", "")
+    if "event-stream" not in accept.lower():  # the common cases, without parsing
+        return False
+    for media_range in accept.split(","):
+        kind, *params = media_range.split(";")
+        if kind.strip().lower() != "text/event-stream":
+            continue
+        for param in params:
+            name, _, value = param.partition("=")
+            if name.strip().lower() == "q":
+                try:
+                    weight = float(value.strip())
+                except ValueError:
+                    weight = 1.0
+                return weight > 0
+        return True
+    return False
 
 
 class _Watcher:

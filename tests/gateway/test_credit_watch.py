@@ -250,3 +250,24 @@ async def test_a_watch_opened_in_the_pass_of_a_change_hides_that_change_from_no_
     finally:
         watch.close()
         await runner.cleanup()
+
+
+@pytest.mark.parametrize(("accept", "content_type"), [
+    ("text/event-stream", "text/event-stream"),
+    ("TEXT/Event-Stream", "text/event-stream"),  # media types are case-insensitive (RFC 9110 §8.3.1)
+    ("application/json;q=0.5, text/event-stream; charset=utf-8", "text/event-stream"),
+    ("text/event-stream;q=0, application/json", "application/json"),  # q=0: "not acceptable" (§12.4.2)
+    ("text/event-stream ; Q=0.0", "application/json"),
+    ("*/*", "application/json"),
+    ("application/json", "application/json"),
+])
+async def test_the_watch_is_what_the_accept_header_asks_for(gateway: GatewayProcess, accept: str,
+                                                            content_type: str) -> None:
+    async with aiohttp.ClientSession() as session:
+        async with asyncio.timeout(5):
+            while True:  # the bound is one watch: the last test's may still be closing
+                async with session.get(gateway.url + "/v1/credit", headers={"Accept": accept}) as answer:
+                    if answer.status != 429:
+                        assert (answer.status, answer.content_type) == (200, content_type)
+                        break
+                await asyncio.sleep(0.01)
