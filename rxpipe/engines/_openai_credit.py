@@ -233,9 +233,8 @@ class _Credit(_OpenAIState):
         loop = self._loop
         if self._closed or loop is None:
             return
-        auth = self._answer_headers.get("Authorization")
-        headers = {ROUTER_ID: self.router_id, **({"Authorization": auth} if auth else {})}
-        self._watcher = CreditWatcher(self.base_url, self._on_word, self._on_watch_lost, headers,
+        # the calls' own headers (ROUTER_ID names this engine to the backend's count of its calls)
+        self._watcher = CreditWatcher(self.base_url, self._on_word, self._on_watch_lost, self._probe_headers(),
                                       self.credit_probe_max_s, 1.0, loop, on_open=self._on_watch_open)
         self._watcher.start()
 
@@ -400,8 +399,10 @@ class _Credit(_OpenAIState):
             return None
 
     def _probe_headers(self) -> dict[str, str]:
-        auth = self._answer_headers.get("Authorization")
-        return {"Accept": "application/json", **({"Authorization": auth} if auth else {})}
+        """The headers of a probe (and, with its own ``Accept``, of the watch): those of every
+        call (its ``Authorization``, the user's ``headers=``: a proxy in front may want them
+        too) but the body's ``Content-Type``; ``Accept: application/json``."""
+        return {name: value for name, value in self._answer_headers.items() if name.lower() != "content-type"}
 
     async def _close_probe(self) -> None:
         watcher, self._watcher = self._watcher, None

@@ -227,3 +227,51 @@ async def test_a_watch_refused_by_a_passing_fault_is_opened_again() -> None:
     finally:
         await engine.aclose()
         await runner.cleanup()
+
+
+@pytest.mark.parametrize("credit_watch", [True, False])
+async def test_the_watch_and_the_probes_carry_the_engines_own_headers(credit_watch: bool) -> None:
+    """A backend behind a gate that wants a header of the engine's ``headers=`` on every request
+    (a proxy's key, a tenant): the watch and the probes carry it too, so a backend that said 0
+    is heard saying room again (without it they got 403 forever and the backend no request)."""
+    seen: list[tuple[str | None, str]] = []
+    gate = {"X-Backend-Key": "k"}
+
+    async def completions(request: web.Request) -> web.Response:
+        await request.read()
+        body = {"id": "c", "object": "text_completion", "model": "m",
+                "choices": [{"index": 0, "text": "hi", "finish_reason": "stop"}],
+                "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}}
+        return web.json_response(body, headers={"x-rxpipe-queue-room": "0", "x-rxpipe-free-slots": "0"})
+
+    async def credit(request: web.Request) -> web.StreamResponse:
+        seen.append((request.headers.get("X-Backend-Key"), request.headers.get("Accept", "")))
+        if request.headers.get("X-Backend-Key") != "k":
+            return web.Response(status=403, text="forbidden")
+        headers = {"x-rxpipe-queue-room": "1", "x-rxpipe-free-slots": "0"}
+        if request.headers.get("Accept") != "text/event-stream":
+            return web.json_response({"queue_room": 1, "free_slots": 0}, headers=headers)
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream", **headers})
+        await response.prepare(request)
+        await response.write(b'data: {"free_slots": 0, "queue_room": 1}\n\n')
+        await asyncio.sleep(60)  # the test ends first
+        return response
+
+    app = web.Application()
+    app.router.add_post("/v1/completions", completions)
+    app.router.add_get("/v1/credit", credit)
+    runner = web.AppRunner(app, handler_cancellation=True)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    engine = OpenAIEngine(f"http://127.0.0.1:{port}", "m", 2, chat=False, headers=gate,
+                          credit_probe_max_s=0.02, credit_watch=credit_watch)
+    try:
+        await submit(engine, CompletionRequest(prompt="hello", max_tokens=2)).result
+        await wait_for(lambda: engine.advertised_room == 1, what="the backend's word of room")
+        assert seen and all(key == "k" for key, _ in seen)
+        assert ("text/event-stream" in (accept for _, accept in seen)) is credit_watch
+    finally:
+        await engine.aclose()
+        await runner.cleanup()
