@@ -19,7 +19,10 @@ its router's count of decided calls (``seen``, :class:`CreditWatch`) differ from
 sent. Bounds: at most ``credit_watchers_max`` watches at once (one more gets 429
 ``too_many_watchers``); a slow watcher holds at most one unsent snapshot (a newer one replaces it:
 only the latest word matters), the rest waits in its socket's write buffer (aiohttp's write
-waits for it to drain); a router's count lives while a watch naming it is open.
+waits for it to drain); a router's count lives while a watch naming it is open. A watcher whose
+socket buffer is still full at the next heartbeat (its client reads nothing: stopped, gone
+silent) is cut and gives its place back; at the drain, one whose buffer is full is cut at once
+(it could not take the last word, and the stop would wait for it).
 """
 
 from __future__ import annotations
@@ -67,7 +70,7 @@ class _Watcher:
     its wake-up and its connection's transport (None once gone); ``last``: the (free slots, queue
     room, seen) it was last offered."""
 
-    __slots__ = ("router", "pending", "wake", "last", "transport")
+    __slots__ = ("router", "pending", "wake", "last", "transport", "was_behind")
 
     def __init__(self, router: str | None, transport: asyncio.Transport | None) -> None:
         self.router = router
@@ -75,6 +78,8 @@ class _Watcher:
         self.wake = asyncio.Event()
         self.last: tuple[int, int, int] | None = None
         self.transport = transport
+        #: :meth:`behind` at the last heartbeat
+        self.was_behind = False
 
     def behind(self) -> bool:
         """Its socket's buffer is full and bytes wait in ours: the client has not read for a
@@ -175,8 +180,20 @@ class CreditWatch:
     def _heartbeat(self) -> None:
         self._beat = None
         if self._watchers:
+            self._cut_stuck()
             self._flush(force=True)
             self._arm()
+
+    def _cut_stuck(self) -> None:
+        """Cut the watchers :meth:`~_Watcher.behind` at this heartbeat and the one before: their
+        client has read nothing for a heartbeat with its socket buffer full (megabytes of old
+        words), so it holds a place a router could have; its stream ends as a broken connection."""
+        for watcher in self._watchers:
+            behind = watcher.behind()
+            if behind and watcher.was_behind:
+                assert watcher.transport is not None
+                watcher.transport.abort()  # its handler leaves the set (ConnectionError, cancel)
+            watcher.was_behind = behind
 
     def _arm(self) -> None:
         if self._beat is None and self._watchers:

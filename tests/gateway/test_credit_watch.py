@@ -271,3 +271,27 @@ async def test_the_watch_is_what_the_accept_header_asks_for(gateway: GatewayProc
                         assert (answer.status, answer.content_type) == (200, content_type)
                         break
                 await asyncio.sleep(0.01)
+
+
+async def test_a_watcher_that_never_reads_gives_its_place_back(tmp_path: Any) -> None:
+    """One place (credit_watchers_max=1), taken by a client that reads nothing: once its socket
+    buffer stays full from one heartbeat to the next it is cut, and a router's watch opens."""
+    process = GatewayProcess(tmp_path, "credit_watchers_max=1", "credit_heartbeat_s=0.0001")
+    stuck = _watch_that_never_reads(process.port)
+    refused = 0
+    try:
+        async with aiohttp.ClientSession() as session:
+            async with asyncio.timeout(20):
+                while True:  # polling the state: 429 while the place is held
+                    async with session.get(process.url + "/v1/credit", headers=WATCH) as watch:
+                        if watch.status == 200:
+                            assert room(await anext(events(watch))) == (256, 100)
+                            break
+                        assert watch.status == 429
+                        refused += 1
+                    await asyncio.sleep(0.05)
+        assert refused > 0  # it did hold the place first
+        assert process.terminate() == 0
+    finally:
+        stuck.close()
+        process.kill()
