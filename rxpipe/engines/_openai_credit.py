@@ -150,6 +150,15 @@ class BackendCredit:
             self.zeros += 1
         return left > 0 and not was
 
+    def forget(self, now: float) -> None:
+        """The backend's word is no longer believed (its watch ended without a last word of no
+        room: it went silent, the connection broke): no room until a probe or an answer says
+        more. The snapshot number stays (an older word is still ignored)."""
+        if self.seen and self.left(now):
+            self.zeros += 1
+        self.room = 0
+        self.spent = 0
+
     def spend(self, now: float) -> bool:
         """One call admitted at ``now``. True when that spent the last of the room."""
         if not self.seen:
@@ -262,8 +271,13 @@ class _Credit(_OpenAIState):
             self._start_waiting()
 
     def _on_watch_lost(self) -> None:
-        """The watch ended: a backend at 0 is probed until it is open again or says room."""
-        if self.credit.left(self._now()) == 0:
+        """The watch ended: its last word is not believed any more (a backend stopped by SIGSTOP
+        took the calls it allowed and answered none of them until total_timeout_s); the backend
+        is probed until the watch is open again or it says room (a live one within
+        ``credit_probe_min_s``)."""
+        now = self._now()
+        self.credit.forget(now)
+        if self.credit.left(now) == 0:
             self._start_probe()
 
     def _reroute(self, call: Any, headers: Mapping[str, str]) -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+import signal
 from collections.abc import Iterator
 from typing import Any
 
@@ -275,3 +276,24 @@ async def test_the_watch_and_the_probes_carry_the_engines_own_headers(credit_wat
     finally:
         await engine.aclose()
         await runner.cleanup()
+
+
+async def test_a_backend_whose_watch_went_silent_is_not_believed_until_it_speaks_again(tmp_path: Any) -> None:
+    """A backend stopped by SIGSTOP: its watch says nothing for 3 s and ends; its last word (room
+    2) no longer counts, so no request goes into a backend that answers nothing (they would wait
+    there for total_timeout_s); the probes say room again once it resumes."""
+    process = GatewayProcess(tmp_path, *BACKEND)
+    engine = OpenAIEngine(process.url, "sim", 2, credit_probe_max_s=0.02)
+    try:
+        await submit(engine, CompletionRequest(prompt="hello", max_tokens=2)).result
+        await wait_for(lambda: engine.watching, what="the watch to open")
+        await wait_for(lambda: engine.advertised_room == 2, what="the idle backend's word")
+        process.proc.send_signal(signal.SIGSTOP)
+        await wait_for(lambda: not engine.watching, timeout_s=10.0, what="the silent watch to end")
+        assert engine.advertised_room == 0 and engine.free_slots == 0
+        process.proc.send_signal(signal.SIGCONT)
+        await wait_for(lambda: engine.advertised_room == 2, timeout_s=10.0, what="the resumed backend's word")
+    finally:
+        process.proc.send_signal(signal.SIGCONT)
+        await engine.aclose()
+        process.kill()
