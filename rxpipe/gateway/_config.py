@@ -77,7 +77,8 @@ class GatewayConfig:
     credit_watchers_max: ``GET /v1/credit`` event streams (routers watching the edge's credit,
         DESIGN §8b) open at once at most; one more gets 429 ``too_many_watchers``.
     credit_heartbeat_s: a credit watch repeats the snapshot this often when nothing changed
-        (seconds): its reader knows the stream is alive.
+        (seconds, at most 2: a router takes a watch silent for 3 s for dead): its reader knows
+        the stream is alive.
     tenants_file: path of a tenants file (JSON, or TOML by its ``.toml`` suffix; schema in
         :class:`~rxpipe.gateway.Tenants`), or None for one tenant. With it, admission is per
         tenant (DESIGN §5 "Many tenants"): auth keys are ``api_keys`` plus every tenant's keys,
@@ -120,8 +121,10 @@ class GatewayConfig:
                                         minimum=0)
     credit_watchers_max: int = setting(64, "int", "GET /v1/credit event streams (routers watching the credit) open "
                                                   "at once; one more gets 429", minimum=1)
+    # at most 2 s: a router deems a watch that said nothing for 3 s dead (engines' WATCH_SILENCE_S)
     credit_heartbeat_s: float = setting(1.0, "number", "a credit watch repeats the snapshot this often when nothing "
-                                                       "changed (s)", minimum=0, exclusive_minimum=True)
+                                                       "changed (s); at most 2: a router takes 3 s of silence for a "
+                                                       "dead watch", minimum=0, exclusive_minimum=True, maximum=2)
     tenants_file: str | None = setting(None, "str", "tenants (JSON or TOML): per-tenant fair queue, priority, "
                                                     "rpm/tpm (the manual's \"Many tenants\"); null: one tenant",
                                        nullable=True, allow_empty=False)

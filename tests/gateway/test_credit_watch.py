@@ -8,6 +8,8 @@ import asyncio
 import itertools
 import signal
 import socket
+import subprocess
+import sys
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
@@ -17,9 +19,10 @@ import orjson
 import pytest
 from aiohttp import web
 
+from rxpipe.engines._openai_credit_watch import WATCH_SILENCE_S
 from rxpipe.gateway._credit import Credit
 from rxpipe.gateway._credit_watch import CreditWatch
-from tests.gateway.server import GatewayProcess
+from tests.gateway.server import GATEWAY, GatewayProcess
 
 #: two engine slots, two places in the queue; a 40-token request runs ~2 s (50 ms steps); one
 #: watcher at most, a heartbeat every 0.3 s
@@ -295,3 +298,15 @@ async def test_a_watcher_that_never_reads_gives_its_place_back(tmp_path: Any) ->
     finally:
         stuck.close()
         process.kill()
+
+
+def test_a_heartbeat_a_router_would_take_for_silence_is_refused_at_start() -> None:
+    """A router deems a watch that said nothing for 3 s dead (WATCH_SILENCE_S): a heartbeat of
+    3 s or more would have every router's watch broken and opened again every 3 s on an idle
+    gateway. The setting stops the start instead, naming itself."""
+    assert WATCH_SILENCE_S == 3.0
+    run = subprocess.run([sys.executable, "-m", "rxpipe", "run", str(GATEWAY), "--port", "0",
+                          "--set", "credit_heartbeat_s=3"], capture_output=True, text=True, timeout=30)
+    assert run.returncode == 1
+    assert run.stderr.strip().splitlines()[-1] == (
+        "rxpipe: error: setting credit_heartbeat_s must be a number > 0 and <= 2, got 3 (int)")
