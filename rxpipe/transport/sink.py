@@ -440,7 +440,12 @@ class TransportSink(Flowable[Any], Service):
         self.backlog = snapshot.backlog
         self.unseen_at_refresh = unseen
         self._admitted_at_refresh = mark
-        self.gateways = max(1, sum(1 for at in snapshot.gateways.values() if now - at <= LIVENESS_S))
+        gateways = max(1, sum(1 for at in snapshot.gateways.values() if now - at <= LIVENESS_S))
+        if gateways != self.gateways:
+            # what the share depends on, said when it changes (a peer seen, or one gone silent)
+            log.info("%s %s: %d live gateways on the queue: this one admits ceil(room / %d) between refreshes",
+                     self.kind, self.name, gateways, gateways)
+        self.gateways = gateways
         room = max(0, s.max_backlog - self.backlog - unseen)
         self.allowance = -(-room // self.gateways)
         self.paused_until_s = pause_floor(snapshot.workers, now)

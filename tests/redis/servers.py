@@ -6,6 +6,7 @@ by the test's fixtures.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
@@ -15,6 +16,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Iterator
 
 ROOT = Path(__file__).resolve().parents[2]
 PIPELINES = ROOT / "pipelines"
@@ -65,6 +67,17 @@ class ServerProcess:
                 pass
             time.sleep(0.05)
         raise AssertionError(f"{self.name} did not answer within {timeout_s} s")
+
+    @contextlib.contextmanager
+    def frozen(self) -> Iterator[None]:
+        """SIGSTOP for the block, SIGCONT after it: a broker that answers nothing meanwhile and
+        loses nothing (no command completes: no client learns anything new from it)."""
+        assert self.proc is not None, "not running"
+        self.proc.send_signal(signal.SIGSTOP)
+        try:
+            yield
+        finally:
+            self.proc.send_signal(signal.SIGCONT)
 
     def kill(self) -> None:
         """SIGKILL (a crash): what was acknowledged is on disk."""

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import shutil
 from pathlib import Path
-from typing import Any, Iterator, Protocol
+from typing import Any, ContextManager, Iterator, Protocol
 
 import pytest
 
@@ -30,6 +30,8 @@ class Broker(Protocol):
     def kill(self) -> None: ...
 
     def start(self, timeout_s: float = 15.0) -> None: ...
+
+    def frozen(self) -> ContextManager[None]: ...
 
 
 def _missing(name: str, how: str) -> None:
