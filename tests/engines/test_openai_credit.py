@@ -5,9 +5,7 @@ probe says more; a backend without the headers keeps today's signals."""
 from __future__ import annotations
 
 import asyncio
-import re
 from collections.abc import Iterator
-from typing import Any
 
 import aiohttp
 import pytest
@@ -17,7 +15,7 @@ from rxpipe.engines._openai_credit import BackendCredit, parse_room
 from rxpipe.errors import EngineUnavailableError
 from rxpipe.settings import SettingError
 from rxpipe.testing import run_virtual
-from tests.gateway.server import GatewayProcess
+from tests.gateway.server import GatewayProcess, answered, queue_room
 
 from .openai_stub_server import StubServer
 from .openai_support import make, submit, wait_for
@@ -37,16 +35,7 @@ def backend(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayProcess
 
 async def completions_answered(session: aiohttp.ClientSession, url: str) -> int:
     """``/v1/completions`` requests the backend answered (every status), from its metrics."""
-    async with session.get(url + "/metrics") as response:
-        text = await response.text()
-    pattern = r'^rxpipe_http_requests_total\{code="\d+",route="/v1/completions"\} (\S+)$'
-    return int(sum(float(v) for v in re.findall(pattern, text, re.M)))
-
-
-async def room(session: aiohttp.ClientSession, url: str) -> int:
-    async with session.get(url + "/v1/credit") as response:
-        body: dict[str, Any] = await response.json()
-    return int(body["queue_room"])
+    return sum((await answered(session, url)).values())
 
 
 def test_parse_room_reads_rxpipe_then_llm_d_and_ignores_garbage() -> None:
@@ -96,7 +85,7 @@ async def test_zero_room_sends_nothing_until_the_probe_says_more(backend: Gatewa
                 )
                 for _ in range(2)
             ]
-            while await room(other, url) != 0:
+            while await queue_room(other, url) != 0:
                 await asyncio.sleep(0.01)  # polling the backend's state
             sent = await completions_answered(other, url)
             # still believed 2: one real request goes, is refused 429 and failed at once to be routed

@@ -7,9 +7,9 @@ while the watch is open. A backend that drains ends the watch and the probes tak
 from __future__ import annotations
 
 import asyncio
-import re
 import signal
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from contextlib import asynccontextmanager
 from typing import Any
 
 import aiohttp
@@ -19,7 +19,7 @@ from prometheus_client import REGISTRY
 
 from rxpipe.engines import CompletionRequest, OpenAIEngine
 from rxpipe.engines._openai_credit_watch import room_of
-from tests.gateway.server import GatewayProcess
+from tests.gateway.server import GatewayProcess, answered, queue_room
 
 from .openai_support import submit, wait_for
 
@@ -34,22 +34,35 @@ def backend(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayProcess
     process.terminate()
 
 
-async def answered(session: aiohttp.ClientSession, url: str) -> dict[str, int]:
-    """``/v1/completions`` answers of the backend by status code, from its metrics."""
-    async with session.get(url + "/metrics") as response:
-        text = await response.text()
-    pattern = r'^rxpipe_http_requests_total\{code="(\d+)",route="/v1/completions"\} (\S+)$'
-    return {code: int(float(value)) for code, value in re.findall(pattern, text, re.M)}
+#: a whole ``/v1/completions`` answer of one token, for the hand-made backends below
+ANSWER = {"id": "c", "object": "text_completion", "model": "m",
+          "choices": [{"index": 0, "text": "hi", "finish_reason": "stop"}],
+          "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}}
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+@asynccontextmanager
+async def hand_made_backend(completions: Handler, credit: Handler) -> AsyncIterator[str]:
+    """A backend of two handlers (``POST /v1/completions``, ``GET /v1/credit``) on a free port,
+    for what no rxpipe gateway does (a plain JSON credit, a 502, a gate): its base URL. Handlers
+    are cancelled when their client leaves (a stream that would outlive the test)."""
+    app = web.Application()
+    app.router.add_post("/v1/completions", completions)
+    app.router.add_get("/v1/credit", credit)
+    runner = web.AppRunner(app, handler_cancellation=True)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        await runner.cleanup()
 
 
 def metric(name: str, engine: OpenAIEngine) -> float | None:
     return REGISTRY.get_sample_value(name, {"engine": engine.name})
-
-
-async def queue_room(session: aiohttp.ClientSession, url: str) -> int:
-    async with session.get(url + "/v1/credit") as response:
-        body: dict[str, Any] = await response.json()
-    return int(body["queue_room"])
 
 
 def test_room_of_is_queue_room_plus_free_slots_and_none_without_a_queue_room() -> None:
@@ -133,38 +146,27 @@ async def test_a_backend_whose_credit_is_no_event_stream_is_probed_only() -> Non
     async def completions(request: web.Request) -> web.Response:
         await request.read()
         words["room"] = 0  # this answer fills it
-        body = {"id": "c", "object": "text_completion", "model": "m",
-                "choices": [{"index": 0, "text": "hi", "finish_reason": "stop"}],
-                "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}}
-        return web.json_response(body, headers=credit_headers())
+        return web.json_response(ANSWER, headers=credit_headers())
 
     async def credit(request: web.Request) -> web.Response:
         credit_gets.append(request.headers.get("Accept", ""))
         return web.json_response({"queue_room": words["room"]}, headers=credit_headers())
 
-    app = web.Application()
-    app.router.add_post("/v1/completions", completions)
-    app.router.add_get("/v1/credit", credit)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-    engine = OpenAIEngine(f"http://127.0.0.1:{port}", "m", 2, chat=False, credit_probe_max_s=0.02)
-    try:
-        await submit(engine, CompletionRequest(prompt="hello", max_tokens=2)).result
-        assert engine.advertised_room == 0
-        await wait_for(lambda: engine._watcher is not None and engine._watcher.unsupported,
-                       what="the watch to find no event stream")
-        assert credit_gets.count("text/event-stream") == 1 and not engine.watching
-        probes = engine.credit.probes
-        await wait_for(lambda: engine.credit.probes >= probes + 2, what="probes")
-        words["room"] = 1
-        await wait_for(lambda: engine.advertised_room == 1, what="a probe to say room")
-        assert credit_gets.count("text/event-stream") == 1  # asked once only
-    finally:
-        await engine.aclose()
-        await runner.cleanup()
+    async with hand_made_backend(completions, credit) as url:
+        engine = OpenAIEngine(url, "m", 2, chat=False, credit_probe_max_s=0.02)
+        try:
+            await submit(engine, CompletionRequest(prompt="hello", max_tokens=2)).result
+            assert engine.advertised_room == 0
+            await wait_for(lambda: engine._watcher is not None and engine._watcher.unsupported,
+                           what="the watch to find no event stream")
+            assert credit_gets.count("text/event-stream") == 1 and not engine.watching
+            probes = engine.credit.probes
+            await wait_for(lambda: engine.credit.probes >= probes + 2, what="probes")
+            words["room"] = 1
+            await wait_for(lambda: engine.advertised_room == 1, what="a probe to say room")
+            assert credit_gets.count("text/event-stream") == 1  # asked once only
+        finally:
+            await engine.aclose()
 
 
 async def test_the_backend_counts_every_call_the_engine_sends_once_the_watch_is_open(backend: GatewayProcess) -> None:
@@ -196,10 +198,7 @@ async def test_a_watch_refused_by_a_passing_fault_is_opened_again() -> None:
 
     async def completions(request: web.Request) -> web.Response:
         await request.read()
-        body = {"id": "c", "object": "text_completion", "model": "m",
-                "choices": [{"index": 0, "text": "hi", "finish_reason": "stop"}],
-                "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}}
-        return web.json_response(body, headers=credit_headers())
+        return web.json_response(ANSWER, headers=credit_headers())
 
     async def credit(request: web.Request) -> web.StreamResponse:
         watches.append(len(watches))
@@ -211,23 +210,15 @@ async def test_a_watch_refused_by_a_passing_fault_is_opened_again() -> None:
         await asyncio.sleep(60)  # the test ends first
         return response
 
-    app = web.Application()
-    app.router.add_post("/v1/completions", completions)
-    app.router.add_get("/v1/credit", credit)
-    runner = web.AppRunner(app, handler_cancellation=True)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-    engine = OpenAIEngine(f"http://127.0.0.1:{port}", "m", 2, chat=False, credit_probe_max_s=0.02)
-    try:
-        await submit(engine, CompletionRequest(prompt="hello", max_tokens=2)).result
-        await wait_for(lambda: engine.watching, what="the watch to open after the 502")
-        assert engine._watcher is not None and not engine._watcher.unsupported
-        assert len(watches) == 2
-    finally:
-        await engine.aclose()
-        await runner.cleanup()
+    async with hand_made_backend(completions, credit) as url:
+        engine = OpenAIEngine(url, "m", 2, chat=False, credit_probe_max_s=0.02)
+        try:
+            await submit(engine, CompletionRequest(prompt="hello", max_tokens=2)).result
+            await wait_for(lambda: engine.watching, what="the watch to open after the 502")
+            assert engine._watcher is not None and not engine._watcher.unsupported
+            assert len(watches) == 2
+        finally:
+            await engine.aclose()
 
 
 @pytest.mark.parametrize("credit_watch", [True, False])
@@ -240,10 +231,7 @@ async def test_the_watch_and_the_probes_carry_the_engines_own_headers(credit_wat
 
     async def completions(request: web.Request) -> web.Response:
         await request.read()
-        body = {"id": "c", "object": "text_completion", "model": "m",
-                "choices": [{"index": 0, "text": "hi", "finish_reason": "stop"}],
-                "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}}
-        return web.json_response(body, headers={"x-rxpipe-queue-room": "0", "x-rxpipe-free-slots": "0"})
+        return web.json_response(ANSWER, headers={"x-rxpipe-queue-room": "0", "x-rxpipe-free-slots": "0"})
 
     async def credit(request: web.Request) -> web.StreamResponse:
         seen.append((request.headers.get("X-Backend-Key"), request.headers.get("Accept", "")))
@@ -258,24 +246,16 @@ async def test_the_watch_and_the_probes_carry_the_engines_own_headers(credit_wat
         await asyncio.sleep(60)  # the test ends first
         return response
 
-    app = web.Application()
-    app.router.add_post("/v1/completions", completions)
-    app.router.add_get("/v1/credit", credit)
-    runner = web.AppRunner(app, handler_cancellation=True)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-    engine = OpenAIEngine(f"http://127.0.0.1:{port}", "m", 2, chat=False, headers=gate,
-                          credit_probe_max_s=0.02, credit_watch=credit_watch)
-    try:
-        await submit(engine, CompletionRequest(prompt="hello", max_tokens=2)).result
-        await wait_for(lambda: engine.advertised_room == 1, what="the backend's word of room")
-        assert seen and all(key == "k" for key, _ in seen)
-        assert ("text/event-stream" in (accept for _, accept in seen)) is credit_watch
-    finally:
-        await engine.aclose()
-        await runner.cleanup()
+    async with hand_made_backend(completions, credit) as url:
+        engine = OpenAIEngine(url, "m", 2, chat=False, headers=gate,
+                              credit_probe_max_s=0.02, credit_watch=credit_watch)
+        try:
+            await submit(engine, CompletionRequest(prompt="hello", max_tokens=2)).result
+            await wait_for(lambda: engine.advertised_room == 1, what="the backend's word of room")
+            assert seen and all(key == "k" for key, _ in seen)
+            assert ("text/event-stream" in (accept for _, accept in seen)) is credit_watch
+        finally:
+            await engine.aclose()
 
 
 async def test_a_backend_whose_watch_went_silent_is_not_believed_until_it_speaks_again(tmp_path: Any) -> None:

@@ -10,6 +10,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
 GATEWAY = ROOT / "pipelines" / "llm_gateway.py"
@@ -76,3 +77,19 @@ class GatewayProcess:
             self.proc.kill()
             self.proc.wait(timeout=10)
         self._log.close()
+
+
+async def answered(session: Any, url: str) -> dict[str, int]:
+    """``/v1/completions`` answers of the gateway at ``url`` by status code, from its metrics
+    (``session``: an ``aiohttp.ClientSession``)."""
+    async with session.get(url + "/metrics") as response:
+        text = await response.text()
+    pattern = r'^rxpipe_http_requests_total\{code="(\d+)",route="/v1/completions"\} (\S+)$'
+    return {code: int(float(value)) for code, value in re.findall(pattern, text, re.M)}
+
+
+async def queue_room(session: Any, url: str) -> int:
+    """The gateway's ``queue_room`` by ``GET /v1/credit`` (admissions it would take now)."""
+    async with session.get(url + "/v1/credit") as response:
+        body: dict[str, Any] = await response.json()
+    return int(body["queue_room"])

@@ -13,7 +13,7 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from tests.gateway.server import GatewayProcess
+from tests.gateway.server import GatewayProcess, answered, queue_room
 
 ROOT = Path(__file__).resolve().parents[2]
 ROUTER = ROOT / "pipelines" / "llm_router.py"
@@ -41,25 +41,12 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[list[Gatew
         backend.terminate()
 
 
-async def answered(session: aiohttp.ClientSession, url: str) -> dict[str, int]:
-    """``/v1/completions`` answers of a backend by status code, from its metrics."""
-    async with session.get(url + "/metrics") as response:
-        text = await response.text()
-    pattern = r'^rxpipe_http_requests_total\{code="(\d+)",route="/v1/completions"\} (\S+)$'
-    return {code: int(float(value)) for code, value in re.findall(pattern, text, re.M)}
-
-
 async def retried(session: aiohttp.ClientSession, url: str) -> int:
     """Requests the router's balance sent to another backend after a failure."""
     async with session.get(url + "/metrics") as response:
         text = await response.text()
     found = re.findall(r'^rxpipe_stage_dropped_total\{reason="retried",stage="balance"\} (\S+)$', text, re.M)
     return int(float(found[0])) if found else 0
-
-
-async def queue_room(session: aiohttp.ClientSession, url: str) -> int:
-    async with session.get(url + "/v1/credit") as response:
-        return int((await response.json())["queue_room"])
 
 
 async def stream_through(session: aiohttp.ClientSession, url: str, opened: asyncio.Event, tokens: int) -> int:
