@@ -277,3 +277,33 @@ async def test_a_backend_whose_watch_went_silent_is_not_believed_until_it_speaks
         process.proc.send_signal(signal.SIGCONT)
         await engine.aclose()
         process.kill()
+
+
+async def test_a_credit_event_over_4096_bytes_ends_the_watch_and_it_is_opened_again() -> None:
+    """The watcher holds at most 4096 bytes of an event not yet whole: a stream that sends more
+    without ending the event is cut (logged), nothing of it is taken for a word, and the watch is
+    opened again on the backoff."""
+    opened: list[int] = []
+
+    async def completions(request: web.Request) -> web.Response:
+        await request.read()
+        return web.json_response(ANSWER, headers={"x-rxpipe-queue-room": "1", "x-rxpipe-free-slots": "0"})
+
+    async def credit(request: web.Request) -> web.StreamResponse:
+        opened.append(len(opened))
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await response.prepare(request)
+        await response.write(b'data: {"queue_room": 5, "free_slots": 0, "pad": "' + b"x" * 4097)
+        await asyncio.sleep(60)  # the test ends first
+        return response
+
+    async with hand_made_backend(completions, credit) as url:
+        engine = OpenAIEngine(url, "m", 2, chat=False, credit_probe_max_s=0.02)
+        try:
+            await submit(engine, CompletionRequest(prompt="hello", max_tokens=2)).result
+            await wait_for(lambda: len(opened) >= 2, what="the watch to be opened again")
+            watcher = engine._watcher
+            assert watcher is not None and watcher.events == 0 and not watcher.unsupported
+            assert engine.advertised_room != 5  # the cut event was never a word
+        finally:
+            await engine.aclose()
